@@ -1,0 +1,119 @@
+"""A tiny assembler for classic BPF programs run by seccomp.
+
+Only what a seccomp filter needs: 32-bit loads from ``struct seccomp_data``, an AND
+with a constant, forward conditional jumps to symbolic labels, and returns.
+
+Classic BPF jumps only forward, and a conditional jump reaches at most 255
+instructions. ``assemble`` raises BpfError rather than emitting a jump it cannot
+encode; callers lay their programs out so that targets stay near (see _seccomp).
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+
+# Opcodes (linux/bpf_common.h), already combined with their operand mode.
+_LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS: A = 32-bit word of seccomp_data at k
+_ALU_AND_K = 0x54  # BPF_ALU | BPF_AND | BPF_K: A &= k
+_JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K: A == k
+_JGE_K = 0x35  # BPF_JMP | BPF_JGE | BPF_K: A >= k (unsigned)
+_RET_K = 0x06  # BPF_RET | BPF_K: return k
+
+MAX_INSNS = 4096  # BPF_MAXINSNS: the kernel refuses longer programs
+MAX_JUMP = 255  # jt/jf are 8-bit offsets
+# struct sock_filter {u16 code; u8 jt; u8 jf; u32 k} in native byte order, no padding
+# (that is '<HBBI' on x86_64).
+_INSN = struct.Struct("=HBBI")
+INSN_SIZE = _INSN.size
+
+# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6].
+NR_OFFSET = 0
+ARCH_OFFSET = 4
+_ARGS_OFFSET = 16
+# args are native u64: the low 32-bit word comes first on little-endian machines.
+_LOW_WORD = 0 if sys.byteorder == "little" else 4
+
+
+class BpfError(ValueError):
+    """A program that cannot be encoded (bad operand, unreachable label, jump too long)."""
+
+
+class Label:
+    """A jump target; ``Assembler.place`` fixes it to the next emitted instruction."""
+
+    __slots__ = ()
+
+
+def arg_offset(index: int, high: bool = False) -> int:
+    """Offset in seccomp_data of the low (or high) 32-bit word of args[index]."""
+    if not 0 <= index < 6:
+        raise BpfError(f"syscall argument index {index} out of range 0..5")
+    return _ARGS_OFFSET + 8 * index + (4 - _LOW_WORD if high else _LOW_WORD)
+
+
+class Assembler:
+    """Collects instructions with symbolic jump targets; ``assemble`` packs them.
+
+    A jump target of None means "the next instruction" (offset 0).
+    """
+
+    def __init__(self) -> None:
+        self._insns: list[tuple[int, Label | None, Label | None, int]] = []
+        self._positions: dict[Label, int] = {}
+
+    def place(self, label: Label) -> None:
+        if label in self._positions:
+            raise BpfError("label placed twice")
+        self._positions[label] = len(self._insns)
+
+    def load(self, offset: int) -> None:
+        self._emit(_LD_W_ABS, offset)
+
+    def load_nr(self) -> None:
+        self.load(NR_OFFSET)
+
+    def load_arch(self) -> None:
+        self.load(ARCH_OFFSET)
+
+    def load_arg(self, index: int, high: bool = False) -> None:
+        self.load(arg_offset(index, high))
+
+    def and_(self, mask: int) -> None:
+        self._emit(_ALU_AND_K, mask)
+
+    def jeq(self, k: int, jt: Label | None = None, jf: Label | None = None) -> None:
+        self._emit(_JEQ_K, k, jt, jf)
+
+    def jge(self, k: int, jt: Label | None = None, jf: Label | None = None) -> None:
+        self._emit(_JGE_K, k, jt, jf)
+
+    def ret(self, k: int) -> None:
+        self._emit(_RET_K, k)
+
+    def assemble(self) -> bytes:
+        """The packed ``struct sock_filter`` array, ready for a ``sock_fprog``."""
+        if not 0 < len(self._insns) <= MAX_INSNS:
+            raise BpfError(f"program has {len(self._insns)} instructions (1..{MAX_INSNS} allowed)")
+        out = bytearray()
+        for index, (code, jt, jf, k) in enumerate(self._insns):
+            out += _INSN.pack(code, self._offset(index, jt), self._offset(index, jf), k)
+        return bytes(out)
+
+    def _emit(self, code: int, k: int, jt: Label | None = None, jf: Label | None = None) -> None:
+        if not 0 <= k <= 0xFFFFFFFF:
+            raise BpfError(f"operand {k:#x} does not fit in 32 bits")
+        self._insns.append((code, jt, jf, k))
+
+    def _offset(self, index: int, target: Label | None) -> int:
+        if target is None:
+            return 0
+        position = self._positions.get(target)
+        if position is None or position >= len(self._insns):
+            raise BpfError(f"instruction {index} jumps to a label with no instruction after it")
+        offset = position - index - 1
+        if offset < 0:
+            raise BpfError(f"instruction {index} jumps backwards (classic BPF jumps forward only)")
+        if offset > MAX_JUMP:
+            raise BpfError(f"instruction {index} jumps {offset} instructions (at most {MAX_JUMP})")
+        return offset

@@ -1,0 +1,133 @@
+"""The command's side of the fork: from the keeper's fork to exec.
+
+Runs in a forked copy of sandlock, so it does as little as possible: process group
+and terminal, signal dispositions, death signal, working directory, confinement,
+exec. A failure is reported to sandlock through the (close-on-exec) error pipe; a
+successful exec closes that pipe, which is how sandlock knows the command started.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from dataclasses import dataclass
+
+from ._confine import Confinement
+from ._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
+from ._libc import PR_SET_PDEATHSIG, prctl
+from ._terminal import set_foreground
+
+# Signals whose disposition sandlock or the interpreter changed. The command gets them
+# back as sandlock received them: an inherited SIG_IGN (nohup) is passed on, anything
+# else becomes SIG_DFL. SIGPIPE and SIGXFSZ are always reset: the interpreter ignores
+# them itself at start-up, so their original disposition cannot be known.
+RESET_SIGNALS = (
+    signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE,
+    signal.SIGXFSZ, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1,
+    signal.SIGUSR2, signal.SIGCHLD,
+)
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """Everything the child needs, computed before the fork."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    confinement: Confinement
+    stdio: tuple[int | None, int | None, int | None]  # fds to become 0, 1, 2 (None: inherit)
+    tty_fd: int | None  # the terminal to take as foreground job, if sandlock has it
+    ignored_signals: frozenset[int]  # signals sandlock inherited as SIG_IGN
+
+
+def exec_command(spec: ChildSpec, keeper_pid: int, error_fd: int) -> None:
+    """Never returns: exec the confined command or _exit with 125/126/127."""
+    try:
+        _enter_process_group(spec.tty_fd)
+        _install_stdio(spec.stdio)
+        _restore_signals(spec.ignored_signals)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != keeper_pid:  # the keeper died before we set the death signal
+            os._exit(EXIT_SETUP)
+        os.chdir(spec.cwd)
+        spec.confinement.apply()
+    except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
+        _report(error_fd, b"setup " + _describe(exc).encode(errors="replace"))
+        os._exit(EXIT_SETUP)
+    code = _exec(spec.argv, spec.env)
+    _report(error_fd, b"exec %d" % code)
+    os._exit(EXIT_NOTFOUND if code in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOEXEC)
+
+
+def _exec(argv: list[str], env: dict[str, str]) -> int:
+    """execve argv[0], searching PATH like a shell; returns the errno if nothing ran.
+
+    Unlike execvp, a PATH directory that cannot be searched (outside the sandbox's
+    read allowlist, or another user's 0700 home) does not turn "not found" into
+    "permission denied": only an existing file that cannot be executed does.
+    """
+    name = argv[0]
+    if "/" in name:
+        candidates = [name]
+    else:
+        path = env.get("PATH", os.defpath)
+        candidates = [os.path.join(d or ".", name) for d in path.split(os.pathsep)]
+    result = errno.ENOENT
+    for candidate in candidates:
+        try:
+            os.execve(candidate, argv, env)
+        except OSError as exc:
+            if result == errno.ENOENT and exc.errno != errno.ENOENT and _exists(candidate):
+                result = exc.errno or errno.ENOEXEC
+    return result
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def _enter_process_group(tty_fd: int | None) -> None:
+    os.setpgid(0, 0)
+    if tty_fd is not None:
+        set_foreground(tty_fd, os.getpgrp())
+
+
+def _install_stdio(stdio: tuple[int | None, int | None, int | None]) -> None:
+    for target, fd in enumerate(stdio):
+        if fd is not None and fd != target:
+            os.dup2(fd, target)
+
+
+def _restore_signals(ignored: frozenset[int]) -> None:
+    for sig in RESET_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _report(fd: int, message: bytes) -> None:
+    try:
+        os.write(fd, message)
+    except OSError:
+        pass
+
+
+def parse_error(report: bytes) -> tuple[str, int | str] | None:
+    """Decode what the child wrote on the error pipe (None: exec succeeded)."""
+    if not report:
+        return None
+    kind, _, detail = report.partition(b" ")
+    if kind == b"exec":
+        return "exec", int(detail)
+    return "setup", detail.decode(errors="replace")

@@ -1,0 +1,125 @@
+"""Policy -> kernel confinement: compiled in the parent, applied in the child before exec.
+
+Everything costly (directory expansion, Landlock rules, the BPF program) happens in
+``Confinement.prepare`` in sandlock's own process. The forked child only runs
+``apply``: a handful of syscalls, in the order the kernel requires
+(NO_NEW_PRIVS, Landlock, then seccomp last so that nothing after it is filtered).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from . import _fspolicy, _landlock, _seccomp
+from ._errors import SetupError
+from ._libc import PR_SET_NO_NEW_PRIVS, prctl
+from ._policy import Policy
+from ._syscalls import native_arch
+
+MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
+
+
+@dataclass
+class Confinement:
+    """Kernel objects ready to be applied to a freshly forked child."""
+
+    ruleset: _landlock.Ruleset | None
+    seccomp_program: bytes
+    scopes_signals: bool
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str]) -> Confinement:
+        warnings: list[str] = []
+        abi = _landlock.abi_version()
+        ruleset = _filesystem_ruleset(policy, abi, cwd, env, warnings)
+        program = _seccomp.build_filter(native_arch(), frozenset(policy.allow_syscalls))
+        scopes_signals = ruleset is not None and abi >= MIN_SCOPE_ABI and not policy.allow_ipc
+        return cls(ruleset, program, scopes_signals, warnings)
+
+    def apply(self) -> None:
+        """Confine the calling process (the child, right before exec)."""
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        if self.ruleset is not None:
+            self.ruleset.restrict_self()
+        _seccomp.install(self.seccomp_program)
+
+    def close(self) -> None:
+        if self.ruleset is not None:
+            self.ruleset.close()
+
+
+def _filesystem_ruleset(
+    policy: Policy, abi: int, cwd: str, env: Mapping[str, str], warnings: list[str]
+) -> _landlock.Ruleset | None:
+    if abi == 0:
+        _missing("Landlock (filesystem confinement) is not available in this kernel", policy, warnings)
+        return None
+    scoped = 0
+    if not policy.allow_ipc:
+        if abi >= MIN_SCOPE_ABI:
+            scoped = _landlock.SCOPE_ABSTRACT_UNIX_SOCKET | _landlock.SCOPE_SIGNAL
+        else:
+            _missing(f"Landlock IPC scoping needs ABI {MIN_SCOPE_ABI}, kernel has ABI {abi}", policy, warnings)
+    ruleset = _landlock.Ruleset(handled_fs=_landlock.fs_handled(abi), scoped=scoped)
+    access = level_access(abi)
+    try:
+        for rule in _fspolicy.compile_grants(*_grants(policy, cwd, env, warnings)):
+            try:
+                ruleset.allow_path(rule.path, access[rule.level])
+            except FileNotFoundError:
+                pass  # vanished since it was listed: granting less is safe
+    except BaseException:
+        ruleset.close()
+        raise
+    return ruleset
+
+
+def level_access(abi: int) -> dict[int, int]:
+    """Landlock rights of each _fspolicy access level on this ABI."""
+    return {
+        _fspolicy.LIST: _landlock.FS_READ_DIR,
+        _fspolicy.READ: _landlock.fs_read_access(abi),
+        _fspolicy.WRITE: _landlock.fs_write_access(abi),
+    }
+
+
+def _grants(
+    policy: Policy, cwd: str, env: Mapping[str, str], warnings: list[str]
+) -> tuple[list[str], list[str], list[str]]:
+    home = env.get("HOME") or os.path.expanduser("~")
+    if policy.uses_default_workspace:
+        if os.path.realpath(cwd) in ("/", os.path.realpath(home)):
+            warnings.append(
+                f"the default workspace makes the current directory ({cwd}) writable, with "
+                "everything beneath it (shell start-up files included); use -r/-w to choose"
+            )
+        read, write, deny = _fspolicy.default_workspace(home, cwd, env)
+        return list(read), list(write), [*deny, *policy.fs_deny]
+    # An explicit allowlist still never exposes sandlock's own CA key.
+    deny = [*policy.fs_deny, _fspolicy.sandlock_ca_dir(env, home)]
+    write = [*policy.fs_write, *_fspolicy.PSEUDO_DEVICES]
+    return list(policy.fs_read), write, deny
+
+
+def _missing(what: str, policy: Policy, warnings: list[str]) -> None:
+    """A missing kernel feature is fatal unless the user asked for --best-effort."""
+    if not policy.best_effort:
+        raise SetupError(f"{what} (run `sandlock check`; --best-effort runs without it)")
+    warnings.append(f"{what}; running without it (--best-effort)")
+
+
+def keeper_scope(confinement: Confinement) -> _landlock.Ruleset | None:
+    """A domain for the keeper, scoped for signals, so kill(-1) reaches only the sandbox.
+
+    Every Landlock domain denies cross-directory rename and link (REFER) unless a
+    rule grants it, even when the ruleset does not handle it: this layer grants it
+    everywhere, so that the only filesystem decisions are the command's own layer.
+    """
+    if not confinement.scopes_signals:
+        return None
+    ruleset = _landlock.Ruleset(handled_fs=_landlock.FS_REFER, scoped=_landlock.SCOPE_SIGNAL)
+    ruleset.allow_path("/", _landlock.FS_REFER)
+    return ruleset

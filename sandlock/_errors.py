@@ -1,0 +1,35 @@
+"""Exceptions that carry sandlock's exit-status contract."""
+
+from __future__ import annotations
+
+EXIT_USAGE = 2  # invalid option or policy
+EXIT_TIMEOUT = 124
+EXIT_SETUP = 125  # the sandbox itself could not be set up
+EXIT_NOEXEC = 126  # COMMAND exists but cannot be executed
+EXIT_NOTFOUND = 127  # COMMAND not found
+
+
+class SandlockError(Exception):
+    """Base class of every error sandlock raises on purpose."""
+
+    exit_code = EXIT_SETUP
+
+
+class PolicyError(SandlockError, ValueError):
+    """A policy field (or the option it came from) holds an invalid value.
+
+    ``field`` names the Policy field; the CLI turns it back into the option name.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class SetupError(SandlockError):
+    """The kernel or the environment cannot provide the confinement asked for."""
+
+    exit_code = EXIT_SETUP

@@ -1,0 +1,70 @@
+"""Probe the running kernel for the features sandlock builds on."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from dataclasses import dataclass
+
+from . import _landlock
+from ._libc import syscall
+from ._syscalls import nr
+
+SECCOMP_GET_ACTION_AVAIL = 2
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+SECCOMP_RET_USER_NOTIF = 0x7FC00000
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    available: bool
+    detail: str  # what the kernel has
+    use: str  # what sandlock does with it
+    required: bool  # `sandlock run` refuses to start without it (unless --best-effort)
+
+
+def seccomp_action_available(action: int) -> bool:
+    value = ctypes.c_uint32(action)
+    try:
+        syscall(nr("seccomp"), SECCOMP_GET_ACTION_AVAIL, 0, ctypes.byref(value))
+        return True
+    except OSError:
+        return False
+
+
+def _syscall_exists(name: str, *args: int) -> bool:
+    """True when the syscall exists (any errno but ENOSYS proves it)."""
+    try:
+        result = syscall(nr(name), *args)
+    except OSError as exc:
+        return exc.errno != errno.ENOSYS
+    os.close(result)
+    return True
+
+
+def probe() -> list[Feature]:
+    abi = _landlock.abi_version()
+    features = [
+        Feature("kernel", True, os.uname().release, os.uname().machine, False),
+        Feature("Landlock", abi > 0, f"ABI {abi}" if abi else "not available",
+                f"ABI {abi}, the best this kernel has" if abi else "-", True),
+        *(
+            Feature(f"  ABI {level}", level <= abi, "yes" if level <= abi else "no", what, level == 1)
+            for level, what in sorted(_landlock.ABI_FEATURES.items())
+        ),
+        Feature("Landlock IPC scoping", abi >= 6, "yes" if abi >= 6 else "needs ABI 6",
+                "abstract unix sockets and signals blocked unless --allow-ipc", True),
+        Feature("Landlock TCP rules", abi >= 4, "yes" if abi >= 4 else "needs ABI 4",
+                "port-only TCP policies enforced in the kernel (network policy)", False),
+        Feature("seccomp filter", seccomp_action_available(SECCOMP_RET_KILL_PROCESS),
+                "SECCOMP_RET_KILL_PROCESS", "syscall filter installed last, before exec", True),
+        Feature("seccomp user notification", seccomp_action_available(SECCOMP_RET_USER_NOTIF),
+                "SECCOMP_RET_USER_NOTIF", "network supervisor (connect, send, bind)", False),
+        Feature("pidfd_open", _syscall_exists("pidfd_open", os.getpid(), 0), "syscall",
+                "network supervisor", False),
+        Feature("pidfd_getfd", _syscall_exists("pidfd_getfd", -1, 0, 0), "syscall",
+                "on-behalf socket operations (network supervisor)", False),
+    ]
+    return features

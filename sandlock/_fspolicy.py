@@ -1,0 +1,166 @@
+"""Filesystem policy: read/write grants and denies compiled into Landlock path rules.
+
+Landlock can only allow, and a rule on a directory covers everything beneath it.
+So a denied path D beneath a granted directory G is compiled by replacing the
+rule on G with rules on G's children, except the child leading to D, which is
+expanded the same way, down to D's siblings.  Consequences worth knowing:
+
+* An expanded directory keeps only the right to be listed (LIST): any other
+  right on it would also cover D.  So ``ls ~`` works and shows that ``.ssh``
+  exists, and the names inside D can be listed, but nothing in D can be read,
+  and nothing can be created or removed directly in the expanded directory.
+  Its other entries keep the grant.
+* A deny that encloses or equals a grant removes that grant (deny wins).
+* A deny that does not exist is ignored: nothing is there to protect.  Gap: a
+  file created at that place later, by someone outside the sandbox, is readable
+  under the enclosing grant.  Likewise entries added later to an expanded
+  directory are not granted, and a hard link to a denied file from elsewhere
+  stays readable (Landlock rules follow paths, not inodes).
+* Paths are compared after os.path.realpath.  Symlinks met while expanding get
+  no rule at all: Landlock opens a rule's path following links, so a rule on a
+  link would grant its target, wherever that is (possibly inside D, or outside
+  every grant).  Without a rule, access through a link is decided at its
+  target by the remaining rules, exactly as it was before expansion.  The link
+  itself needs no right: reading a link is not mediated, and removing or
+  renaming it needs rights on its (expanded) parent.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+# Credential stores denied by the default workspace, relative to $HOME.
+CREDENTIAL_STORES: tuple[str, ...] = (
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".config/gcloud",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".npmrc",
+)
+
+_SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+# Devices that hold no data: writable in every policy, explicit allowlists included,
+# because nearly every program opens /dev/null (git refuses to run without it).
+PSEUDO_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+# The default workspace adds the terminal (writable, and IOCTL_DEV for terminal ioctls).
+_DEVICES = (*PSEUDO_DEVICES, "/dev/tty", "/dev/ptmx", "/dev/pts")
+
+
+# Access levels of a rule, each including the ones below it.
+LIST = 0  # list the directory (names only): what an expanded directory keeps
+READ = 1  # read files, list directories, execute
+WRITE = 2  # everything
+
+
+@dataclass(frozen=True, order=True)
+class PathRule:
+    """One Landlock rule: ``level`` (LIST, READ or WRITE) beneath ``path``."""
+
+    path: str
+    level: int
+
+
+def compile_grants(
+    read: Iterable[str], write: Iterable[str], deny: Iterable[str]
+) -> list[PathRule]:
+    """The minimal, sorted rule list giving ``read``/``write`` access minus ``deny``.
+
+    Write implies read; overlapping grants combine as Landlock does (a nested
+    rule adds rights, never removes them).  Grants that do not exist are dropped.
+    """
+    denies = sorted({path for path in map(os.path.realpath, deny) if os.path.exists(path)})
+    rules: dict[str, int] = {}
+    for grant, level in _grants(read, write).items():
+        for path, expanded in _subtract(grant, denies):
+            rules[path] = max(rules.get(path, LIST), LIST if expanded else level)
+    return sorted(PathRule(path, level) for path, level in rules.items()
+                  if not _covered(path, level, rules))
+
+
+def default_workspace(
+    home: str, cwd: str, env: Mapping[str, str]
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(read, write, deny) when no filesystem policy is given.
+
+    Everything is readable; cwd, the scratch directories and the usual devices
+    are writable; credential stores and sandlock's CA are denied.
+    """
+    read = ("/",)
+    write = (cwd, *_SCRATCH_DIRS, *_DEVICES)
+    deny = (*(os.path.join(home, store) for store in CREDENTIAL_STORES), sandlock_ca_dir(env, home))
+    return read, write, deny
+
+
+def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:
+    """Where sandlock keeps its CA key: denied in every policy, explicit or default."""
+    data_home = env.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data_home):  # the XDG spec says to ignore relative values
+        data_home = os.path.join(home, ".local", "share")
+    return os.path.join(data_home, "sandlock", "ca")
+
+
+def _grants(read: Iterable[str], write: Iterable[str]) -> dict[str, int]:
+    """Existing granted real paths -> level (write wins over read)."""
+    grants = {path: READ for path in map(os.path.realpath, read)}
+    grants.update((path, WRITE) for path in map(os.path.realpath, write))
+    return {path: level for path, level in grants.items() if os.path.exists(path)}
+
+
+def _within(path: str, ancestor: str) -> bool:
+    """True when ``path`` is ``ancestor`` or lies beneath it (both normalised)."""
+    return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
+
+
+def _subtract(grant: str, denies: list[str]) -> Iterable[tuple[str, bool]]:
+    """(path, expanded) pairs covering ``grant`` except ``denies``.
+
+    ``expanded`` marks a directory on the way to a deny, which keeps LIST only.
+    """
+    if any(_within(grant, denied) for denied in denies):
+        return ()
+    inner = [denied for denied in denies if _within(denied, grant)]
+    return _expand(grant, inner) if inner else ((grant, False),)
+
+
+def _expand(directory: str, denies: list[str]) -> Iterator[tuple[str, bool]]:
+    """``directory`` (LIST only) and its entries minus ``denies`` (beneath it).
+
+    A child on the way to a deny is expanded in turn, once for all the denies
+    beneath it.  Symlinks are skipped: see the module docstring.
+    """
+    yield directory, True
+    for entry in _entries(directory):
+        if entry.is_symlink():
+            continue
+        inner = [denied for denied in denies if _within(denied, entry.path)]
+        if not inner:
+            yield entry.path, False
+        elif entry.path not in inner:
+            yield from _expand(entry.path, inner)
+
+
+def _entries(directory: str) -> list[os.DirEntry[str]]:
+    """The entries of ``directory``; none if it cannot be listed (fail closed)."""
+    try:
+        with os.scandir(directory) as entries:
+            return list(entries)
+    except OSError:
+        return []
+
+
+def _covered(path: str, level: int, rules: Mapping[str, int]) -> bool:
+    """True when an ancestor rule already grants at least as much as this one."""
+    parent = path
+    while parent != "/":
+        parent = os.path.dirname(parent)
+        if rules.get(parent, -1) >= level:
+            return True
+    return False

@@ -1,0 +1,56 @@
+"""ctypes access to the kernel entry points the standard library does not wrap.
+
+Everything that needs a raw syscall or prctl goes through here, so that argument
+marshalling (the variadic ``syscall`` truncates un-wrapped pointers to 32 bits)
+and errno handling are written once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+_prctl = _libc.prctl
+_prctl.restype = ctypes.c_int
+
+# prctl options (linux/prctl.h)
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+PR_GET_NO_NEW_PRIVS = 39
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _marshal(arg: object) -> object:
+    if arg is None:
+        return ctypes.c_void_p(None)
+    if isinstance(arg, int):
+        return ctypes.c_long(arg)
+    return arg  # ctypes pointers, byref() objects and buffers pass as they are
+
+
+def syscall(nr: int, *args: object) -> int:
+    """Invoke syscall ``nr``; raise OSError with the kernel's errno on failure."""
+    result = _syscall(ctypes.c_long(nr), *(_marshal(a) for a in args))
+    if result == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
+def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
+    """prctl(2) raising OSError on failure."""
+    result = _prctl(
+        ctypes.c_int(option),
+        ctypes.c_ulong(arg2),
+        ctypes.c_ulong(arg3),
+        ctypes.c_ulong(arg4),
+        ctypes.c_ulong(arg5),
+    )
+    if result == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result

@@ -1,0 +1,155 @@
+"""The sandbox policy: one immutable, validated value shared by the CLI and the API.
+
+Every field carries the command-line option it comes from (``field.metadata["flag"]``)
+so that an error raised here names what the user typed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ._errors import PolicyError
+
+
+def _flag(name: str, **kwargs: object) -> object:
+    return field(metadata={"flag": name}, **kwargs)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a sandboxed command may do.
+
+    Filesystem: with no ``fs_read``/``fs_write`` the default workspace applies (read
+    everything but credential stores, write the current directory, /tmp and the usual
+    devices); with any of them, nothing else is reachable. ``fs_deny`` always wins.
+    """
+
+    fs_read: tuple[str, ...] = _flag("--fs-read", default=())
+    fs_write: tuple[str, ...] = _flag("--fs-write", default=())
+    fs_deny: tuple[str, ...] = _flag("--fs-deny", default=())
+    allow_ipc: bool = _flag("--allow-ipc", default=False)
+    allow_syscalls: tuple[str, ...] = _flag("--allow-syscall", default=())
+    env: tuple[tuple[str, str], ...] = _flag("--env", default=())
+    clean_env: bool = _flag("--clean-env", default=False)
+    cwd: str | None = _flag("--cwd", default=None)
+    timeout: float | None = _flag("--timeout", default=None)
+    best_effort: bool = _flag("--best-effort", default=False)
+
+    def __post_init__(self) -> None:
+        # Frozen: normalised values are stored through object.__setattr__, once, here.
+        for name, normalise in _NORMALISERS.items():
+            object.__setattr__(self, name, normalise(name, getattr(self, name)))
+
+    @property
+    def uses_default_workspace(self) -> bool:
+        return not self.fs_read and not self.fs_write
+
+
+def _strings(name: str, values: object) -> tuple[str, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise PolicyError(name, f"expected a list of strings, got {values!r}")
+    items = tuple(values)
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise PolicyError(name, f"expected a non-empty string, got {item!r}")
+    return items
+
+
+def _absolute_paths(name: str, values: object) -> tuple[str, ...]:
+    # realpath: Landlock and the deny expansion compare real locations, not spellings.
+    unique = dict.fromkeys(os.path.realpath(p) for p in _strings(name, values))
+    return tuple(unique)
+
+
+def _existing_paths(name: str, values: object) -> tuple[str, ...]:
+    paths = _absolute_paths(name, values)
+    for given, path in zip(_strings(name, values), paths):
+        if not os.path.exists(path):
+            raise PolicyError(name, f"{given}: no such file or directory")
+    return paths
+
+
+def _directory(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise PolicyError(name, f"expected a directory path, got {value!r}")
+    path = os.path.realpath(value)
+    if not os.path.isdir(path):
+        raise PolicyError(name, f"{value}: not a directory")
+    return path
+
+
+def _timeout(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PolicyError(name, f"expected a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise PolicyError(name, f"must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _boolean(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise PolicyError(name, f"expected true or false, got {value!r}")
+    return value
+
+
+def _env_pairs(name: str, value: object) -> tuple[tuple[str, str], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise PolicyError(name, f"expected a mapping or K=V strings, got {value!r}")
+    pairs: dict[str, str] = {}
+    for item in items:
+        if isinstance(item, str):
+            key, sep, val = item.partition("=")
+            if not sep:
+                raise PolicyError(name, f"{item!r}: expected K=V")
+        else:
+            key, val = item
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise PolicyError(name, f"invalid variable name {key!r}")
+        if not isinstance(val, str) or "\0" in val:
+            raise PolicyError(name, f"invalid value for {key}")
+        pairs[key] = val
+    return tuple(pairs.items())
+
+
+def _waivers(name: str, value: object) -> tuple[str, ...]:
+    from ._seccomp import WAIVABLE  # the seccomp module owns the list of rules
+
+    syscalls = _strings(name, value)
+    for syscall in syscalls:
+        if syscall not in WAIVABLE:
+            raise PolicyError(
+                name,
+                f"{syscall!r} is not a syscall sandlock restricts "
+                f"(one of: {', '.join(sorted(WAIVABLE))})",
+            )
+    return tuple(dict.fromkeys(syscalls))
+
+
+_NORMALISERS = {
+    "fs_read": _existing_paths,
+    "fs_write": _existing_paths,
+    "fs_deny": _absolute_paths,
+    "allow_ipc": _boolean,
+    "allow_syscalls": _waivers,
+    "env": _env_pairs,
+    "clean_env": _boolean,
+    "cwd": _directory,
+    "timeout": _timeout,
+    "best_effort": _boolean,
+}
+
+
+def flag_of(field_name: str) -> str:
+    """The command-line option that sets ``field_name`` (for error messages)."""
+    for f in Policy.__dataclass_fields__.values():
+        if f.name == field_name:
+            return f.metadata["flag"]
+    return field_name

@@ -1,0 +1,140 @@
+"""sandlock's side of a running sandbox: spawn the keeper, follow its reports.
+
+sandlock ──fork──> keeper ──fork──> command (confined, exec)
+      <── report pipe: "pid N", "stop SIG", "exit STATUS" ──
+      <── error pipe (close-on-exec): why the command could not start ──
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import time
+
+from . import _child, _keeper
+from ._errors import EXIT_SETUP
+from ._terminal import Foreground
+
+EXIT_STATUS_KILLED = -1  # the keeper killed the tree on request (timeout, kill())
+
+
+class TimeoutExpired(Exception):
+    """wait() ran out of time; the sandbox is still running."""
+
+
+class SandboxedProcess:
+    """A confined command and its keeper, as seen from sandlock."""
+
+    def __init__(self, keeper_pid: int, report_fd: int, foreground: Foreground | None) -> None:
+        self.keeper_pid = keeper_pid
+        self.pid = 0  # the command's pid, which is also its process group
+        self.returncode: int | None = None
+        self.start_error: str | None = None  # why exec failed, if it did
+        self._reports = report_fd
+        self._foreground = foreground
+        self._kill_requested = False
+
+    def send_signal(self, sig: int) -> None:
+        """Deliver ``sig`` to the command's process group."""
+        if self.returncode is None and self.pid:
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """Kill the command and everything it started (the keeper does it)."""
+        if self.returncode is None:
+            self._kill_requested = True
+            try:
+                os.kill(self.keeper_pid, _keeper.KILL_SIGNAL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The command's exit code in shell convention (128+N for signal N)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutExpired
+            ready, _, _ = select.select([self._reports], [], [], remaining)
+            if ready:
+                self._read_reports()
+        return self.returncode
+
+    def _read_reports(self) -> None:
+        data = os.read(self._reports, 4096)
+        if not data:  # the keeper vanished without reporting
+            self._finish(None)
+            return
+        for kind, value in _keeper.parse_reports(data):
+            self._on_report(kind, value)
+
+    def _on_report(self, kind: str, value: int) -> None:
+        if kind == "pid":
+            self.pid = value
+        elif kind == "stop" and self._foreground is not None:
+            self._foreground.relay_stop(self.pid)
+        elif kind == "exit":
+            self._finish(value)
+
+    def _finish(self, status: int | None) -> None:
+        os.close(self._reports)
+        os.waitpid(self.keeper_pid, 0)
+        if self._foreground is not None:
+            self._foreground.take_back()
+        self.returncode = _exit_code(status, self._kill_requested)
+
+
+def _exit_code(status: int | None, kill_requested: bool) -> int:
+    if status is None or status < EXIT_STATUS_KILLED:
+        return EXIT_SETUP  # the keeper itself failed
+    if status == EXIT_STATUS_KILLED:
+        return 128 + signal.SIGKILL
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def spawn(spec: _child.ChildSpec, foreground: Foreground | None) -> SandboxedProcess:
+    """Fork the keeper (which forks the command) and wait until the command exec'd."""
+    report_r, report_w = os.pipe()
+    error_r, error_w = os.pipe()
+    sandlock_pid = os.getpid()
+    keeper_pid = os.fork()
+    if keeper_pid == 0:
+        os.close(report_r)
+        os.close(error_r)
+        _keeper.run(spec, sandlock_pid, report_w, error_w)  # never returns
+    os.close(report_w)
+    os.close(error_w)
+    process = SandboxedProcess(keeper_pid, report_r, foreground)
+    while not process.pid and process.returncode is None:
+        process._read_reports()
+    process.start_error = _describe_start_error(spec.argv[0], _read_all(error_r))
+    return process
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    try:
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _describe_start_error(command: str, report: bytes) -> str | None:
+    error = _child.parse_error(report)
+    if error is None:
+        return None
+    kind, detail = error
+    if kind == "setup":
+        return f"cannot set up the sandbox: {detail}"
+    reason = os.strerror(detail)
+    if detail in (errno.EACCES, errno.EPERM):  # most often the filesystem policy
+        reason += " (is it inside an -r/--fs-read path?)"
+    return f"cannot run {command!r}: {reason}"

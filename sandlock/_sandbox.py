@@ -1,0 +1,135 @@
+"""The public API: ``Sandbox(policy).run(argv)`` and ``Sandbox(policy).start(argv)``."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._child import RESET_SIGNALS, ChildSpec
+from ._confine import Confinement
+from ._errors import EXIT_TIMEOUT, PolicyError
+from ._policy import Policy
+from ._process import SandboxedProcess, TimeoutExpired, spawn
+from ._terminal import Foreground
+
+# --clean-env keeps only these variables from sandlock's environment.
+CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
+# The interpreter itself ignores these at start-up; their original disposition is unknown.
+_INTERPRETER_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
+
+
+@dataclass(frozen=True)
+class Result:
+    """How a sandboxed command ended."""
+
+    exit_code: int  # shell convention: 128+N for signal N, 124 on timeout
+    stdout: bytes | None
+    stderr: bytes | None
+    timed_out: bool = False
+    start_error: str | None = None  # why the command could not be started, if it could not
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended the command, if one did (not counting a timeout kill)."""
+        return self.exit_code - 128 if self.exit_code > 128 and not self.timed_out else None
+
+
+class Sandbox:
+    """Runs commands under one Policy."""
+
+    def __init__(self, policy: Policy | None = None) -> None:
+        self.policy = policy if policy is not None else Policy()
+        self.warnings: list[str] = []
+
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: int | None = None,
+        stdout: int | None = None,
+        stderr: int | None = None,
+        foreground: bool = False,
+    ) -> SandboxedProcess:
+        """Start ``argv`` confined; stdio are file descriptors (None: inherit).
+
+        With ``foreground`` and a terminal, the command becomes the terminal's
+        foreground job for as long as it runs (what the CLI does).
+        """
+        argv = _check_argv(argv)
+        env = child_environment(self.policy, os.environ)
+        cwd = self.policy.cwd or os.getcwd()
+        confinement = Confinement.prepare(self.policy, cwd, env)
+        self.warnings = confinement.warnings
+        terminal = Foreground.detect() if foreground else None
+        spec = ChildSpec(
+            argv=argv,
+            env=env,
+            cwd=cwd,
+            confinement=confinement,
+            stdio=(stdin, stdout, stderr),
+            tty_fd=terminal.fd if terminal else None,
+            ignored_signals=_inherited_ignored_signals(),
+        )
+        try:
+            return spawn(spec, terminal)
+        finally:
+            confinement.close()  # the child holds its own copy until it restricts itself
+
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float | None = None,
+        *,
+        input: bytes | None = None,
+        capture_output: bool = True,
+    ) -> Result:
+        """Run ``argv`` to completion (like subprocess.run) and return its Result.
+
+        ``timeout`` defaults to the policy's; when it expires the whole sandbox tree
+        is killed and ``exit_code`` is 124.
+        """
+        from ._capture import Capture  # threads: only paid for by callers who capture
+
+        timeout = self.policy.timeout if timeout is None else timeout
+        with Capture(input, capture_output) as capture:
+            process = self.start(argv, **capture.child_stdio())
+            capture.start()
+            timed_out = _wait(process, timeout)
+            stdout, stderr = capture.finish()
+        code = EXIT_TIMEOUT if timed_out else process.returncode
+        return Result(code, stdout, stderr, timed_out, process.start_error)
+
+
+def _wait(process: SandboxedProcess, timeout: float | None) -> bool:
+    """Wait for the command; on timeout kill the tree. True if it timed out."""
+    try:
+        process.wait(timeout)
+        return False
+    except TimeoutExpired:
+        process.kill()
+        process.wait()
+        return True
+
+
+def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dict[str, str]:
+    if policy.clean_env:
+        env = {key: base[key] for key in CLEAN_ENV_KEEP if key in base}
+    else:
+        env = dict(base)
+    env.update(policy.env)
+    return env
+
+
+def _check_argv(argv: Sequence[str]) -> list[str]:
+    if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
+        raise PolicyError("argv", "expected a non-empty list of strings")
+    return list(argv)
+
+
+def _inherited_ignored_signals() -> frozenset[int]:
+    return frozenset(
+        sig for sig in RESET_SIGNALS
+        if sig not in _INTERPRETER_IGNORED and signal.getsignal(sig) == signal.SIG_IGN
+    )

@@ -1,0 +1,277 @@
+"""The seccomp-bpf filter: which syscalls a sandboxed process may not make, and how.
+
+The policy is data (``RULES``: syscall name -> Rule); ``build_filter`` compiles it for
+one architecture into a classic BPF program and ``install`` loads it into the calling
+process. Hand-assembled rather than libseccomp: the program is small, the layout is
+ours to reason about (ABI checks first), and nothing beyond ctypes is needed.
+
+Program layout (every path ends in a return, so A holds the syscall number at each
+rule block's entry):
+  1. seccomp_data.arch is not the native one -> kill (i386 ``int 0x80`` from x86_64);
+  2. nr at or above the x32 bit -> ENOSYS;
+  3. one block per rule with argument conditions, skipped when nr differs;
+  4. a chain of ``nr == N`` jumps for unconditional rules, then ALLOW,
+     then one return per distinct action.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+from collections.abc import Iterable
+
+from . import _bpf
+from ._libc import syscall
+from ._syscalls import Arch, nr
+
+# Filter return actions (linux/seccomp.h); on several filters the most restrictive wins.
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+SECCOMP_RET_ERRNO = 0x00050000  # low 16 bits: the errno
+SECCOMP_RET_USER_NOTIF = 0x7FC00000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+
+SECCOMP_SET_MODE_FILTER = 1  # seccomp(2) operation
+SECCOMP_FILTER_FLAG_TSYNC = 1
+SECCOMP_FILTER_FLAG_NEW_LISTENER = 8
+SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 32
+
+
+def ret_errno(err: int) -> int:
+    return SECCOMP_RET_ERRNO | (err & 0xFFFF)
+
+
+ALLOW = SECCOMP_RET_ALLOW
+EPERM = ret_errno(errno.EPERM)
+ENOSYS = ret_errno(errno.ENOSYS)
+NOTIFY = SECCOMP_RET_USER_NOTIF
+
+_WORD = 0xFFFFFFFF
+
+
+class Match:
+    """Holds when ``(32-bit word of args[arg]) & mask`` is one of ``values``.
+
+    The low word unless ``high``. Arguments the kernel reads as int or unsigned int
+    need only the low word: the kernel truncates them the same way.
+    """
+
+    __slots__ = ("arg", "values", "mask", "high")
+
+    def __init__(self, arg: int, values: Iterable[int], mask: int = _WORD, high: bool = False) -> None:
+        self.arg = arg
+        self.values = tuple(sorted(set(values)))
+        self.mask = mask
+        self.high = high
+        if not self.values:
+            raise ValueError("a Match needs at least one value")
+
+
+class Clause:
+    """``action`` when every Match holds."""
+
+    __slots__ = ("action", "matches")
+
+    def __init__(self, action: int, *matches: Match) -> None:
+        self.action = action
+        self.matches = matches
+
+
+class Rule:
+    """The first Clause that holds decides; ``default`` when none does (or there are none)."""
+
+    __slots__ = ("clauses", "default")
+
+    def __init__(self, *clauses: Clause, default: int) -> None:
+        self.clauses = clauses
+        self.default = default
+
+
+# Constants from the uapi headers, spelled out: importing socket/termios costs
+# milliseconds on every run.
+_AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK = 1, 2, 10, 16
+_SOCK_TYPE_MASK = 0xF  # SOCK_NONBLOCK and SOCK_CLOEXEC live above it
+_SOCK_STREAM, _SOCK_DGRAM = 1, 2
+_NETLINK_ROUTE = 0
+_IPPROTO_ICMP, _IPPROTO_TCP, _IPPROTO_UDP, _IPPROTO_ICMPV6, _IPPROTO_MPTCP = 1, 6, 17, 58, 262
+_TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
+_CLONE_NEW_NAMESPACES = (
+    0x00020000  # CLONE_NEWNS
+    | 0x02000000  # CLONE_NEWCGROUP
+    | 0x04000000  # CLONE_NEWUTS
+    | 0x08000000  # CLONE_NEWIPC
+    | 0x10000000  # CLONE_NEWUSER
+    | 0x20000000  # CLONE_NEWPID
+    | 0x40000000  # CLONE_NEWNET
+    # not CLONE_NEWTIME (0x80): clone() reads those bits as the exit signal (CSIGNAL)
+)
+
+_DENIED = (
+    # other processes' memory, mounts and namespaces
+    "ptrace", "process_vm_writev",
+    "mount", "umount2", "pivot_root", "move_mount", "open_tree", "open_tree_attr",
+    "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare", "setns",
+    # kernel attack surface and machine-wide state
+    "bpf", "perf_event_open", "userfaultfd",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+    "keyctl", "add_key", "request_key",
+    "acct", "swapon", "swapoff", "reboot", "iopl", "ioperm",
+    # io_uring performs connect/sendmsg without passing through seccomp
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
+)  # fmt: skip
+
+
+def _inet(family: int, icmp: int) -> Clause:
+    """Stream and datagram sockets of one IP family, with the usual protocols only.
+
+    Refused: SOCK_RAW/SOCK_PACKET (they bypass connect) and SCTP (connects via
+    setsockopt).
+    """
+    return Clause(
+        ALLOW,
+        Match(0, [family]),
+        Match(1, [_SOCK_STREAM, _SOCK_DGRAM], mask=_SOCK_TYPE_MASK),
+        Match(2, [0, _IPPROTO_TCP, _IPPROTO_UDP, _IPPROTO_MPTCP, icmp]),  # icmp: ping sockets
+    )
+
+
+RULES: dict[str, Rule] = {
+    **{name: Rule(default=EPERM) for name in _DENIED},
+    # Namespaces would escape the sandbox's view. clone's flags are a register
+    # argument (the kernel uses only the low 32 bits)...
+    "clone": Rule(Clause(ALLOW, Match(0, [0], mask=_CLONE_NEW_NAMESPACES)), default=EPERM),
+    # ...but clone3's live in memory, which BPF cannot read. ENOSYS makes glibc
+    # (2.34+) fall back to clone, which is checked above.
+    "clone3": Rule(default=ENOSYS),
+    # Pushing input into a terminal would let the sandbox type into its parent's
+    # shell. cmd is unsigned int: the kernel ignores its high word, so do we.
+    "ioctl": Rule(Clause(EPERM, Match(1, [_TIOCSTI, _TIOCLINUX])), default=ALLOW),
+    # A filter of its own with a listener could answer the sandbox's own intercepted
+    # calls once the supervisor is gone. op and flags are unsigned int.
+    "seccomp": Rule(
+        Clause(
+            EPERM,
+            Match(0, [SECCOMP_SET_MODE_FILTER]),
+            Match(1, [SECCOMP_FILTER_FLAG_NEW_LISTENER], mask=SECCOMP_FILTER_FLAG_NEW_LISTENER),
+        ),
+        default=ALLOW,
+    ),
+    # family, type and protocol are int.
+    "socket": Rule(
+        Clause(ALLOW, Match(0, [_AF_UNIX])),
+        Clause(ALLOW, Match(0, [_AF_NETLINK]), Match(2, [_NETLINK_ROUTE])),
+        _inet(_AF_INET, _IPPROTO_ICMP),
+        _inet(_AF_INET6, _IPPROTO_ICMPV6),
+        default=EPERM,
+    ),
+    "socketpair": Rule(Clause(ALLOW, Match(0, [_AF_UNIX])), default=EPERM),
+}
+
+# What --allow-syscall NAME may waive: every rule, as a whole.
+WAIVABLE: frozenset[str] = frozenset(RULES)
+
+
+def unknown_waivers(names: Iterable[str]) -> list[str]:
+    """The names (each once, in order) that are not in WAIVABLE."""
+    return [name for name in dict.fromkeys(names) if name not in WAIVABLE]
+
+
+def build_filter(
+    arch: Arch, waived: frozenset[str] = frozenset(), notify: frozenset[str] = frozenset()
+) -> bytes:
+    """The packed sock_filter array enforcing RULES minus ``waived`` on ``arch``.
+
+    ``notify`` names syscalls (without a rule of their own) to hand to a user-space
+    supervisor with SECCOMP_RET_USER_NOTIF; it needs a listener (NEW_LISTENER).
+    """
+    unknown = unknown_waivers(waived)
+    if unknown:
+        raise ValueError(f"cannot waive {', '.join(unknown)}: not restricted by sandlock")
+    rules = {name: rule for name, rule in RULES.items() if name not in waived}
+    for name in notify:
+        if name in rules:
+            raise ValueError(f"{name} already has a rule; it cannot also be notified")
+        rules[name] = Rule(default=NOTIFY)
+
+    asm = _bpf.Assembler()
+    _emit_abi_checks(asm, arch)
+    for name, rule in rules.items():
+        if rule.clauses:
+            _emit_conditional(asm, arch.numbers[name], rule)
+    _emit_dispatch(asm, {arch.numbers[n]: r.default for n, r in rules.items() if not r.clauses})
+    return asm.assemble()
+
+
+def _emit_abi_checks(asm: _bpf.Assembler, arch: Arch) -> None:
+    # Syscall numbers only mean something for one ABI: another audit arch is an
+    # attempt to reach different syscalls under known numbers, so kill, not refuse.
+    native = _bpf.Label()
+    asm.load_arch()
+    asm.jeq(arch.audit_arch, jt=native)
+    asm.ret(SECCOMP_RET_KILL_PROCESS)
+    asm.place(native)
+    # x32 shares the native audit arch and marks its numbers with a high bit.
+    supported = _bpf.Label()
+    asm.load_nr()
+    asm.jge(arch.syscall_bit, jf=supported)
+    asm.ret(ENOSYS)
+    asm.place(supported)
+
+
+def _emit_conditional(asm: _bpf.Assembler, number: int, rule: Rule) -> None:
+    """``if nr == number`` then the rule's clauses in order; A = nr on the way past."""
+    other_syscall = _bpf.Label()
+    asm.jeq(number, jf=other_syscall)
+    for clause in rule.clauses:
+        next_clause = _bpf.Label()
+        for match in clause.matches:
+            _emit_match(asm, match, miss=next_clause)
+        asm.ret(clause.action)
+        asm.place(next_clause)
+    asm.ret(rule.default)
+    asm.place(other_syscall)
+
+
+def _emit_match(asm: _bpf.Assembler, match: Match, miss: _bpf.Label) -> None:
+    """Fall through when the match holds, jump to ``miss`` otherwise."""
+    asm.load_arg(match.arg, match.high)
+    if match.mask != _WORD:
+        asm.and_(match.mask)
+    hit = _bpf.Label()
+    *others, last = match.values
+    for value in others:
+        asm.jeq(value, jt=hit)
+    asm.jeq(last, jf=miss)
+    asm.place(hit)
+
+
+def _emit_dispatch(asm: _bpf.Assembler, actions: dict[int, int]) -> None:
+    """``nr == N`` jumps to one shared return per action; anything else is allowed.
+
+    Jumps span at most the chain plus the returns, far below the 255 limit.
+    """
+    targets = {action: _bpf.Label() for action in dict.fromkeys(actions.values())}
+    for number, action in sorted(actions.items()):
+        asm.jeq(number, jt=targets[action])
+    asm.ret(ALLOW)
+    for action, label in targets.items():
+        asm.place(label)
+        asm.ret(action)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install(program: bytes, flags: int = 0) -> int:
+    """Load ``program`` as a seccomp filter of the calling thread (all threads with TSYNC).
+
+    The caller must already have set prctl(PR_SET_NO_NEW_PRIVS, 1): without it an
+    unprivileged process gets EACCES. Returns the syscall's result: the listener fd
+    when ``flags`` has SECCOMP_FILTER_FLAG_NEW_LISTENER, else 0. Raises OSError.
+    """
+    count, rest = divmod(len(program), _bpf.INSN_SIZE)
+    if rest or not 0 < count <= _bpf.MAX_INSNS:
+        raise ValueError(f"not a BPF program: {len(program)} bytes")
+    buffer = ctypes.create_string_buffer(program, len(program))  # alive until we return
+    fprog = _SockFprog(count, ctypes.addressof(buffer))
+    return syscall(nr("seccomp"), SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(fprog))

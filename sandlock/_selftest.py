@@ -1,0 +1,220 @@
+"""`sandlock selftest`: run real confined programs and show that each protection holds.
+
+Offline and unprivileged: everything happens in a scratch directory under /tmp, with
+the running Python as the confined program.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from ._policy import Policy
+from ._sandbox import Result, Sandbox
+
+PY = sys.executable
+
+# Snippets run inside the sandbox; each prints what happened for the check to judge.
+_TRY_WRITE = """
+import sys
+try:
+    open(sys.argv[1], "w").write("x"); print("written")
+except OSError as e:
+    print(e.strerror)
+"""
+_TRY_READ = """
+import sys
+try:
+    open(sys.argv[1]).read(); print("read")
+except OSError as e:
+    print(e.strerror)
+"""
+_TRY_SYSCALL = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+args = [ctypes.c_long(int(a)) for a in sys.argv[1:]]
+r = libc.syscall(*args)
+print("ok" if r >= 0 else __import__("os").strerror(ctypes.get_errno()))
+"""
+_INT80 = """
+import ctypes, mmap
+# mov eax, 20 (i386 getpid); int 0x80; ret
+code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])
+mem = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+mem.write(code)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+ctypes.CFUNCTYPE(ctypes.c_int)(addr)()
+print("survived")
+"""
+_RAW_SOCKET = """
+import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print("created")
+except OSError as e:
+    print(e.strerror)
+"""
+_SIGNAL_OUTSIDE = """
+import os, sys
+try:
+    os.kill(int(sys.argv[1]), 0); print("delivered")
+except OSError as e:
+    print(e.strerror)
+"""
+
+PTRACE, IO_URING_SETUP, UNSHARE = 101, 425, 272
+CLONE_NEWUSER = 0x10000000
+
+
+class Selftest:
+    def __init__(self, scratch: str) -> None:
+        self.scratch = scratch
+        self.inside = _mkdir(scratch, "inside")
+        self.outside = _mkdir(scratch, "outside")
+        self.other = _mkdir(scratch, "other")
+        self.home = _mkdir(scratch, "home")
+        _mkdir(self.home, ".ssh")
+        _write(os.path.join(self.home, ".ssh", "id_selftest"), "not a real key\n")
+        _write(os.path.join(self.home, "notes.txt"), "hello\n")
+        _write(os.path.join(self.inside, "moved"), "x")
+
+    def allowlist(self, **extra: object) -> Sandbox:
+        return Sandbox(Policy(fs_read=("/",), fs_write=(self.inside, self.other), **extra))
+
+    def python(self, sandbox: Sandbox, snippet: str, *args: str) -> str:
+        result = sandbox.run([PY, "-c", snippet, *args], timeout=30)
+        return _output(result)
+
+    # Each check returns (passed, what was observed).
+    def write_inside(self) -> tuple[bool, str]:
+        out = self.python(self.allowlist(), _TRY_WRITE, os.path.join(self.inside, "f"))
+        return out == "written", out
+
+    def write_outside(self) -> tuple[bool, str]:
+        out = self.python(self.allowlist(), _TRY_WRITE, os.path.join(self.outside, "f"))
+        return out == "Permission denied", out
+
+    def rename_across(self) -> tuple[bool, str]:
+        snippet = "import os, sys; os.rename(sys.argv[1], sys.argv[2]); print('renamed')"
+        out = self.python(self.allowlist(), snippet, os.path.join(self.inside, "moved"),
+                          os.path.join(self.other, "moved"))
+        return out == "renamed", out
+
+    def credentials(self) -> tuple[bool, str]:
+        sandbox = Sandbox(Policy(env={"HOME": self.home}, cwd=self.inside))
+        key = self.python(sandbox, _TRY_READ, os.path.join(self.home, ".ssh", "id_selftest"))
+        notes = self.python(sandbox, _TRY_READ, os.path.join(self.home, "notes.txt"))
+        return (key, notes) == ("Permission denied", "read"), f"~/.ssh: {key}; ~/notes.txt: {notes}"
+
+    def ptrace(self) -> tuple[bool, str]:
+        out = self.python(self.allowlist(), _TRY_SYSCALL, str(PTRACE), "0", "0", "0", "0")
+        return out == "Operation not permitted", out
+
+    def io_uring(self) -> tuple[bool, str]:
+        out = self.python(self.allowlist(), _TRY_SYSCALL, str(IO_URING_SETUP), "8", "0")
+        return out == "Operation not permitted", out
+
+    def namespaces(self) -> tuple[bool, str]:
+        out = self.python(self.allowlist(), _TRY_SYSCALL, str(UNSHARE), str(CLONE_NEWUSER))
+        return out == "Operation not permitted", out
+
+    def i386_syscalls(self) -> tuple[bool, str]:
+        result = self.allowlist().run([PY, "-c", _INT80], timeout=30)
+        killed = result.signal == signal.SIGSYS
+        return killed, "killed by SIGSYS" if killed else _output(result)
+
+    def raw_socket(self) -> tuple[bool, str]:
+        out = self.python(self.allowlist(), _RAW_SOCKET)
+        return out == "Operation not permitted", out
+
+    def signal_outside(self) -> tuple[bool, str]:
+        with subprocess.Popen(["sleep", "30"]) as outsider:
+            try:
+                out = self.python(self.allowlist(), _SIGNAL_OUTSIDE, str(outsider.pid))
+            finally:
+                outsider.kill()
+        return out == "Operation not permitted", out
+
+    def dies_with_sandlock(self) -> tuple[bool, str]:
+        script = "sleep 300 & echo $!; wait"
+        cli = [PY, "-m", "sandlock", "run", "-q", "--", "sh", "-c", script]
+        with subprocess.Popen(cli, stdout=subprocess.PIPE, text=True) as sandlock:
+            grandchild = int(sandlock.stdout.readline())
+            sandlock.kill()
+            sandlock.wait()
+        gone = _wait_gone(grandchild, 5)
+        return gone, "background process gone" if gone else f"pid {grandchild} still alive"
+
+    def timeout(self) -> tuple[bool, str]:
+        result = self.allowlist(timeout=0.5).run(["sh", "-c", "sleep 30 & sleep 30"])
+        return result.exit_code == 124, f"exit status {result.exit_code}"
+
+
+CHECKS: list[tuple[str, Callable[[Selftest], tuple[bool, str]]]] = [
+    ("write inside an allowed directory works", Selftest.write_inside),
+    ("write outside the allowed directories is denied", Selftest.write_outside),
+    ("rename across two writable directories works", Selftest.rename_across),
+    ("credential stores are unreadable by default", Selftest.credentials),
+    ("ptrace is denied", Selftest.ptrace),
+    ("io_uring is denied", Selftest.io_uring),
+    ("namespaces cannot be created", Selftest.namespaces),
+    ("i386 (int 0x80) syscalls kill the process", Selftest.i386_syscalls),
+    ("raw sockets are refused", Selftest.raw_socket),
+    ("signals to processes outside are blocked", Selftest.signal_outside),
+    ("timeout kills the command and its children", Selftest.timeout),
+    ("the sandbox dies with sandlock", Selftest.dies_with_sandlock),
+]
+
+
+def main() -> int:
+    scratch = tempfile.mkdtemp(prefix="sandlock-selftest-")
+    failures = 0
+    try:
+        test = Selftest(scratch)
+        for title, check in CHECKS:
+            try:
+                passed, observed = check(test)
+            except Exception as exc:  # noqa: BLE001 - a crashing check is a failed check
+                passed, observed = False, f"{type(exc).__name__}: {exc}"
+            failures += not passed
+            mark = "\N{CHECK MARK}" if passed else "\N{BALLOT X}"
+            print(f"{mark} {title}" + ("" if passed else f"  ({observed})"), flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    total = len(CHECKS)
+    print(f"\n{total - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+def _mkdir(parent: str, name: str) -> str:
+    path = os.path.join(parent, name)
+    os.mkdir(path)
+    return path
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _output(result: Result) -> str:
+    if result.start_error:
+        return result.start_error
+    text = (result.stdout or b"").decode(errors="replace").strip()
+    return text or (result.stderr or b"").decode(errors="replace").strip()[-200:]
+
+
+def _wait_gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False

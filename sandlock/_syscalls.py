@@ -1,0 +1,101 @@
+"""Syscall numbers and audit architecture of the machines sandlock supports.
+
+Only x86_64 is supported (and tested). Another architecture is a setup error,
+never a silent fallback to a table that would be wrong for it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ._errors import SetupError
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    audit_arch: int  # AUDIT_ARCH_* value seccomp reports in seccomp_data.arch
+    syscall_bit: int  # numbers at or above this belong to an ABI we refuse (x32)
+    numbers: dict[str, int]
+
+
+_X86_64 = Arch(
+    name="x86_64",
+    audit_arch=0xC000003E,  # AUDIT_ARCH_X86_64
+    syscall_bit=0x40000000,  # __X32_SYSCALL_BIT
+    numbers={
+        "ioctl": 16,
+        "socket": 41,
+        "connect": 42,
+        "sendto": 44,
+        "sendmsg": 46,
+        "bind": 49,
+        "socketpair": 53,
+        "clone": 56,
+        "fork": 57,
+        "vfork": 58,
+        "execve": 59,
+        "ptrace": 101,
+        "pivot_root": 155,
+        "chroot": 161,
+        "acct": 163,
+        "mount": 165,
+        "umount2": 166,
+        "swapon": 167,
+        "swapoff": 168,
+        "reboot": 169,
+        "iopl": 172,
+        "ioperm": 173,
+        "init_module": 175,
+        "delete_module": 176,
+        "add_key": 248,
+        "request_key": 249,
+        "keyctl": 250,
+        "kexec_load": 246,
+        "unshare": 272,
+        "perf_event_open": 298,
+        "setns": 308,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "finit_module": 313,
+        "seccomp": 317,
+        "kexec_file_load": 320,
+        "bpf": 321,
+        "userfaultfd": 323,
+        "sendmmsg": 307,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "pidfd_open": 434,
+        "clone3": 435,
+        "pidfd_getfd": 438,
+        "mount_setattr": 442,
+        "landlock_create_ruleset": 444,
+        "landlock_add_rule": 445,
+        "landlock_restrict_self": 446,
+        "open_tree_attr": 467,
+    },
+)
+
+_SUPPORTED = {"x86_64": _X86_64}
+
+
+def native_arch() -> Arch:
+    """The Arch of this machine; SetupError where sandlock has no verified table."""
+    machine = os.uname().machine
+    try:
+        return _SUPPORTED[machine]
+    except KeyError:
+        raise SetupError(f"unsupported architecture {machine} (sandlock supports x86_64)") from None
+
+
+def nr(name: str) -> int:
+    """Syscall number of ``name`` on this machine."""
+    return native_arch().numbers[name]

@@ -1,0 +1,82 @@
+"""Key cases again as an ordinary user (nobody:nogroup): users are not root."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from conftest import SANDLOCK
+from test_cli import wait_gone
+
+
+def run_as(as_nobody, *args: str, cwd=None, env=None, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run(as_nobody([*SANDLOCK, *args]), capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+def test_runs_unprivileged_and_reports_identity(as_nobody):
+    result = run_as(as_nobody, "run", "--", "id", "-u")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ("65534" if os.getuid() == 0 else str(os.getuid()))
+
+
+def test_exit_statuses_unprivileged(as_nobody):
+    assert run_as(as_nobody, "run", "--", "sh", "-c", "exit 7").returncode == 7
+    assert run_as(as_nobody, "run", "--", "sh", "-c", "kill -TERM $$").returncode == 143
+    assert run_as(as_nobody, "run", "--", "no-such-command-x").returncode == 127
+
+
+def test_allowlist_unprivileged(as_nobody, world_tmp):
+    inside, outside = world_tmp / "in", world_tmp / "out"
+    for d in (inside, outside):
+        d.mkdir()
+        d.chmod(0o777)
+    ok = run_as(as_nobody, "run", "-r", "/", "-w", str(inside), "--", "sh", "-c",
+                f"echo x > {inside}/f && echo y > {outside}/f")
+    assert (inside / "f").exists()
+    assert not (outside / "f").exists()
+    assert "Permission denied" in ok.stderr
+
+
+def test_default_workspace_credentials_unprivileged(as_nobody, world_tmp):
+    home = world_tmp / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("secret")
+    (home / "notes.txt").write_text("notes")
+    for path in (home, home / ".ssh"):
+        path.chmod(0o777)
+    for path in (home / ".ssh" / "id_rsa", home / "notes.txt"):
+        path.chmod(0o666)
+    env = {**os.environ, "HOME": str(home)}
+    result = run_as(as_nobody, "run", "--cwd", str(home), "--", "sh", "-c",
+                    "cat ~/.ssh/id_rsa; cat ~/notes.txt", env=env)
+    assert result.stdout == "notes"
+    assert "Permission denied" in result.stderr
+
+
+def test_syscall_filter_unprivileged(as_nobody):
+    code = (
+        "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.syscall(ctypes.c_long(425), ctypes.c_long(8), ctypes.c_long(0)),"
+        " os.strerror(ctypes.get_errno()))"
+    )
+    result = run_as(as_nobody, "run", "--", sys.executable, "-c", code)
+    assert result.stdout.strip() == "-1 Operation not permitted"
+
+
+def test_dies_with_sandlock_unprivileged(as_nobody):
+    with subprocess.Popen(as_nobody([*SANDLOCK, "run", "--", "sh", "-c",
+                                     "setsid sleep 60 & echo $!; wait"]),
+                          stdout=subprocess.PIPE, text=True) as proc:
+        pid = int(proc.stdout.readline())
+        # setpriv execs, so proc.pid is sandlock itself
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert wait_gone(pid)
+
+
+def test_selftest_unprivileged(as_nobody):
+    result = run_as(as_nobody, "selftest", cwd="/tmp", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
