@@ -26,7 +26,7 @@ class Confinement:
     """Kernel objects ready to be applied to a freshly forked child."""
 
     ruleset: _landlock.Ruleset | None
-    seccomp_program: bytes
+    seccomp_program: bytes | None
     scopes_signals: bool
     warnings: list[str] = field(default_factory=list)
 
@@ -35,7 +35,7 @@ class Confinement:
         warnings: list[str] = []
         abi = _landlock.abi_version()
         ruleset = _filesystem_ruleset(policy, abi, cwd, env, warnings)
-        program = _seccomp.build_filter(native_arch(), frozenset(policy.allow_syscalls))
+        program = _seccomp_program(policy, warnings)
         scopes_signals = ruleset is not None and abi >= MIN_SCOPE_ABI and not policy.allow_ipc
         return cls(ruleset, program, scopes_signals, warnings)
 
@@ -44,7 +44,8 @@ class Confinement:
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         if self.ruleset is not None:
             self.ruleset.restrict_self()
-        _seccomp.install(self.seccomp_program)
+        if self.seccomp_program is not None:
+            _seccomp.install(self.seccomp_program)
 
     def close(self) -> None:
         if self.ruleset is not None:
@@ -75,6 +76,14 @@ def _filesystem_ruleset(
         ruleset.close()
         raise
     return ruleset
+
+
+def _seccomp_program(policy: Policy, warnings: list[str]) -> bytes | None:
+    arch = native_arch()  # SetupError on a machine without a verified syscall table
+    if not _seccomp.action_available(_seccomp.SECCOMP_RET_KILL_PROCESS):
+        _missing("seccomp filtering (SECCOMP_RET_KILL_PROCESS) is not available", policy, warnings)
+        return None
+    return _seccomp.build_filter(arch, frozenset(policy.allow_syscalls))
 
 
 def level_access(abi: int) -> dict[int, int]:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 from dataclasses import dataclass
 
 from . import _landlock
 from ._libc import syscall
+from ._seccomp import SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_USER_NOTIF, action_available
 from ._syscalls import nr
-
-SECCOMP_GET_ACTION_AVAIL = 2
-SECCOMP_RET_KILL_PROCESS = 0x80000000
-SECCOMP_RET_USER_NOTIF = 0x7FC00000
 
 
 @dataclass(frozen=True)
@@ -23,15 +19,6 @@ class Feature:
     detail: str  # what the kernel has
     use: str  # what sandlock does with it
     required: bool  # `sandlock run` refuses to start without it (unless --best-effort)
-
-
-def seccomp_action_available(action: int) -> bool:
-    value = ctypes.c_uint32(action)
-    try:
-        syscall(nr("seccomp"), SECCOMP_GET_ACTION_AVAIL, 0, ctypes.byref(value))
-        return True
-    except OSError:
-        return False
 
 
 def _syscall_exists(name: str, *args: int) -> bool:
@@ -58,9 +45,9 @@ def probe() -> list[Feature]:
                 "abstract unix sockets and signals blocked unless --allow-ipc", True),
         Feature("Landlock TCP rules", abi >= 4, "yes" if abi >= 4 else "needs ABI 4",
                 "port-only TCP policies enforced in the kernel (network policy)", False),
-        Feature("seccomp filter", seccomp_action_available(SECCOMP_RET_KILL_PROCESS),
+        Feature("seccomp filter", action_available(SECCOMP_RET_KILL_PROCESS),
                 "SECCOMP_RET_KILL_PROCESS", "syscall filter installed last, before exec", True),
-        Feature("seccomp user notification", seccomp_action_available(SECCOMP_RET_USER_NOTIF),
+        Feature("seccomp user notification", action_available(SECCOMP_RET_USER_NOTIF),
                 "SECCOMP_RET_USER_NOTIF", "network supervisor (connect, send, bind)", False),
         Feature("pidfd_open", _syscall_exists("pidfd_open", os.getpid(), 0), "syscall",
                 "network supervisor", False),

@@ -49,7 +49,7 @@ def run(spec: _child.ChildSpec, sandlock_pid: int, report_fd: int, error_fd: int
         command_pid = os.fork()
         if command_pid == 0:
             _child.exec_command(spec, keeper_pid, error_fd)
-        os.close(error_fd)
+        _close_all_but(report_fd)
         _send(report_fd, b"pid %d" % command_pid)
         status = _wait_for_command(command_pid, report_fd)
     except _KillAll:
@@ -77,6 +77,13 @@ def _become_keeper(sandlock_pid: int, confinement: Confinement) -> None:
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         scope.restrict_self()
         scope.close()
+
+
+def _close_all_but(report_fd: int) -> None:
+    """Drop every inherited fd (but stdio): a pipe end kept open here would hold off
+    the EOF its reader waits for (e.g. the command's stdin under Sandbox.run)."""
+    os.closerange(3, report_fd)
+    os.closerange(report_fd + 1, os.sysconf("SC_OPEN_MAX"))
 
 
 def _wait_for_command(command_pid: int, report_fd: int) -> int:

@@ -1,0 +1,139 @@
+"""The Python API: Policy validation, Sandbox.run/start, Result, best-effort mode."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from sandlock import Policy, PolicyError, Result, Sandbox, SetupError, TimeoutExpired
+from sandlock import _landlock, _seccomp
+from sandlock._cli import main as cli_main
+from test_cli import wait_gone
+
+PY = sys.executable
+
+
+def test_policy_is_frozen_and_normalised(tmp_path):
+    policy = Policy(fs_read=[str(tmp_path), str(tmp_path / ".")], env={"A": "1"}, timeout=2)
+    assert policy.fs_read == (str(tmp_path),)
+    assert policy.env == (("A", "1"),)
+    assert policy.timeout == 2.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        policy.timeout = 3  # type: ignore[misc]
+    assert dataclasses.replace(policy, clean_env=True).clean_env is True
+    assert hash(policy) == hash(Policy(fs_read=(str(tmp_path),), env=("A=1",), timeout=2.0))
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"fs_read": ("/no/such",)}, "fs_read"),
+        ({"fs_write": "/tmp"}, "fs_write"),  # a string, not a list
+        ({"fs_deny": ("",)}, "fs_deny"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": float("inf")}, "timeout"),
+        ({"timeout": True}, "timeout"),
+        ({"env": {"A=B": "x"}}, "env"),
+        ({"env": ["NOEQUALS"]}, "env"),
+        ({"cwd": "/etc/passwd"}, "cwd"),
+        ({"allow_syscalls": ("no_such_syscall",)}, "allow_syscalls"),
+        ({"allow_ipc": "yes"}, "allow_ipc"),
+    ],
+)
+def test_policy_validation_names_the_field(kwargs, field):
+    with pytest.raises(PolicyError) as info:
+        Policy(**kwargs)
+    assert info.value.field == field
+
+
+def test_run_captures_output_and_feeds_input():
+    result = Sandbox().run(["sh", "-c", "cat; echo err >&2; exit 3"], input=b"in\n")
+    assert result == Result(exit_code=3, stdout=b"in\n", stderr=b"err\n")
+    assert result.signal is None
+
+
+def test_run_reports_signal_and_start_error():
+    killed = Sandbox().run(["sh", "-c", "kill -KILL $$"])
+    assert killed.exit_code == 128 + signal.SIGKILL and killed.signal == signal.SIGKILL
+    missing = Sandbox().run(["no-such-command-sandlock"])
+    assert missing.exit_code == 127
+    assert "no-such-command-sandlock" in missing.start_error
+
+
+def test_run_timeout_kills_the_tree():
+    start = time.monotonic()
+    result = Sandbox(Policy(timeout=0.5)).run(["sh", "-c", "sleep 60 & echo $!; sleep 60"])
+    assert result.timed_out and result.exit_code == 124 and result.signal is None
+    assert time.monotonic() - start < 10
+    assert wait_gone(int(result.stdout))
+
+
+def test_start_wait_signal_kill():
+    read_end, write_end = os.pipe()
+    process = Sandbox().start(["sh", "-c", "sleep 60 & echo $!; exec sleep 60"], stdout=write_end)
+    os.close(write_end)
+    with os.fdopen(read_end) as out:
+        background = int(out.readline())
+    with pytest.raises(TimeoutExpired):
+        process.wait(0.2)
+    process.send_signal(signal.SIGTERM)  # the group: the foreground sleep dies
+    assert process.wait(10) == 128 + signal.SIGTERM
+    assert wait_gone(background)  # and the keeper cleaned up the rest
+
+
+def test_kill_kills_everything():
+    process = Sandbox().start(["sh", "-c", "setsid sleep 60 & sleep 60"])
+    process.kill()
+    assert process.wait(10) == 128 + signal.SIGKILL
+
+
+def test_invalid_argv():
+    with pytest.raises(PolicyError):
+        Sandbox().run("echo hi")  # type: ignore[arg-type]
+    with pytest.raises(PolicyError):
+        Sandbox().run([])
+
+
+# --- missing kernel features ---------------------------------------------------------
+
+
+@pytest.fixture
+def no_landlock(monkeypatch):
+    monkeypatch.setattr(_landlock, "abi_version", lambda: 0)
+
+
+@pytest.fixture
+def no_seccomp(monkeypatch):
+    monkeypatch.setattr(_seccomp, "action_available", lambda action: False)
+
+
+def test_missing_landlock_is_a_setup_error(no_landlock):
+    with pytest.raises(SetupError, match="Landlock"):
+        Sandbox().run(["true"])
+
+
+def test_missing_seccomp_is_a_setup_error(no_seccomp):
+    with pytest.raises(SetupError, match="seccomp"):
+        Sandbox().run(["true"])
+
+
+def test_missing_feature_is_exit_125_naming_it(no_landlock, capfd):
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["run", "--", "true"])
+    assert exited.value.code == 125
+    assert "Landlock (filesystem confinement) is not available" in capfd.readouterr().err
+
+
+def test_best_effort_runs_without_and_warns(no_landlock, no_seccomp, capfd, tmp_path):
+    code = cli_main(["run", "--best-effort", "-r", "/", "--", "sh", "-c", f"echo x > {tmp_path}/f"])
+    assert code == 0
+    err = capfd.readouterr().err
+    assert "warning: Landlock" in err and "warning: seccomp" in err
+    assert (tmp_path / "f").exists()  # truly unconfined: the warning is not a lie
+    quiet = cli_main(["run", "-q", "--best-effort", "--", "true"])
+    assert quiet == 0 and "warning" not in capfd.readouterr().err
