@@ -21,6 +21,8 @@ class Capture:
 
     def __exit__(self, *exc: object) -> None:
         self._close_child_ends()
+        if self._stdin and not self._threads:  # never started: nobody will feed it
+            _close(self._stdin[1])
         for thread in self._threads:
             thread.join()
         for read_end, _ in self._outputs:

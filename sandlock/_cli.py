@@ -24,6 +24,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    """Print the one-line error and exit (raises SystemExit)."""
     print(f"sandlock: error: {message}", file=sys.stderr)
     raise SystemExit(code)
 
@@ -105,7 +106,6 @@ def _policy_from(args: argparse.Namespace) -> Policy:
         )
     except PolicyError as exc:
         _fail(f"{flag_of(exc.field)}: {exc.message}")
-        raise  # unreachable: _fail exits
 
 
 def _command_of(args: argparse.Namespace) -> list[str]:

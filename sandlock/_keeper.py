@@ -28,6 +28,9 @@ from ._libc import (
 )
 
 KILL_SIGNAL = signal.SIGUSR1  # parent death and sandlock's "kill everything" request
+# "exit" reports carry the command's wait status, or one of these.
+STATUS_KILLED = -1  # the tree was killed on request before the command ended
+STATUS_FAILED = -2  # the keeper itself failed
 _IGNORED = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP,
             signal.SIGTTIN, signal.SIGTTOU)
 
@@ -42,7 +45,7 @@ def _on_kill_signal(signum: int, frame: object) -> None:
 
 def run(spec: _child.ChildSpec, sandlock_pid: int, report_fd: int, error_fd: int) -> None:
     """Body of the keeper process; never returns."""
-    status = 0
+    status = STATUS_FAILED
     try:
         _become_keeper(sandlock_pid, spec.confinement)
         keeper_pid = os.getpid()
@@ -53,9 +56,9 @@ def run(spec: _child.ChildSpec, sandlock_pid: int, report_fd: int, error_fd: int
         _send(report_fd, b"pid %d" % command_pid)
         status = _wait_for_command(command_pid, report_fd)
     except _KillAll:
-        status = -1
+        status = STATUS_KILLED
     except BaseException:  # noqa: BLE001 - the keeper must always reach the cleanup
-        status = -2
+        status = STATUS_FAILED
     finally:
         signal.signal(KILL_SIGNAL, signal.SIG_IGN)
         _kill_tree(spec.confinement.scopes_signals)

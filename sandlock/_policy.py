@@ -65,11 +65,10 @@ def _absolute_paths(name: str, values: object) -> tuple[str, ...]:
 
 
 def _existing_paths(name: str, values: object) -> tuple[str, ...]:
-    paths = _absolute_paths(name, values)
-    for given, path in zip(_strings(name, values), paths):
-        if not os.path.exists(path):
+    for given in _strings(name, values):
+        if not os.path.exists(given):
             raise PolicyError(name, f"{given}: no such file or directory")
-    return paths
+    return _absolute_paths(name, values)
 
 
 def _directory(name: str, value: object) -> str | None:

@@ -17,9 +17,6 @@ from . import _child, _keeper
 from ._errors import EXIT_SETUP
 from ._terminal import Foreground
 
-EXIT_STATUS_KILLED = -1  # the keeper killed the tree on request (timeout, kill())
-
-
 class TimeoutExpired(Exception):
     """wait() ran out of time; the sandbox is still running."""
 
@@ -34,7 +31,6 @@ class SandboxedProcess:
         self.start_error: str | None = None  # why exec failed, if it did
         self._reports = report_fd
         self._foreground = foreground
-        self._kill_requested = False
 
     def send_signal(self, sig: int) -> None:
         """Deliver ``sig`` to the command's process group."""
@@ -47,7 +43,6 @@ class SandboxedProcess:
     def kill(self) -> None:
         """Kill the command and everything it started (the keeper does it)."""
         if self.returncode is None:
-            self._kill_requested = True
             try:
                 os.kill(self.keeper_pid, _keeper.KILL_SIGNAL)
             except ProcessLookupError:
@@ -86,13 +81,13 @@ class SandboxedProcess:
         os.waitpid(self.keeper_pid, 0)
         if self._foreground is not None:
             self._foreground.take_back()
-        self.returncode = _exit_code(status, self._kill_requested)
+        self.returncode = _exit_code(status)
 
 
-def _exit_code(status: int | None, kill_requested: bool) -> int:
-    if status is None or status < EXIT_STATUS_KILLED:
-        return EXIT_SETUP  # the keeper itself failed
-    if status == EXIT_STATUS_KILLED:
+def _exit_code(status: int | None) -> int:
+    if status is None or status == _keeper.STATUS_FAILED:
+        return EXIT_SETUP
+    if status == _keeper.STATUS_KILLED:
         return 128 + signal.SIGKILL
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code

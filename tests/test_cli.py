@@ -313,3 +313,33 @@ def test_selftest_passes():
     assert result.returncode == 0, result.stdout
     assert "\N{BALLOT X}" not in result.stdout
     assert result.stdout.count("\N{CHECK MARK}") >= 12
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_job_control_ctrl_z_and_fg():
+    """In an interactive shell: Ctrl-Z stops the sandboxed job, fg resumes it."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvp("bash", ["bash", "--norc", "--noprofile", "-i"])
+    transcript = b""
+
+    def expect(marker: bytes, seconds: float = 20) -> None:
+        nonlocal transcript
+        deadline = time.monotonic() + seconds
+        while marker not in transcript:
+            assert time.monotonic() < deadline, f"no {marker!r} in {transcript!r}"
+            if select.select([fd], [], [], 0.5)[0]:
+                transcript += os.read(fd, 4096)
+
+    sandlock_cmd = " ".join(SANDLOCK)
+    command = f"{sandlock_cmd} run -- {PY} -c \"import time; print('start'+'ed', flush=True); time.sleep(1.5); print('fin'+'ished')\""
+    os.write(fd, command.encode() + b"\n")
+    expect(b"started")
+    os.write(fd, b"\x1a")  # Ctrl-Z
+    expect(b"Stopped")
+    os.write(fd, b"fg\n")
+    expect(b"finished")
+    os.write(fd, b"echo rc=$?; exit\n")
+    expect(b"rc=0")
+    os.waitpid(pid, 0)
+    os.close(fd)
