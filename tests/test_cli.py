@@ -343,3 +343,31 @@ def test_job_control_ctrl_z_and_fg():
     expect(b"rc=0")
     os.waitpid(pid, 0)
     os.close(fd)
+
+
+def test_ipc_scope_and_allow_ipc():
+    """Signals and abstract unix sockets to the outside: blocked unless --allow-ipc."""
+    import socket
+
+    name = f"sandlock-test-{os.getpid()}"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\0" + name)
+    server.listen()
+    probe = (
+        "import os, socket, sys\n"
+        "def attempt(f):\n"
+        "    try: f(); return 'ok'\n"
+        "    except OSError as e: return e.strerror\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "print(attempt(lambda: os.kill(int(sys.argv[1]), 0)),"
+        " attempt(lambda: s.connect('\\0' + sys.argv[2])), sep=',')\n"
+    )
+    with subprocess.Popen(["sleep", "30"]) as outsider:
+        try:
+            scoped = sandlock("run", "--", PY, "-c", probe, str(outsider.pid), name)
+            opened = sandlock("run", "--allow-ipc", "--", PY, "-c", probe, str(outsider.pid), name)
+        finally:
+            outsider.kill()
+            server.close()
+    assert scoped.stdout.strip() == "Operation not permitted,Operation not permitted"
+    assert opened.stdout.strip() == "ok,ok"
