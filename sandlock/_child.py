@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ._confine import Confinement
 from ._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
-from ._libc import PR_SET_PDEATHSIG, prctl
+from ._libc import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl
 from ._terminal import set_foreground
 
 # Signals whose disposition sandlock or the interpreter changed. The command gets them
@@ -40,6 +40,7 @@ class ChildSpec:
     stdio: tuple[int | None, int | None, int | None]  # fds to become 0, 1, 2 (None: inherit)
     tty_fd: int | None  # the terminal to take as foreground job, if sandlock has it
     ignored_signals: frozenset[int]  # signals sandlock inherited as SIG_IGN
+    handoff: tuple[int, int] | None = None  # (to sandlock, from sandlock): the listener fd
 
 
 def exec_command(spec: ChildSpec, keeper_pid: int, error_fd: int) -> None:
@@ -52,7 +53,9 @@ def exec_command(spec: ChildSpec, keeper_pid: int, error_fd: int) -> None:
         if os.getppid() != keeper_pid:  # the keeper died before we set the death signal
             os._exit(EXIT_SETUP)
         os.chdir(spec.cwd)
-        spec.confinement.apply()
+        listener = spec.confinement.apply()
+        if listener is not None:
+            _hand_over(listener, spec.handoff)
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
         _report(error_fd, b"setup " + _describe(exc).encode(errors="replace"))
         os._exit(EXIT_SETUP)
@@ -96,6 +99,24 @@ def _enter_process_group(tty_fd: int | None) -> None:
     os.setpgid(0, 0)
     if tty_fd is not None:
         set_foreground(tty_fd, os.getpgrp())
+
+
+def _hand_over(listener: int, handoff: tuple[int, int] | None) -> None:
+    """Let sandlock duplicate our seccomp listener, and wait until it has.
+
+    The listener is close-on-exec: exec before sandlock holds a copy and every
+    supervised call would fail with ENOSYS. Plain write/read are not intercepted.
+    """
+    if handoff is None:
+        raise RuntimeError("a seccomp listener without a supervisor")
+    to_sandlock, from_sandlock = handoff
+    # The keeper's non-dumpable flag was inherited; pidfd_getfd needs us dumpable
+    # (we are already inside our Landlock domain: nothing in the sandbox can exploit it).
+    prctl(PR_SET_DUMPABLE, 1)
+    os.write(to_sandlock, b"%d %d" % (os.getpid(), listener))
+    if os.read(from_sandlock, 1) != b"g":
+        raise RuntimeError("sandlock did not take the seccomp listener")
+    os.close(listener)
 
 
 def _install_stdio(stdio: tuple[int | None, int | None, int | None]) -> None:

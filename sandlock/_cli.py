@@ -12,7 +12,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ._errors import EXIT_SETUP, EXIT_TIMEOUT, EXIT_USAGE, PolicyError, SandlockError
+from ._errors import EXIT_TIMEOUT, EXIT_USAGE, PolicyError, SandlockError
+from ._libc import PR_SET_DUMPABLE, prctl
 from ._policy import Policy, flag_of
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -58,6 +59,24 @@ def _add_run_parser(commands: argparse._SubParsersAction) -> None:
                     help="allow reading and writing PATH (repeatable)")
     fs.add_argument("--fs-deny", action="append", default=[], metavar="PATH",
                     help="deny PATH even inside an allowed one (repeatable)")
+    net = run.add_argument_group("network (default: none)")
+    net.add_argument("--net-allow", action="append", default=[], metavar="SPEC",
+                     help="allow [tcp://|udp://|icmp://]TARGET[:PORTS]; TARGET: host, IP, CIDR, "
+                     "[IPv6], * or empty; PORTS: 22,443,8000-8100 or * (repeatable)")
+    net.add_argument("--net-deny", action="append", default=[], metavar="SPEC",
+                     help="allow everything but IP/CIDR[:PORTS] (repeatable; not with --net-allow)")
+    net.add_argument("--net-allow-bind", action="append", default=[], metavar="PORTS",
+                     help="ports COMMAND may bind and listen on, or * (repeatable)")
+    net.add_argument("--unix-allow", action="append", default=[], metavar="PATH",
+                     help="a pathname unix socket COMMAND may connect to (repeatable)")
+    net.add_argument("--dns-server", action="append", default=[], metavar="IP[:PORT]",
+                     help="resolve policy names with this server (default: /etc/resolv.conf)")
+    net.add_argument("--resolve", action="append", default=[], metavar="HOST=IP[,IP...]",
+                     help="pin HOST to these addresses without asking DNS (repeatable)")
+    net.add_argument("--dns-allow-private", action="store_true",
+                     help="let DNS answers pin loopback and private-range addresses")
+    net.add_argument("--audit", metavar="FILE",
+                     help="append one JSON line per network decision to FILE")
     confine = run.add_argument_group("confinement")
     confine.add_argument("--allow-ipc", action="store_true",
                          help="allow abstract unix sockets and signals to processes outside")
@@ -103,6 +122,13 @@ def _policy_from(args: argparse.Namespace) -> Policy:
             cwd=args.cwd,
             timeout=args.timeout,
             best_effort=args.best_effort,
+            net_allow=tuple(args.net_allow),
+            net_deny=tuple(args.net_deny),
+            net_allow_bind=tuple(args.net_allow_bind),
+            unix_allow=tuple(args.unix_allow),
+            dns_servers=tuple(args.dns_server),
+            resolve=tuple(args.resolve),
+            dns_allow_private=args.dns_allow_private,
         )
     except PolicyError as exc:
         _fail(f"{flag_of(exc.field)}: {exc.message}")
@@ -123,6 +149,10 @@ def _run(args: argparse.Namespace) -> int:
 
     policy = _policy_from(args)
     command = _command_of(args)
+    # sandlock holds the supervisor (and later the proxy's secrets): not readable or
+    # writable through /proc/PID/mem, environ or fd by anything of the same user.
+    # (Landlock already keeps the sandbox out; this also covers --best-effort runs.)
+    prctl(PR_SET_DUMPABLE, 0)
     process = None
     pending: list[int] = []
 
@@ -135,7 +165,7 @@ def _run(args: argparse.Namespace) -> int:
     for sig in FORWARDED_SIGNALS:
         if signal.getsignal(sig) != signal.SIG_IGN:  # keep nohup's SIGHUP ignored
             signal.signal(sig, forward)
-    sandbox = Sandbox(policy)
+    sandbox = Sandbox(policy, audit=args.audit, quiet=args.quiet)
     try:
         process = sandbox.start(command, foreground=True)
     except PolicyError as exc:
@@ -150,13 +180,17 @@ def _run(args: argparse.Namespace) -> int:
     if process.start_error:
         print(f"sandlock: {process.start_error}", file=sys.stderr)
     try:
-        return process.wait(policy.timeout)
+        code = process.wait(policy.timeout)
     except TimeoutExpired:
         print(f"sandlock: timeout: killed {command[0]!r} and everything it started "
               f"after {policy.timeout:g} s", file=sys.stderr)
         process.kill()
         process.wait()
-        return EXIT_TIMEOUT
+        code = EXIT_TIMEOUT
+    if not args.quiet:
+        for notice in process.notices:
+            print(notice, file=sys.stderr)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

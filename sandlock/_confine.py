@@ -8,6 +8,7 @@ Everything costly (directory expansion, Landlock rules, the BPF program) happens
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,24 +29,45 @@ class Confinement:
     ruleset: _landlock.Ruleset | None
     seccomp_program: bytes | None
     scopes_signals: bool
+    supervised: bool  # network syscalls go to sandlock's supervisor (a listener is made)
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
-    def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str]) -> Confinement:
+    def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str], *,
+                supervised: bool) -> Confinement:
         warnings: list[str] = []
         abi = _landlock.abi_version()
         ruleset = _filesystem_ruleset(policy, abi, cwd, env, warnings)
-        program = _seccomp_program(policy, warnings)
+        program = _seccomp_program(policy, supervised, warnings)
         scopes_signals = ruleset is not None and abi >= MIN_SCOPE_ABI and not policy.allow_ipc
-        return cls(ruleset, program, scopes_signals, warnings)
+        return cls(ruleset, program, scopes_signals, supervised and program is not None, warnings)
 
-    def apply(self) -> None:
-        """Confine the calling process (the child, right before exec)."""
+    def apply(self) -> int | None:
+        """Confine the calling process (the child, right before exec).
+
+        Returns the seccomp listener fd when the network is supervised.
+        """
         prctl(PR_SET_NO_NEW_PRIVS, 1)
+        self.restrict_filesystem()
+        if self.seccomp_program is None:
+            return None
+        if not self.supervised:
+            _seccomp.install(self.seccomp_program)
+            return None
+        # WAIT_KILLABLE_RECV: once the supervisor holds a call, only a fatal signal can
+        # abandon it, so no connect is performed for a caller that already gave up.
+        flags = _seccomp.SECCOMP_FILTER_FLAG_NEW_LISTENER | _seccomp.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+        try:
+            return _seccomp.install(self.seccomp_program, flags)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # before Linux 5.19: no WAIT_KILLABLE_RECV
+                raise
+        return _seccomp.install(self.seccomp_program, _seccomp.SECCOMP_FILTER_FLAG_NEW_LISTENER)
+
+    def restrict_filesystem(self) -> None:
+        """Apply the Landlock domain to the calling thread (no_new_privs already set)."""
         if self.ruleset is not None:
             self.ruleset.restrict_self()
-        if self.seccomp_program is not None:
-            _seccomp.install(self.seccomp_program)
 
     def close(self) -> None:
         if self.ruleset is not None:
@@ -78,12 +100,17 @@ def _filesystem_ruleset(
     return ruleset
 
 
-def _seccomp_program(policy: Policy, warnings: list[str]) -> bytes | None:
+def _seccomp_program(policy: Policy, supervised: bool, warnings: list[str]) -> bytes | None:
     arch = native_arch()  # SetupError on a machine without a verified syscall table
     if not _seccomp.action_available(_seccomp.SECCOMP_RET_KILL_PROCESS):
         _missing("seccomp filtering (SECCOMP_RET_KILL_PROCESS) is not available", policy, warnings)
         return None
-    return _seccomp.build_filter(arch, frozenset(policy.allow_syscalls))
+    notify = frozenset(_seccomp.SUPERVISED) if supervised else frozenset()
+    if supervised and not _seccomp.action_available(_seccomp.SECCOMP_RET_USER_NOTIF):
+        # Without a supervisor the network cannot be confined: never run it open.
+        raise SetupError("seccomp user notification is not available: the network policy "
+                         "cannot be enforced (run `sandlock check`)")
+    return _seccomp.build_filter(arch, frozenset(policy.allow_syscalls), notify)
 
 
 def level_access(abi: int) -> dict[int, int]:

@@ -37,11 +37,23 @@ class Policy:
     cwd: str | None = _flag("--cwd", default=None)
     timeout: float | None = _flag("--timeout", default=None)
     best_effort: bool = _flag("--best-effort", default=False)
+    # Network: by default nothing. Specs are kept as written (validated here, compiled
+    # by the network engine) so that a policy prints back the way it was given.
+    net_allow: tuple[str, ...] = _flag("--net-allow", default=())
+    net_deny: tuple[str, ...] = _flag("--net-deny", default=())
+    net_allow_bind: tuple[str, ...] = _flag("--net-allow-bind", default=())
+    unix_allow: tuple[str, ...] = _flag("--unix-allow", default=())
+    dns_servers: tuple[str, ...] = _flag("--dns-server", default=())
+    resolve: tuple[str, ...] = _flag("--resolve", default=())
+    dns_allow_private: bool = _flag("--dns-allow-private", default=False)
 
     def __post_init__(self) -> None:
         # Frozen: normalised values are stored through object.__setattr__, once, here.
         for name, normalise in _NORMALISERS.items():
             object.__setattr__(self, name, normalise(name, getattr(self, name)))
+        if self.net_allow and self.net_deny:
+            raise PolicyError("net_deny", "cannot be combined with --net-allow (choose an "
+                              "allowlist or a denylist)")
 
     @property
     def uses_default_workspace(self) -> bool:
@@ -132,6 +144,32 @@ def _waivers(name: str, value: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(syscalls))
 
 
+def _specs(parse_name: str) -> object:
+    """A normaliser checking each spec with ``_netspec.<parse_name>`` (kept as written)."""
+
+    def normalise(name: str, value: object) -> tuple[str, ...]:
+        from . import _netspec  # only runs with network options
+
+        parse = getattr(_netspec, parse_name)
+        specs = tuple(dict.fromkeys(s.strip() for s in _strings(name, value)))
+        for spec in specs:
+            try:
+                parse(spec)
+            except ValueError as exc:
+                raise PolicyError(name, f"{spec!r}: {exc}") from None
+        return specs
+
+    return normalise
+
+
+def _socket_paths(name: str, value: object) -> tuple[str, ...]:
+    paths = _strings(name, value)
+    for path in paths:
+        if not os.path.isabs(path):
+            raise PolicyError(name, f"{path}: expected an absolute path")
+    return _absolute_paths(name, paths)
+
+
 _NORMALISERS = {
     "fs_read": _existing_paths,
     "fs_write": _existing_paths,
@@ -143,6 +181,13 @@ _NORMALISERS = {
     "cwd": _directory,
     "timeout": _timeout,
     "best_effort": _boolean,
+    "net_allow": _specs("parse_allow"),
+    "net_deny": _specs("parse_deny"),
+    "net_allow_bind": _specs("parse_ports"),
+    "unix_allow": _socket_paths,
+    "dns_servers": _specs("parse_dns_server"),
+    "resolve": _specs("parse_resolve"),
+    "dns_allow_private": _boolean,
 }
 
 

@@ -12,6 +12,8 @@ import os
 import select
 import signal
 import time
+from collections.abc import Callable
+from dataclasses import replace
 
 from . import _child, _keeper
 from ._errors import EXIT_SETUP
@@ -31,6 +33,12 @@ class SandboxedProcess:
         self.start_error: str | None = None  # why exec failed, if it did
         self._reports = report_fd
         self._foreground = foreground
+        self._exit_hooks: list[Callable[[], str | None]] = []
+        self.notices: list[str] = []  # what the exit hooks had to say (e.g. denial summary)
+
+    def on_exit(self, hook: Callable[[], str | None]) -> None:
+        """Run ``hook`` once the sandbox has ended; a string it returns is kept in notices."""
+        self._exit_hooks.append(hook)
 
     def send_signal(self, sig: int) -> None:
         """Deliver ``sig`` to the command's process group."""
@@ -82,6 +90,10 @@ class SandboxedProcess:
         if self._foreground is not None:
             self._foreground.take_back()
         self.returncode = _exit_code(status)
+        for hook in self._exit_hooks:
+            notice = hook()
+            if notice:
+                self.notices.append(notice)
 
 
 def _exit_code(status: int | None) -> int:
@@ -93,23 +105,48 @@ def _exit_code(status: int | None) -> int:
     return 128 - code if code < 0 else code
 
 
-def spawn(spec: _child.ChildSpec, foreground: Foreground | None) -> SandboxedProcess:
-    """Fork the keeper (which forks the command) and wait until the command exec'd."""
+def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
+          adopt_listener: Callable[[int, int], None] | None = None) -> SandboxedProcess:
+    """Fork the keeper (which forks the command) and wait until the command exec'd.
+
+    With ``adopt_listener``, the command hands over its seccomp listener before exec:
+    ``adopt_listener(pid, fd)`` must take it (the command waits until it returns).
+    """
     report_r, report_w = os.pipe()
     error_r, error_w = os.pipe()
+    to_sandlock, from_child = os.pipe() if adopt_listener else (-1, -1)
+    to_child, from_sandlock = os.pipe() if adopt_listener else (-1, -1)
+    if adopt_listener:
+        spec = replace(spec, handoff=(from_child, to_child))
     sandlock_pid = os.getpid()
     keeper_pid = os.fork()
     if keeper_pid == 0:
-        os.close(report_r)
-        os.close(error_r)
+        for fd in (report_r, error_r, to_sandlock, from_sandlock):
+            if fd >= 0:
+                os.close(fd)
         _keeper.run(spec, sandlock_pid, report_w, error_w)  # never returns
-    os.close(report_w)
-    os.close(error_w)
+    for fd in (report_w, error_w, from_child, to_child):
+        if fd >= 0:
+            os.close(fd)
     process = SandboxedProcess(keeper_pid, report_r, foreground)
     while not process.pid and process.returncode is None:
         process._read_reports()
+    if adopt_listener:
+        _take_listener(to_sandlock, from_sandlock, adopt_listener)
     process.start_error = _describe_start_error(spec.argv[0], _read_all(error_r))
     return process
+
+
+def _take_listener(from_child: int, to_child: int, adopt: Callable[[int, int], None]) -> None:
+    try:
+        message = os.read(from_child, 64)
+        if message:  # empty: the command failed before installing its filter
+            pid, fd = map(int, message.split())
+            adopt(pid, fd)
+            os.write(to_child, b"g")
+    finally:
+        os.close(from_child)
+        os.close(to_child)
 
 
 def _read_all(fd: int) -> bytes:

@@ -39,8 +39,13 @@ class Result:
 class Sandbox:
     """Runs commands under one Policy."""
 
-    def __init__(self, policy: Policy | None = None) -> None:
+    def __init__(self, policy: Policy | None = None, *, audit: str | None = None,
+                 quiet: bool = False) -> None:
+        """``audit``: a file receiving one JSON line per network decision.
+        ``quiet``: no notices on stderr (denials, DNS warnings)."""
         self.policy = policy if policy is not None else Policy()
+        self.audit = audit
+        self.quiet = quiet
         self.warnings: list[str] = []
 
     def start(
@@ -60,7 +65,8 @@ class Sandbox:
         argv = _check_argv(argv)
         env = child_environment(self.policy, os.environ)
         cwd = self.policy.cwd or os.getcwd()
-        confinement = Confinement.prepare(self.policy, cwd, env)
+        rules = _network_rules(self.policy)
+        confinement = Confinement.prepare(self.policy, cwd, env, supervised=True)
         self.warnings = confinement.warnings
         terminal = Foreground.detect() if foreground else None
         spec = ChildSpec(
@@ -73,9 +79,18 @@ class Sandbox:
             ignored_signals=_inherited_ignored_signals(),
         )
         try:
-            return spawn(spec, terminal)
+            network = self._network(rules, confinement) if confinement.supervised else None
+            process = spawn(spec, terminal, network.adopt if network else None)
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
+        if network is not None:
+            process.on_exit(network.close)
+        return process
+
+    def _network(self, rules: object, confinement: Confinement) -> object:
+        from ._network import Network
+
+        return Network(self.policy, rules, confinement, audit_path=self.audit, quiet=self.quiet)
 
     def run(
         self,
@@ -111,6 +126,14 @@ def _wait(process: SandboxedProcess, timeout: float | None) -> bool:
         process.kill()
         process.wait()
         return True
+
+
+def _network_rules(policy: Policy) -> object:
+    """The compiled network rules. Every run is supervised: even `--net-allow '*'`
+    keeps pathname unix sockets to --unix-allow, and listening to --net-allow-bind."""
+    from ._network import compile_policy
+
+    return compile_policy(policy)
 
 
 def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dict[str, str]:

@@ -170,6 +170,24 @@ RULES: dict[str, Rule] = {
 # What --allow-syscall NAME may waive: every rule, as a whole.
 WAIVABLE: frozenset[str] = frozenset(RULES)
 
+_MSG_FASTOPEN = 0x20000000
+# Syscalls whose verdict depends on runtime values, for the network supervisor.
+# sendto without a destination (plain send on a connected socket) stays in the
+# kernel: its register arguments cannot change after this check. With an address,
+# or with MSG_FASTOPEN (which connects a TCP socket), it is supervised.
+SUPERVISED: dict[str, Rule] = {
+    "connect": Rule(default=NOTIFY),
+    "bind": Rule(default=NOTIFY),
+    # listen() on an unbound TCP socket binds an ephemeral port with no bind() call.
+    "listen": Rule(default=NOTIFY),
+    "sendmsg": Rule(default=NOTIFY),  # the address lives in memory: always supervised
+    "sendmmsg": Rule(default=NOTIFY),
+    "sendto": Rule(
+        Clause(ALLOW, Match(4, [0]), Match(4, [0], high=True), Match(3, [0], mask=_MSG_FASTOPEN)),
+        default=NOTIFY,
+    ),
+}
+
 
 def unknown_waivers(names: Iterable[str]) -> list[str]:
     """The names (each once, in order) that are not in WAIVABLE."""
@@ -182,7 +200,8 @@ def build_filter(
     """The packed sock_filter array enforcing RULES minus ``waived`` on ``arch``.
 
     ``notify`` names syscalls (without a rule of their own) to hand to a user-space
-    supervisor with SECCOMP_RET_USER_NOTIF; it needs a listener (NEW_LISTENER).
+    supervisor with SECCOMP_RET_USER_NOTIF (with SUPERVISED's conditions where it has
+    them); it needs a listener (NEW_LISTENER).
     """
     unknown = unknown_waivers(waived)
     if unknown:
@@ -191,7 +210,7 @@ def build_filter(
     for name in notify:
         if name in rules:
             raise ValueError(f"{name} already has a rule; it cannot also be notified")
-        rules[name] = Rule(default=NOTIFY)
+        rules[name] = SUPERVISED.get(name, Rule(default=NOTIFY))
 
     asm = _bpf.Assembler()
     _emit_abi_checks(asm, arch)

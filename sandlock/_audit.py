@@ -1,0 +1,53 @@
+"""Every network decision: one JSON line in --audit FILE, a notice on stderr for denials."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from io import TextIOBase
+
+from ._netpolicy import Verdict
+
+
+class Audit:
+    def __init__(self, path: str | None, quiet: bool, stderr: TextIOBase | None = None) -> None:
+        self._file = open(path, "a", buffering=1, encoding="utf-8") if path else None
+        self._quiet = quiet
+        self._stderr = stderr or sys.stderr
+        self._lock = threading.Lock()
+        self.denied = 0
+
+    def record(self, *, pid: int, syscall: str, protocol: str, destination: str,
+               verdict: Verdict, redirected: bool = False) -> None:
+        allowed = verdict.allowed
+        with self._lock:
+            if not allowed:
+                self.denied += 1
+            if self._file is not None:
+                self._file.write(json.dumps({
+                    "time": round(time.time(), 6),
+                    "pid": pid,
+                    "syscall": syscall,
+                    "protocol": protocol,
+                    "destination": destination,
+                    "hostname": verdict.hostname,
+                    "verdict": "redirect" if redirected else ("allow" if allowed else "deny"),
+                    "reason": verdict.reason,
+                }) + "\n")
+        if not allowed and not self._quiet:
+            name = f" ({verdict.hostname})" if verdict.hostname else ""
+            where = "on" if syscall in ("bind", "listen") else "to"
+            print(f"sandlock: denied {syscall} {where} {destination}{name} ({verdict.reason})",
+                  file=self._stderr, flush=True)
+
+    def summary(self) -> str | None:
+        if not self.denied:
+            return None
+        plural = "s" if self.denied != 1 else ""
+        return f"sandlock: {self.denied} network operation{plural} denied"
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()

@@ -1,0 +1,344 @@
+"""Resolving and pinning hostnames: what a name may mean for the whole run.
+
+The policy's hostnames are resolved once, at start, and pinned in the ``PinTable``;
+the DNS responder (``_dnsresponder``) later answers the child from that table. This
+module holds the rules shared by both: which answers may be pinned (``pinnable``),
+how upstream servers are asked (``Upstream``) and the start-up pass (``pin_at_start``).
+
+dnspython costs tens of milliseconds to import, so it is imported only where a
+resolver is actually built: ``import sandlock._dns`` stays cheap, and a run whose
+names all come from ``--resolve`` never imports it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
+
+from ._errors import PolicyError
+from ._pins import IPAddress, PinTable, normalise_name
+
+TYPE_CHECKING = False  # typing itself costs ~2 ms to import; checkers honour this spelling
+if TYPE_CHECKING:
+    import dns.resolver
+
+PINNING_THREADS = 8  # start-up lookups in flight at once
+
+
+@dataclass(frozen=True)
+class DnsSettings:
+    """How names are resolved.
+
+    ``servers``: upstream servers, ``"IP"`` or ``(IP, port)``; empty means the system
+    resolvers of /etc/resolv.conf. ``static``: the ``--resolve`` pins, given as
+    ``"HOST=IP,..."`` strings, (name, addresses) pairs or a mapping; used as written
+    (never filtered). ``timeout`` bounds one query to one server, ``lifetime`` the
+    whole resolution of one name, A and AAAA together (dnspython's retry back-off
+    may overrun it by up to 2 s).
+    """
+
+    servers: tuple[tuple[str, int], ...] = ()
+    static: tuple[tuple[str, tuple[IPAddress, ...]], ...] = ()
+    allow_private: bool = False
+    timeout: float = 2.0
+    lifetime: float = 5.0
+
+    def __post_init__(self) -> None:
+        # Frozen and hashable: normalised values are stored once, here.
+        object.__setattr__(self, "servers", _servers(self.servers))
+        object.__setattr__(self, "static", _static_pins(self.static))
+        if not isinstance(self.allow_private, bool):
+            raise PolicyError("allow_private", "expected true or false")
+        for name in ("timeout", "lifetime"):
+            _seconds(name, getattr(self, name))
+
+    @property
+    def static_pins(self) -> dict[str, tuple[IPAddress, ...]]:
+        return dict(self.static)
+
+
+def parse_resolve(spec: str) -> tuple[str, tuple[IPAddress, ...]]:
+    """``HOST=IP,IP...`` (the ``--resolve`` syntax) -> (name, addresses)."""
+    name, sep, addresses = spec.partition("=")
+    if not sep or not name.strip() or not addresses.strip():
+        raise PolicyError("resolve", f"{spec!r}: expected HOST=IP[,IP...]")
+    return _static_pin(name, addresses.split(","))
+
+
+def _servers(value: object) -> tuple[tuple[str, int], ...]:
+    servers = []
+    for item in _iterable("servers", value):
+        try:
+            address, port = (item, 53) if isinstance(item, str) else item
+            servers.append((str(ip_address(address)), _port(port)))
+        except (TypeError, ValueError):
+            raise PolicyError("servers", f"expected (IP address, port), got {item!r}") from None
+    return tuple(dict.fromkeys(servers))
+
+
+def _port(port: object) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(port)
+    return port
+
+
+def _static_pins(value: object) -> tuple[tuple[str, tuple[IPAddress, ...]], ...]:
+    items = value.items() if isinstance(value, Mapping) else _iterable("resolve", value)
+    pins: dict[str, tuple[IPAddress, ...]] = {}
+    for item in items:
+        if isinstance(item, str):
+            name, addresses = parse_resolve(item)
+        elif isinstance(item, tuple) and len(item) == 2:
+            name, addresses = _static_pin(*item)
+        else:
+            raise PolicyError("resolve", f"expected HOST=IP[,IP...], got {item!r}")
+        pins[name] = tuple(dict.fromkeys(pins.get(name, ()) + addresses))
+    return tuple(pins.items())
+
+
+def _static_pin(name: object, addresses: object) -> tuple[str, tuple[IPAddress, ...]]:
+    if not isinstance(name, str) or not normalise_name(name.strip()):
+        raise PolicyError("resolve", f"expected a hostname, got {name!r}")
+    if isinstance(addresses, (str, IPv4Address, IPv6Address)):
+        addresses = [addresses]
+    parsed = []
+    for address in _iterable("resolve", addresses):
+        try:
+            parsed.append(ip_address(address.strip() if isinstance(address, str) else address))
+        except ValueError:
+            raise PolicyError("resolve", f"{name}: {address!r} is not an IP address") from None
+    return normalise_name(name.strip()), tuple(dict.fromkeys(parsed))
+
+
+def _seconds(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 60:
+        raise PolicyError(field, f"expected a number of seconds in (0, 60], got {value!r}")
+
+
+def _iterable(field: str, value: object) -> Iterable:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise PolicyError(field, f"expected a list, got {value!r}")
+    return value
+
+
+# --- which answers may be pinned ------------------------------------------------
+
+# Never pinned from an answer: reaching them is what a rebinding attack wants
+# (instance metadata, link-local services), or they mean "this host" / "everyone".
+_NEVER = {
+    "link-local or metadata": (
+        IPv4Network("169.254.0.0/16"), IPv6Network("fe80::/10"), IPv6Network("fd00:ec2::254/128"),
+    ),
+    "unspecified": (IPv4Network("0.0.0.0/8"), IPv6Network("::/128")),  # 0.x reaches localhost
+    "multicast or broadcast": (
+        IPv4Network("224.0.0.0/4"), IPv4Network("240.0.0.0/4"), IPv6Network("ff00::/8"),
+    ),
+}
+# Pinned only with --dns-allow-private: the host itself and the local networks.
+_PRIVATE = (
+    IPv4Network("127.0.0.0/8"), IPv4Network("10.0.0.0/8"), IPv4Network("172.16.0.0/12"),
+    IPv4Network("192.168.0.0/16"), IPv4Network("100.64.0.0/10"),
+    IPv6Network("::1/128"), IPv6Network("fc00::/7"), IPv6Network("fec0::/10"),
+)
+# IPv6 forms that reach an IPv4 address: judged as that address.
+_NAT64 = IPv6Network("64:ff9b::/96")
+
+
+def unpinnable_reason(address: IPAddress | str, allow_private: bool) -> str | None:
+    """Why an answer may not be pinned ("private", "link-local or metadata"...), or None."""
+    ip = _as_judged(ip_address(address))
+    for reason, networks in _NEVER.items():
+        if any(ip in network for network in networks if network.version == ip.version):
+            return reason
+    if not allow_private and any(ip in n for n in _PRIVATE if n.version == ip.version):
+        return "private"
+    return None
+
+
+def pinnable(address: IPAddress | str, allow_private: bool) -> bool:
+    """May an upstream answer for a hostname pin this address?"""
+    return unpinnable_reason(address, allow_private) is None
+
+
+def _as_judged(ip: IPAddress) -> IPAddress:
+    if isinstance(ip, IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip in _NAT64:
+            return IPv4Address(int(ip) & 0xFFFFFFFF)
+        if ip.scope_id:  # fe80::1%eth0 compares unequal to the networks' members
+            return IPv6Address(str(ip).partition("%")[0])
+    return ip
+
+
+# --- asking upstream -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A and AAAA answers for one name; ``error`` says why there are none."""
+
+    addresses: tuple[IPAddress, ...]
+    error: str | None = None
+
+
+class Upstream:
+    """Resolves names through the configured (or system) DNS servers with dnspython.
+
+    Thread-safe; never raises from ``resolve``. Names are absolute: the search list
+    of resolv.conf is not applied (the policy names full hostnames).
+    """
+
+    def __init__(self, settings: DnsSettings, resolv_conf: str = "/etc/resolv.conf") -> None:
+        self._settings = settings
+        self._resolver, self._problem = _make_resolver(settings, resolv_conf)
+
+    @property
+    def servers(self) -> tuple[tuple[str, int], ...]:
+        if self._resolver is None:
+            return ()
+        return tuple((getattr(ns, "address", str(ns)), getattr(ns, "port", 53))
+                     for ns in self._resolver.nameservers)
+
+    def resolve(self, name: str) -> Lookup:
+        if self._resolver is None:
+            return Lookup((), self._problem)
+        try:
+            return self._resolve(name)
+        except Exception as error:  # a resolver bug must not take the responder down
+            return Lookup((), f"resolver error: {error}")
+
+    def _resolve(self, name: str) -> Lookup:
+        import dns.exception
+        import dns.name
+        import dns.resolver
+
+        try:
+            qname = dns.name.from_text(normalise_name(name) + ".")
+        except dns.exception.DNSException:
+            return Lookup((), "invalid name")
+        deadline = time.monotonic() + self._settings.lifetime
+        addresses: list[IPAddress] = []
+        errors: list[str] = []
+        for rdtype in ("A", "AAAA"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                errors.append("timed out")
+                break
+            try:
+                answer = self._resolver.resolve(qname, rdtype, lifetime=remaining, search=False)
+                addresses.extend(ip_address(rdata.address) for rdata in answer)
+            except dns.resolver.NoAnswer:
+                errors.append("no address records")
+            except dns.resolver.NXDOMAIN:
+                return Lookup((), "NXDOMAIN")  # the AAAA question would say the same
+            except dns.exception.DNSException as error:
+                errors.append(_describe(error))
+            except OSError as error:
+                errors.append(error.strerror or str(error))
+        if addresses:
+            return Lookup(tuple(dict.fromkeys(addresses)))
+        return Lookup((), next((e for e in errors if e != "no address records"), errors[0]))
+
+
+def _make_resolver(
+    settings: DnsSettings, resolv_conf: str
+) -> tuple[dns.resolver.Resolver | None, str | None]:
+    import dns.nameserver
+    import dns.resolver
+
+    try:
+        resolver = dns.resolver.Resolver(filename=resolv_conf, configure=not settings.servers)
+    except dns.resolver.NoResolverConfiguration:
+        return None, f"no DNS server configured in {resolv_conf}"
+    except OSError as error:
+        return None, f"cannot read {resolv_conf}: {error.strerror}"
+    if settings.servers:
+        resolver.nameservers = [dns.nameserver.Do53Nameserver(a, p) for a, p in settings.servers]
+    resolver.timeout = settings.timeout
+    resolver.lifetime = settings.lifetime
+    resolver.cache = None  # each name is asked once; a later answer must not come from a cache
+    return resolver, None
+
+
+def _describe(error: Exception) -> str:
+    import dns.exception
+    import dns.resolver
+
+    if isinstance(error, dns.exception.Timeout):  # includes the resolver's LifetimeTimeout
+        return "timed out"
+    if isinstance(error, dns.resolver.NoNameservers):
+        return "no server gave an answer (SERVFAIL or REFUSED)"
+    return str(error) or type(error).__name__
+
+
+# --- the start-up pass -----------------------------------------------------------
+
+
+def pin_at_start(
+    names: Iterable[str],
+    settings: DnsSettings,
+    table: PinTable,
+    upstream: Upstream | None = None,
+) -> list[str]:
+    """Pin ``--resolve`` names, then resolve and pin ``names``; returns warnings.
+
+    ``names`` are concrete hostnames (no patterns). A name that cannot be resolved,
+    or whose answers are all unpinnable, is pinned empty: unreachable for the run.
+    ``upstream`` defaults to one built from ``settings``, only if a name needs it.
+    """
+    for name, addresses in settings.static:
+        table.pin(name, addresses)
+    pending = [n for n in dict.fromkeys(map(normalise_name, names))
+               if n and table.addresses(n) is None]
+    if not pending:
+        return []
+    upstream = upstream or Upstream(settings)
+    lookups = _resolve_all(pending, upstream)
+    warnings = []
+    for name in pending:
+        addresses, problem = _filter(lookups[name], settings.allow_private)
+        table.pin(name, addresses)
+        if problem:
+            warnings.append(f"sandlock: warning: cannot resolve {name}: {problem}; "
+                            "it stays unreachable")
+    return warnings
+
+
+def _resolve_all(names: list[str], upstream: Upstream) -> dict[str, Lookup]:
+    # Plain threads over a shared iterator: concurrent.futures costs ~10 ms to import.
+    lookups: dict[str, Lookup] = {}
+    todo = iter(names)
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                name = next(todo, None)
+            if name is None:
+                return
+            lookups[name] = upstream.resolve(name)
+
+    threads = [threading.Thread(target=work, daemon=True, name="sandlock-pin")
+               for _ in range(min(PINNING_THREADS, len(names)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return lookups
+
+
+def _filter(lookup: Lookup, allow_private: bool) -> tuple[tuple[IPAddress, ...], str | None]:
+    """The pinnable answers, and what to warn about when none is left."""
+    if not lookup.addresses:
+        return (), lookup.error or "no address records"
+    reasons = [unpinnable_reason(a, allow_private) for a in lookup.addresses]
+    kept = tuple(a for a, reason in zip(lookup.addresses, reasons) if reason is None)
+    if kept:
+        return kept, None
+    if "private" in reasons:
+        return (), "all answers are private addresses (use --dns-allow-private)"
+    return (), f"all answers are unpinnable ({', '.join(sorted(set(reasons)))} addresses)"

@@ -1,0 +1,130 @@
+"""Verdict: materialized requests -> decisions. Pure: no I/O, no child access.
+
+NetPolicy decides about endpoints; this module adds what depends on the socket and the
+run rather than on the rules: which family is judged how, where DNS goes, that
+sandlock's own service ports are never reachable directly, and that abstract unix
+sockets follow Landlock's IPC scoping.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+
+from ._materialize import Socket
+from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
+from ._pins import PinTable
+from ._sockaddr import InetAddress, OtherAddress, SockAddress, UnixAddress
+
+
+@dataclass
+class Services:
+    """sandlock's own listeners the child's traffic may be steered to.
+
+    Filled in once they are up (the DNS responder starts in the background); the
+    supervisor judges IP destinations only after that.
+    """
+
+    dns_udp: InetAddress | None = None
+    dns_tcp: InetAddress | None = None
+    others: frozenset[tuple[str, int]] = frozenset()  # e.g. the HTTP proxy
+
+    def own(self, address: InetAddress) -> bool:
+        key = (str(canonical_address(address.address)), address.port)
+        listeners = [a for a in (self.dns_udp, self.dns_tcp) if a is not None]
+        return key in self.others or any(key == (str(a.address), a.port) for a in listeners)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    policy: NetPolicy
+    pins: PinTable
+    services: Services
+    ipc_scoped: bool  # abstract unix sockets outside the sandbox are off limits
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one destination: perform (maybe redirected) or refuse."""
+
+    allowed: bool
+    target: SockAddress | None  # the address to use when allowed
+    verdict: Verdict  # for the audit log and the notice
+    protocol: str  # tcp/udp/icmp/unix/... as shown in the audit log
+    error: int = errno.EACCES  # errno when refused
+
+    @property
+    def audited(self) -> bool:
+        """Unix and netlink traffic the rules do not govern is not logged."""
+        return self.protocol not in ("", "netlink", "unspec")
+
+
+_ALLOWED_UNGOVERNED = Verdict(True, "not governed by network rules")
+
+
+def judge_destination(sock: Socket, address: SockAddress | None, ctx: RunContext,
+                      *, binding: bool = False) -> Decision:
+    """Decide about sending to / connecting to / binding ``address`` on ``sock``."""
+    if address is None:
+        # A send on a connected socket: its peer was judged when it connected.
+        return Decision(True, None, _ALLOWED_UNGOVERNED, "")
+    if isinstance(address, InetAddress):
+        return _judge_inet(sock, address, ctx, binding)
+    if isinstance(address, UnixAddress):
+        return _judge_unix(address, ctx, binding)
+    return _judge_other(address)
+
+
+def judge_listen(sock: Socket, local: SockAddress, ctx: RunContext) -> Decision:
+    """listen(): TCP servers need --net-allow-bind; unix and others are not governed."""
+    if not isinstance(local, InetAddress) or sock.transport != "tcp":
+        return Decision(True, local, _ALLOWED_UNGOVERNED, "")
+    endpoint = Endpoint("tcp", canonical_address(local.address), local.port)
+    verdict = ctx.policy.listen(endpoint)
+    return Decision(verdict.allowed, local, verdict, "tcp")
+
+
+def _judge_inet(sock: Socket, address: InetAddress, ctx: RunContext, binding: bool) -> Decision:
+    protocol = sock.transport
+    if not protocol:  # an IP address on a unix/netlink socket: the kernel refuses it
+        return Decision(False, None, Verdict(False, "address family mismatch"), "", errno.EAFNOSUPPORT)
+    endpoint = Endpoint(protocol, canonical_address(address.address), address.port)
+    if binding:
+        verdict = ctx.policy.bind(endpoint)
+        return Decision(verdict.allowed, address, verdict, protocol)
+    if ctx.services.own(address):
+        return Decision(False, None, Verdict(False, "sandlock's own service port"), protocol)
+    verdict = ctx.policy.connect(endpoint, ctx.pins)
+    if verdict.redirect_dns:
+        responder = ctx.services.dns_tcp if protocol == "tcp" else ctx.services.dns_udp
+        if responder is None:
+            return Decision(False, None, Verdict(False, "no DNS responder"), protocol, errno.ECONNREFUSED)
+        target = InetAddress(address.family, responder.address, responder.port)
+        return Decision(True, target, verdict, protocol)
+    return Decision(verdict.allowed, address, verdict, protocol)
+
+
+def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decision:
+    if address.unnamed or (binding and address.abstract):
+        return Decision(True, address, _ALLOWED_UNGOVERNED, "")  # autobind, abstract names
+    if binding:
+        # Creating a socket file is a filesystem operation: the confined worker
+        # performs it, so Landlock decides, exactly as for the command itself.
+        return Decision(True, address, _ALLOWED_UNGOVERNED, "unix")
+    if address.abstract:
+        if ctx.ipc_scoped:
+            verdict = Verdict(False, "abstract unix sockets are scoped (--allow-ipc lifts it)")
+            return Decision(False, None, verdict, "unix", errno.EPERM)
+        return Decision(True, address, Verdict(True, "--allow-ipc"), "unix")
+    verdict = ctx.policy.unix_connect(os.fsdecode(address.path))
+    return Decision(verdict.allowed, address, verdict, "unix")
+
+
+def _judge_other(address: OtherAddress) -> Decision:
+    if address.family == 16:  # AF_NETLINK: socket() already allows only NETLINK_ROUTE
+        return Decision(True, address, _ALLOWED_UNGOVERNED, "netlink")
+    if address.family == 0:  # AF_UNSPEC: dissolve a UDP association
+        return Decision(True, address, _ALLOWED_UNGOVERNED, "unspec")
+    return Decision(False, None, Verdict(False, f"address family {address.family}"), "",
+                    errno.EAFNOSUPPORT)

@@ -1,0 +1,232 @@
+"""Materialize: the only code that reads the child, turning a notification into owned values.
+
+Everything the verdict and the execution need is copied here, once: the destination
+sockaddr, the bytes to send, ancillary data (SCM_RIGHTS descriptors are duplicated into
+sandlock), and our own duplicate of the socket. After ``Listener.check_valid`` has
+confirmed the notification is still pending, nothing the child does can change them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import socket
+import struct
+from dataclasses import dataclass, field
+
+from . import _remote, _sockaddr
+from ._notify import Notification
+from ._sockaddr import SockAddress, UnixAddress
+
+SOCKADDR_MAX = 128  # sizeof(struct sockaddr_storage): the kernel refuses longer (EINVAL)
+IOV_MAX = 1024  # UIO_MAXIOV
+MMSG_MAX = 1024  # UIO_MAXIOV bounds sendmmsg's vlen too
+_MSGHDR = struct.Struct("=QI4xQQQQi4x")  # name, namelen, iov, iovlen, control, controllen, flags
+_MMSGHDR_SIZE = _MSGHDR.size + 8  # + unsigned int msg_len, padded
+_IOVEC = struct.Struct("=QQ")
+_CMSGHDR = struct.Struct("=Qii")  # len, level, type
+_SCM_RIGHTS = 1
+_INT = struct.Struct("=i")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass(frozen=True)
+class Socket:
+    """Our duplicate of the child's socket and what it is."""
+
+    fd: int
+    family: int
+    type: int
+    protocol: int
+    nonblocking: bool
+
+    @property
+    def transport(self) -> str:
+        """"tcp", "udp" or "icmp" for IP sockets; "" otherwise."""
+        if self.family not in (socket.AF_INET, socket.AF_INET6):
+            return ""
+        if self.protocol in (socket.IPPROTO_ICMP, socket.IPPROTO_ICMPV6):
+            return "icmp"
+        return "tcp" if self.type == socket.SOCK_STREAM else "udp"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One datagram or stream write to perform: owned bytes, translated ancillary data."""
+
+    destination: SockAddress | None
+    data: tuple[bytes, ...]
+    control: bytes = b""
+    passed_fds: tuple[int, ...] = ()  # our duplicates of SCM_RIGHTS descriptors
+
+
+@dataclass(frozen=True)
+class Request:
+    notification: Notification
+    syscall: str  # connect, bind, listen, sendto, sendmsg, sendmmsg
+    socket: Socket
+    address: SockAddress | None = None  # connect and bind; listen: the bound address
+    messages: tuple[Message, ...] = ()  # sendto, sendmsg, sendmmsg
+    flags: int = 0  # send flags; listen: the backlog
+    msgvec: int = 0  # sendmmsg: where to write msg_len back
+    owned_fds: tuple[int, ...] = field(default=(), repr=False)
+
+    def close(self) -> None:
+        for fd in (self.socket.fd, *self.owned_fds):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class Refused(Exception):
+    """The request is malformed as the kernel would see it: answer with ``errno``."""
+
+    def __init__(self, errno_: int) -> None:
+        super().__init__(errno_)
+        self.errno = errno_
+
+
+def materialize(notification: Notification, syscall: str, pidfd: int) -> Request:
+    """Copy what ``syscall`` needs from the child. Raises Refused, Fault or OSError."""
+    args = notification.args
+    pid = notification.pid
+    sock = _socket(pidfd, _fd_arg(args[0]))
+    owned: list[int] = []
+    try:
+        if syscall in ("connect", "bind"):
+            address = _address(pid, args[1], args[2])
+            return Request(notification, syscall, sock,
+                           address=_anchor(address, pid, must_exist=syscall == "connect"))
+        if syscall == "sendto":
+            destination = _address(pid, args[4], args[5]) if args[4] else None
+            data = _remote.read_memory(pid, args[1], args[2])
+            message = Message(_anchor(destination, pid), (data,))
+            return Request(notification, syscall, sock, messages=(message,), flags=args[3] & 0xFFFFFFFF)
+        if syscall == "sendmsg":
+            raw = _remote.read_memory(pid, args[1], _MSGHDR.size)
+            message = _message(pid, pidfd, raw, owned)
+            return Request(notification, syscall, sock, messages=(message,),
+                           flags=args[2] & 0xFFFFFFFF, owned_fds=tuple(owned))
+        if syscall == "sendmmsg":
+            count = min(args[2] & 0xFFFFFFFF, MMSG_MAX)
+            table = _remote.read_memory(pid, args[1], count * _MMSGHDR_SIZE)
+            messages = tuple(
+                _message(pid, pidfd, table[i * _MMSGHDR_SIZE:i * _MMSGHDR_SIZE + _MSGHDR.size], owned)
+                for i in range(count)
+            )
+            return Request(notification, syscall, sock, messages=messages, flags=args[3] & 0xFFFFFFFF,
+                           msgvec=args[1], owned_fds=tuple(owned))
+        if syscall == "listen":
+            backlog = _INT.unpack(struct.pack("=I", args[1] & 0xFFFFFFFF))[0]
+            return Request(notification, syscall, sock, address=_local_address(sock.fd), flags=backlog)
+        raise ValueError(f"not a supervised syscall: {syscall}")
+    except BaseException:
+        for fd in (sock.fd, *owned):
+            os.close(fd)
+        raise
+
+
+def _fd_arg(value: int) -> int:
+    fd = _INT.unpack(struct.pack("=I", value & 0xFFFFFFFF))[0]  # the kernel reads an int
+    if fd < 0:
+        raise Refused(errno.EBADF)
+    return fd
+
+
+def _socket(pidfd: int, fd: int) -> Socket:
+    try:
+        dup = _remote.duplicate_fd(pidfd, fd)
+    except OSError as exc:
+        raise Refused(exc.errno or errno.EBADF) from None
+    try:
+        probe = socket.socket(fileno=dup)  # reads SO_DOMAIN/SO_TYPE/SO_PROTOCOL
+    except OSError as exc:
+        os.close(dup)
+        raise Refused(errno.ENOTSOCK) from None
+    try:
+        return Socket(dup, probe.family, probe.type, probe.proto, not os.get_blocking(dup))
+    finally:
+        probe.detach()
+
+
+def _local_address(fd: int) -> SockAddress:
+    """Where our duplicate of the socket is bound (port 0: not bound yet)."""
+    buffer = ctypes.create_string_buffer(SOCKADDR_MAX)
+    length = ctypes.c_uint32(SOCKADDR_MAX)
+    if _libc.getsockname(fd, buffer, ctypes.byref(length)) != 0:
+        raise Refused(ctypes.get_errno() or errno.EBADF)
+    return _sockaddr.parse(buffer.raw[:length.value])
+
+
+def _address(pid: int, pointer: int, length: int) -> SockAddress:
+    length &= 0xFFFFFFFF
+    if length > SOCKADDR_MAX or pointer == 0:
+        raise Refused(errno.EINVAL)
+    try:
+        return _sockaddr.parse(_remote.read_memory(pid, pointer, length))
+    except _sockaddr.BadAddress:
+        raise Refused(errno.EINVAL) from None
+
+
+def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> SockAddress | None:
+    """A unix pathname as the real, absolute path it names for the child.
+
+    Relative paths are relative to the child's cwd; symlinks are resolved so that the
+    verdict sees the socket actually reached (execute then refuses any symlink). A
+    socket that does not exist is ENOENT, as the kernel would say: no denial to report.
+    """
+    if not isinstance(address, UnixAddress) or address.abstract or not address.path:
+        return address
+    path = address.path
+    if not path.startswith(b"/"):
+        path = os.path.join(_remote.cwd_of(pid).encode(), path)
+    path = os.path.realpath(path)
+    if must_exist and not os.path.exists(path):
+        raise Refused(errno.ENOENT)
+    return UnixAddress(path, abstract=False)
+
+
+def _message(pid: int, pidfd: int, raw: bytes, owned: list[int]) -> Message:
+    name, namelen, iov, iovlen, control, controllen, _ = _MSGHDR.unpack(raw)
+    if iovlen > IOV_MAX:
+        raise Refused(errno.EMSGSIZE)
+    destination = _address(pid, name, namelen) if name and namelen else None
+    vectors = _remote.read_memory(pid, iov, iovlen * _IOVEC.size)
+    data = tuple(
+        _remote.read_memory(pid, base, length)
+        for base, length in _IOVEC.iter_unpack(vectors)
+    )
+    control_bytes, passed = _control(pid, pidfd, control, controllen, owned)
+    return Message(_anchor(destination, pid), data, control_bytes, passed)
+
+
+def _control(pid: int, pidfd: int, pointer: int, length: int, owned: list[int]) -> tuple[bytes, tuple[int, ...]]:
+    """Ancillary data with SCM_RIGHTS descriptors replaced by our duplicates."""
+    if not pointer or not length:
+        return b"", ()
+    raw = bytearray(_remote.read_memory(pid, pointer, min(length, 1 << 16)))
+    passed: list[int] = []
+    offset = 0
+    while offset + _CMSGHDR.size <= len(raw):
+        cmsg_len, level, kind = _CMSGHDR.unpack_from(raw, offset)
+        if cmsg_len < _CMSGHDR.size or offset + cmsg_len > len(raw):
+            raise Refused(errno.EINVAL)
+        if level == socket.SOL_SOCKET and kind == _SCM_RIGHTS:
+            for at in range(offset + _CMSGHDR.size, offset + cmsg_len - 3, 4):
+                (child_fd,) = _INT.unpack_from(raw, at)
+                ours = _duplicate_passed_fd(pidfd, child_fd)
+                owned.append(ours)
+                passed.append(ours)
+                _INT.pack_into(raw, at, ours)
+        offset += (cmsg_len + 7) & ~7
+    return bytes(raw), tuple(passed)
+
+
+def _duplicate_passed_fd(pidfd: int, fd: int) -> int:
+    try:
+        return _remote.duplicate_fd(pidfd, fd)
+    except OSError:
+        raise Refused(errno.EBADF) from None  # as the kernel would answer

@@ -1,0 +1,83 @@
+"""seccomp user-notification kernel interface: receive, validate, answer.
+
+Struct layouts and ioctl numbers are those of linux/seccomp.h on 64-bit machines
+(SECCOMP_GET_NOTIF_SIZES reports 80, 24, 64 here).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import struct
+from dataclasses import dataclass
+
+_NOTIF = struct.Struct("<QIIiIQ6Q")  # id, pid, flags, nr, arch, ip, args[6]
+_RESP = struct.Struct("<QqiI")  # id, val, error, flags
+_ID = struct.Struct("<Q")
+
+IOCTL_RECV = 0xC0502100
+IOCTL_SEND = 0xC0182101
+IOCTL_ID_VALID = 0x40082102
+IOCTL_SET_FLAGS = 0x40082104
+SET_FLAG_SYNC_WAKE_UP = 1  # wake the supervisor on the CPU the child runs on
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One intercepted syscall, as the kernel reported it (register values only)."""
+
+    id: int
+    pid: int  # the thread id, in sandlock's pid namespace
+    nr: int
+    arch: int
+    args: tuple[int, int, int, int, int, int]
+
+
+class Gone(Exception):
+    """The notification is no longer pending: the thread died or was killed."""
+
+
+class Listener:
+    """The listener fd of a seccomp filter installed with NEW_LISTENER."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buffer = bytearray(_NOTIF.size)
+        try:
+            fcntl.ioctl(fd, IOCTL_SET_FLAGS, _ID.pack(SET_FLAG_SYNC_WAKE_UP))
+        except OSError:
+            pass  # older kernels: only a latency optimisation
+
+    def receive(self) -> Notification | None:
+        """The next notification; None if it vanished before we got it."""
+        buffer = self._buffer
+        buffer[:] = bytes(_NOTIF.size)  # RECV fails with EINVAL on a dirty buffer
+        try:
+            fcntl.ioctl(self.fd, IOCTL_RECV, buffer, True)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EINTR):
+                return None
+            raise
+        notif_id, pid, _, nr, arch, _, *args = _NOTIF.unpack(buffer)
+        return Notification(notif_id, pid, nr, arch, tuple(args))
+
+    def check_valid(self, notif_id: int) -> None:
+        """Raise Gone unless the notification is still pending.
+
+        After reading the child's memory or opening its pidfd, this proves that the
+        pid still named the notifying thread while we did it (no pid reuse).
+        """
+        try:
+            fcntl.ioctl(self.fd, IOCTL_ID_VALID, _ID.pack(notif_id))
+        except OSError as exc:
+            raise Gone from exc
+
+    def reply(self, notif_id: int, value: int = 0, error: int = 0) -> bool:
+        """Answer with ``value`` or ``-error``; False if the notification is gone."""
+        try:
+            fcntl.ioctl(self.fd, IOCTL_SEND, _RESP.pack(notif_id, value, -error, 0))
+            return True
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return False
+            raise

@@ -1,0 +1,53 @@
+"""The pinned DNS table: which addresses each hostname means, for the whole run.
+
+A name is pinned once (at start from the policy's names, or when the child first
+resolves a name the policy admits); later answers never change it, which is what
+makes DNS rebinding impossible. Shared by the DNS responder (writes, answers) and
+the network verdict (reverse lookup: which names does this address stand for).
+"""
+
+from __future__ import annotations
+
+import threading
+from ipaddress import IPv4Address, IPv6Address
+
+IPAddress = IPv4Address | IPv6Address
+
+
+class PinTable:
+    """Thread-safe name -> addresses map with its reverse index."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._addresses: dict[str, tuple[IPAddress, ...]] = {}
+        self._names: dict[IPAddress, frozenset[str]] = {}
+
+    def pin(self, name: str, addresses: tuple[IPAddress, ...]) -> tuple[IPAddress, ...]:
+        """Pin ``name`` unless already pinned; returns the pinned addresses either way."""
+        name = normalise_name(name)
+        with self._lock:
+            pinned = self._addresses.get(name)
+            if pinned is not None:
+                return pinned
+            self._addresses[name] = addresses
+            for address in addresses:
+                self._names[address] = self._names.get(address, frozenset()) | {name}
+            return addresses
+
+    def addresses(self, name: str) -> tuple[IPAddress, ...] | None:
+        """Pinned addresses of ``name`` (empty: pinned as unresolvable), None if unknown."""
+        with self._lock:
+            return self._addresses.get(normalise_name(name))
+
+    def names_for(self, address: IPAddress) -> frozenset[str]:
+        with self._lock:
+            return self._names.get(address, frozenset())
+
+    def snapshot(self) -> dict[str, tuple[IPAddress, ...]]:
+        with self._lock:
+            return dict(self._addresses)
+
+
+def normalise_name(name: str) -> str:
+    """Hostnames compare case-insensitively and without the trailing dot."""
+    return name.rstrip(".").lower()

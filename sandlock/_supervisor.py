@@ -1,0 +1,224 @@
+"""The network supervisor: notification -> materialize -> verdict -> execute -> reply.
+
+Runs in sandlock's process, on a thread of its own. It never answers with CONTINUE:
+every allowed operation is performed here, from sandlock's copies, on a duplicate of
+the child's socket, so nothing the child changes after the check can matter.
+Operations that may block (on blocking sockets) run on worker threads, so a connect
+to a silent host never delays the other notifications.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import select
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+from . import _execute, _remote
+from ._audit import Audit
+from ._execute import ConfinedWorker, Outcome
+from ._judge import Decision, RunContext, judge_destination, judge_listen
+from ._materialize import Refused, Request, materialize
+from ._notify import Gone, Listener, Notification
+from ._sockaddr import InetAddress, SockAddress, describe
+from ._syscalls import Arch
+
+_MMSGHDR_SIZE = 64
+_MSG_LEN_OFFSET = 56
+_U32 = struct.Struct("=I")
+SUPERVISED_SYSCALLS = ("connect", "bind", "listen", "sendto", "sendmsg", "sendmmsg")
+
+
+class Supervisor:
+    READY_TIMEOUT = 30.0  # start-up DNS is bounded well below this
+
+    def __init__(self, arch: Arch, context: RunContext, audit: Audit,
+                 confined: ConfinedWorker, ready: threading.Event) -> None:
+        self._names = {arch.numbers[name]: name for name in SUPERVISED_SYSCALLS}
+        self._context = context
+        self._ready = ready  # pins and services complete: IP destinations can be judged
+        self._audit = audit
+        self._confined = confined
+        self._workers = _WorkerPool()
+        self._listener: Listener | None = None
+        self._thread: threading.Thread | None = None
+        self._stop_r, self._stop_w = os.pipe()
+
+    def adopt(self, pid: int, fd: int) -> None:
+        """Take the child's listener fd (``fd`` in process ``pid``) and start serving."""
+        pidfd = _remote.open_pidfd(pid)
+        try:
+            self._listener = Listener(_remote.duplicate_fd(pidfd, fd))
+        finally:
+            os.close(pidfd)
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="sandlock-supervisor")
+        self._thread.start()
+
+    def stop(self) -> None:
+        os.write(self._stop_w, b"x")
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._confined.stop()
+
+    # --- the loop --------------------------------------------------------------
+
+    def _serve(self) -> None:
+        listener = self._listener
+        poller = select.poll()
+        poller.register(listener.fd, select.POLLIN)
+        poller.register(self._stop_r, select.POLLIN)
+        while True:
+            events = dict(poller.poll())
+            if self._stop_r in events:
+                return
+            if events.get(listener.fd, 0) & (select.POLLHUP | select.POLLERR):
+                return  # every process of the sandbox is gone
+            notification = listener.receive()
+            if notification is not None:
+                self._handle(listener, notification)
+
+    def _handle(self, listener: Listener, notification: Notification) -> None:
+        syscall = self._names.get(notification.nr)
+        if syscall is None:  # cannot happen with our filter; refuse rather than guess
+            listener.reply(notification.id, error=errno.ENOSYS)
+            return
+        try:
+            request = self._materialize(listener, notification, syscall)
+        except Gone:
+            return
+        except Refused as refused:
+            listener.reply(notification.id, error=refused.errno)
+            return
+        except OSError as exc:
+            listener.reply(notification.id, error=exc.errno or errno.EFAULT)
+            return
+        if request.socket.nonblocking or syscall in ("bind", "listen"):
+            self._answer(listener, request)
+        else:
+            self._workers.submit(lambda: self._answer(listener, request))
+
+    @staticmethod
+    def _materialize(listener: Listener, notification: Notification, syscall: str) -> Request:
+        try:
+            pidfd = _remote.open_pidfd(notification.pid)
+        except OSError:
+            raise Gone from None
+        try:
+            request = materialize(notification, syscall, pidfd)
+        finally:
+            os.close(pidfd)
+        try:
+            listener.check_valid(notification.id)  # the reads above came from that thread
+        except Gone:
+            request.close()
+            raise
+        return request
+
+    def _answer(self, listener: Listener, request: Request) -> None:
+        try:
+            value, error = self._perform(request)
+        finally:
+            request.close()
+        listener.reply(request.notification.id, value, error)
+
+    # --- verdict and execution ---------------------------------------------------
+
+    def _perform(self, request: Request) -> Outcome:
+        if request.syscall == "connect":
+            decision = self._decide(request, request.address)
+            return self._execute(decision, lambda: _execute.connect(request.socket, decision.target))
+        if request.syscall == "bind":
+            decision = self._decide(request, request.address, binding=True)
+            operation = lambda: _execute.bind(request.socket, decision.target)  # noqa: E731
+            if decision.protocol == "unix":
+                return self._execute(decision, lambda: self._confined.call(operation))
+            return self._execute(decision, operation)
+        if request.syscall == "listen":
+            decision = judge_listen(request.socket, request.address, self._context)
+            self._record(request, request.address, decision)
+            return self._execute(decision, lambda: _execute.listen(request.socket, request.flags))
+        return self._send(request)
+
+    def _send(self, request: Request) -> Outcome:
+        """sendto/sendmsg/sendmmsg: message by message, stopping at the first refusal."""
+        sent = 0
+        for index, message in enumerate(request.messages):
+            decision = self._decide(request, message.destination)
+            routed = message
+            if decision.target != message.destination:  # redirected (DNS)
+                routed = replace(message, destination=decision.target)
+            value, error = self._execute(decision, lambda: _execute.send(request.socket, routed, request.flags))
+            if error:
+                return (sent, 0) if sent else (-1, error)
+            if request.syscall != "sendmmsg":
+                return value, 0
+            _remote.write_memory(request.notification.pid,
+                                 request.msgvec + index * _MMSGHDR_SIZE + _MSG_LEN_OFFSET,
+                                 _U32.pack(value))
+            sent += 1
+        return sent, 0
+
+    def _decide(self, request: Request, address: SockAddress | None, *,
+                binding: bool = False) -> Decision:
+        if isinstance(address, InetAddress) and not self._ready.is_set():
+            self._ready.wait(self.READY_TIMEOUT)
+        decision = judge_destination(request.socket, address, self._context, binding=binding)
+        self._record(request, address, decision)
+        return decision
+
+    def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:
+        if decision.audited and address is not None:
+            self._audit.record(
+                pid=request.notification.pid, syscall=request.syscall, protocol=decision.protocol,
+                destination=describe(address), verdict=decision.verdict,
+                redirected=decision.allowed and decision.target != address,
+            )
+
+    @staticmethod
+    def _execute(decision: Decision, operation: Callable[[], Outcome]) -> Outcome:
+        if not decision.allowed:
+            return -1, decision.error
+        return operation()
+
+
+class _WorkerPool:
+    """Threads for operations that may block; idle ones are reused, then retire."""
+
+    IDLE_SECONDS = 30
+    MAX_THREADS = 256
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            start = self._idle == 0 and self._threads < self.MAX_THREADS
+            if start:
+                self._threads += 1
+            else:
+                self._idle -= 1
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._work, daemon=True, name="sandlock-worker").start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:
+                        self._idle -= 1
+                        self._threads -= 1
+                        return
+                continue
+            job()
+            with self._lock:
+                self._idle += 1
