@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
 from io import TextIOBase
 
 from ._netpolicy import Verdict
+from ._sockaddr import SockAddress, describe
 
 
 class Audit:
@@ -19,13 +19,18 @@ class Audit:
         self._lock = threading.Lock()
         self.denied = 0
 
-    def record(self, *, pid: int, syscall: str, protocol: str, destination: str,
+    def record(self, *, pid: int, syscall: str, protocol: str, address: SockAddress,
                verdict: Verdict, redirected: bool = False) -> None:
         allowed = verdict.allowed
+        if allowed and self._file is None:
+            return  # the hot path: nothing to write, nothing to say
+        destination = describe(address)
         with self._lock:
             if not allowed:
                 self.denied += 1
             if self._file is not None:
+                import json  # only runs that keep an audit log pay for it
+
                 self._file.write(json.dumps({
                     "time": round(time.time(), 6),
                     "pid": pid,

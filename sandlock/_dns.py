@@ -14,29 +14,30 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
 
-from ._errors import PolicyError
+from ._netspec import parse_dns_server, parse_resolve
 from ._pins import IPAddress, PinTable, normalise_name
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms to import; checkers honour this spelling
 if TYPE_CHECKING:
     import dns.resolver
 
+    from ._policy import Policy
+
 PINNING_THREADS = 8  # start-up lookups in flight at once
 
 
 @dataclass(frozen=True)
 class DnsSettings:
-    """How names are resolved.
+    """How names are resolved (values already parsed: see ``from_policy``).
 
-    ``servers``: upstream servers, ``"IP"`` or ``(IP, port)``; empty means the system
-    resolvers of /etc/resolv.conf. ``static``: the ``--resolve`` pins, given as
-    ``"HOST=IP,..."`` strings, (name, addresses) pairs or a mapping; used as written
-    (never filtered). ``timeout`` bounds one query to one server, ``lifetime`` the
-    whole resolution of one name, A and AAAA together (dnspython's retry back-off
+    ``servers``: upstream (address, port) pairs; empty means the system resolvers of
+    /etc/resolv.conf. ``static``: the ``--resolve`` pins, (name, addresses), used as
+    written (never filtered). ``timeout`` bounds one query to one server, ``lifetime``
+    the whole resolution of one name, A and AAAA together (dnspython's retry back-off
     may overrun it by up to 2 s).
     """
 
@@ -46,82 +47,22 @@ class DnsSettings:
     timeout: float = 2.0
     lifetime: float = 5.0
 
-    def __post_init__(self) -> None:
-        # Frozen and hashable: normalised values are stored once, here.
-        object.__setattr__(self, "servers", _servers(self.servers))
-        object.__setattr__(self, "static", _static_pins(self.static))
-        if not isinstance(self.allow_private, bool):
-            raise PolicyError("allow_private", "expected true or false")
-        for name in ("timeout", "lifetime"):
-            _seconds(name, getattr(self, name))
+    @classmethod
+    def from_policy(cls, policy: Policy) -> DnsSettings:
+        """The settings a Policy's (validated) DNS fields ask for.
+
+        Several --resolve for one host add up, in the order given.
+        """
+        servers = tuple(dict.fromkeys(
+            (str(server.address), server.port) for server in map(parse_dns_server, policy.dns_servers)))
+        static: dict[str, tuple[IPAddress, ...]] = {}
+        for entry in map(parse_resolve, policy.resolve):
+            static[entry.host] = tuple(dict.fromkeys(static.get(entry.host, ()) + entry.addresses))
+        return cls(servers, tuple(static.items()), policy.dns_allow_private)
 
     @property
     def static_pins(self) -> dict[str, tuple[IPAddress, ...]]:
         return dict(self.static)
-
-
-def parse_resolve(spec: str) -> tuple[str, tuple[IPAddress, ...]]:
-    """``HOST=IP,IP...`` (the ``--resolve`` syntax) -> (name, addresses)."""
-    name, sep, addresses = spec.partition("=")
-    if not sep or not name.strip() or not addresses.strip():
-        raise PolicyError("resolve", f"{spec!r}: expected HOST=IP[,IP...]")
-    return _static_pin(name, addresses.split(","))
-
-
-def _servers(value: object) -> tuple[tuple[str, int], ...]:
-    servers = []
-    for item in _iterable("servers", value):
-        try:
-            address, port = (item, 53) if isinstance(item, str) else item
-            servers.append((str(ip_address(address)), _port(port)))
-        except (TypeError, ValueError):
-            raise PolicyError("servers", f"expected (IP address, port), got {item!r}") from None
-    return tuple(dict.fromkeys(servers))
-
-
-def _port(port: object) -> int:
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-        raise ValueError(port)
-    return port
-
-
-def _static_pins(value: object) -> tuple[tuple[str, tuple[IPAddress, ...]], ...]:
-    items = value.items() if isinstance(value, Mapping) else _iterable("resolve", value)
-    pins: dict[str, tuple[IPAddress, ...]] = {}
-    for item in items:
-        if isinstance(item, str):
-            name, addresses = parse_resolve(item)
-        elif isinstance(item, tuple) and len(item) == 2:
-            name, addresses = _static_pin(*item)
-        else:
-            raise PolicyError("resolve", f"expected HOST=IP[,IP...], got {item!r}")
-        pins[name] = tuple(dict.fromkeys(pins.get(name, ()) + addresses))
-    return tuple(pins.items())
-
-
-def _static_pin(name: object, addresses: object) -> tuple[str, tuple[IPAddress, ...]]:
-    if not isinstance(name, str) or not normalise_name(name.strip()):
-        raise PolicyError("resolve", f"expected a hostname, got {name!r}")
-    if isinstance(addresses, (str, IPv4Address, IPv6Address)):
-        addresses = [addresses]
-    parsed = []
-    for address in _iterable("resolve", addresses):
-        try:
-            parsed.append(ip_address(address.strip() if isinstance(address, str) else address))
-        except ValueError:
-            raise PolicyError("resolve", f"{name}: {address!r} is not an IP address") from None
-    return normalise_name(name.strip()), tuple(dict.fromkeys(parsed))
-
-
-def _seconds(field: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 60:
-        raise PolicyError(field, f"expected a number of seconds in (0, 60], got {value!r}")
-
-
-def _iterable(field: str, value: object) -> Iterable:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise PolicyError(field, f"expected a list, got {value!r}")
-    return value
 
 
 # --- which answers may be pinned ------------------------------------------------

@@ -31,9 +31,14 @@ class Services:
     others: frozenset[tuple[str, int]] = frozenset()  # e.g. the HTTP proxy
 
     def own(self, address: InetAddress) -> bool:
-        key = (str(canonical_address(address.address)), address.port)
-        listeners = [a for a in (self.dns_udp, self.dns_tcp) if a is not None]
-        return key in self.others or any(key == (str(a.address), a.port) for a in listeners)
+        """Is ``address`` one of sandlock's listeners (never reachable directly)?"""
+        port = address.port
+        listeners = (self.dns_udp, self.dns_tcp)
+        if not self.others and all(a is None or a.port != port for a in listeners):
+            return False  # the common case, decided without building anything
+        key = (str(canonical_address(address.address)), port)
+        return key in self.others or any(
+            a is not None and key == (str(a.address), a.port) for a in listeners)
 
 
 @dataclass(frozen=True)
@@ -49,10 +54,14 @@ class Decision:
     """What to do with one destination: perform (maybe redirected) or refuse."""
 
     allowed: bool
-    target: SockAddress | None  # the address to use when allowed
+    target: SockAddress | None  # the address to use when allowed (None: DNS responder)
     verdict: Verdict  # for the audit log and the notice
     protocol: str  # tcp/udp/icmp/unix/... as shown in the audit log
     error: int = errno.EACCES  # errno when refused
+
+    @property
+    def to_dns_responder(self) -> bool:
+        return self.allowed and self.verdict.redirect_dns
 
     @property
     def audited(self) -> bool:
@@ -96,13 +105,9 @@ def _judge_inet(sock: Socket, address: InetAddress, ctx: RunContext, binding: bo
     if ctx.services.own(address):
         return Decision(False, None, Verdict(False, "sandlock's own service port"), protocol)
     verdict = ctx.policy.connect(endpoint, ctx.pins)
-    if verdict.redirect_dns:
-        responder = ctx.services.dns_tcp if protocol == "tcp" else ctx.services.dns_udp
-        if responder is None:
-            return Decision(False, None, Verdict(False, "no DNS responder"), protocol, errno.ECONNREFUSED)
-        target = InetAddress(address.family, responder.address, responder.port)
-        return Decision(True, target, verdict, protocol)
-    return Decision(verdict.allowed, address, verdict, protocol)
+    # A DNS redirect leaves target None: the responder's address is filled in by the
+    # supervisor, which starts the responder on first use.
+    return Decision(verdict.allowed, None if verdict.redirect_dns else address, verdict, protocol)
 
 
 def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decision:

@@ -166,6 +166,15 @@ def _check_supported(abi: int, handled_fs: int, handled_net: int, scoped: int) -
         raise SetupError(f"IPC scoping needs Landlock ABI {_SCOPE_ABI}; this kernel has ABI {abi}")
 
 
+def restrict_self(ruleset_fd: int, flags: int = 0) -> None:
+    """Confine the calling thread with the ruleset behind ``ruleset_fd``."""
+    try:
+        _libc.syscall(nr("landlock_restrict_self"), ruleset_fd, flags)
+    except OSError as exc:
+        hint = " (set no_new_privs first)" if exc.errno == errno.EPERM else ""
+        raise SetupError(f"cannot enforce the Landlock ruleset: {exc.strerror}{hint}") from None
+
+
 class Ruleset:
     """A Landlock ruleset fd: create, add rules, then restrict_self in the child."""
 
@@ -227,11 +236,7 @@ class Ruleset:
 
     def restrict_self(self, flags: int = 0) -> None:
         """Confine the calling thread (and what it execs); no_new_privs must be set."""
-        try:
-            _libc.syscall(nr("landlock_restrict_self"), self.fileno(), flags)
-        except OSError as exc:
-            hint = " (set no_new_privs first)" if exc.errno == errno.EPERM else ""
-            raise SetupError(f"cannot enforce the Landlock ruleset: {exc.strerror}{hint}") from None
+        restrict_self(self.fileno(), flags)
 
     def close(self) -> None:
         if self._fd >= 0:

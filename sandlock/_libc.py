@@ -34,7 +34,7 @@ def _marshal(arg: object) -> object:
 
 def syscall(nr: int, *args: object) -> int:
     """Invoke syscall ``nr``; raise OSError with the kernel's errno on failure."""
-    result = _syscall(ctypes.c_long(nr), *(_marshal(a) for a in args))
+    result = _syscall(ctypes.c_long(nr), *[_marshal(a) for a in args])
     if result == -1:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

@@ -143,7 +143,7 @@ def _socket(pidfd: int, fd: int) -> Socket:
         raise Refused(exc.errno or errno.EBADF) from None
     try:
         probe = socket.socket(fileno=dup)  # reads SO_DOMAIN/SO_TYPE/SO_PROTOCOL
-    except OSError as exc:
+    except OSError:
         os.close(dup)
         raise Refused(errno.ENOTSOCK) from None
     try:

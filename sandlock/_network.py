@@ -1,13 +1,14 @@
 """The run's network confinement: compiled policy, pinned DNS, responder, supervisor, audit.
 
 Built before the fork; the supervisor starts when the command hands over its seccomp
-listener, and DNS (pinning at start, then the responder) comes up in the background
-so that the command is not delayed: the first supervised call to an IP destination
-waits until the pins are ready.
+listener. DNS costs nothing until it is needed: names in the policy are pinned in the
+background as soon as the command starts (its first IP destination waits for them);
+otherwise the responder starts on the command's first DNS query.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -15,13 +16,16 @@ from . import _netspec
 from ._audit import Audit
 from ._confine import Confinement
 from ._execute import ConfinedWorker
-from ._judge import RunContext, Services
+from ._judge import RunContext, Services as JudgeServices
+from ._landlock import restrict_self
 from ._netpolicy import NetPolicy
 from ._pins import PinTable
 from ._policy import Policy
-from ._sockaddr import inet
-from ._supervisor import Supervisor
+from ._sockaddr import InetAddress, inet
+from ._supervisor import Services, Supervisor
 from ._syscalls import native_arch
+
+DNS_START_TIMEOUT = 30.0  # pinning is bounded by the resolver's lifetime, far below this
 
 
 def compile_policy(policy: Policy) -> NetPolicy:
@@ -38,7 +42,7 @@ def compile_policy(policy: Policy) -> NetPolicy:
     )
 
 
-class Network:
+class Network(Services):
     """Everything that enforces one run's network policy; ``close`` when it ends."""
 
     def __init__(self, policy: Policy, rules: NetPolicy, confinement: Confinement, *,
@@ -48,56 +52,93 @@ class Network:
         self._quiet = quiet
         self.pins = PinTable()
         self.audit = Audit(audit_path, quiet)
-        self._services = Services()
-        self._ready = threading.Event()
+        self._listeners = JudgeServices()
+        self._lock = threading.Lock()
+        self._dns_ready: threading.Event | None = None
         self._responder = None
-        context = RunContext(rules, self.pins, self._services, ipc_scoped=not policy.allow_ipc)
-        confined = ConfinedWorker(confinement.restrict_filesystem)
-        self._supervisor = Supervisor(native_arch(), context, self.audit, confined, self._ready)
+        # Kept open for a confined worker created on first need (a unix bind).
+        self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
+        self._confined: ConfinedWorker | None = None
+        context = RunContext(rules, self.pins, self._listeners, ipc_scoped=not policy.allow_ipc)
+        self._supervisor = Supervisor(native_arch(), context, self.audit, self)
 
     def adopt(self, pid: int, listener_fd: int) -> None:
-        """Take the command's seccomp listener, then bring DNS up in the background."""
+        """Take the command's seccomp listener; pin the policy's names meanwhile."""
         self._supervisor.adopt(pid, listener_fd)
-        threading.Thread(target=self._start_dns, daemon=True, name="sandlock-dns-start").start()
+        if self._rules.hostnames() or self._policy.resolve:
+            self._start_dns()
 
-    def _start_dns(self) -> None:
+    # --- Services (for the supervisor) ---------------------------------------------
+
+    def wait_for_pins(self) -> None:
+        ready = self._dns_ready
+        if ready is not None:
+            ready.wait(DNS_START_TIMEOUT)
+
+    def dns_responder(self, protocol: str, family: int) -> InetAddress | None:
+        self._start_dns().wait(DNS_START_TIMEOUT)
+        address = self._listeners.dns_tcp if protocol == "tcp" else self._listeners.dns_udp
+        if address is None:
+            return None
+        return InetAddress(family, address.address, address.port)  # v4-mapped on IPv6 sockets
+
+    def confined_worker(self) -> ConfinedWorker:
+        with self._lock:
+            if self._confined is None:
+                self._confined = ConfinedWorker(self._restrict)
+            return self._confined
+
+    def _restrict(self) -> None:
+        if self._ruleset_fd is not None:
+            restrict_self(self._ruleset_fd)
+
+    # --- DNS -------------------------------------------------------------------------
+
+    def _start_dns(self) -> threading.Event:
+        with self._lock:
+            if self._dns_ready is None:
+                self._dns_ready = threading.Event()
+                threading.Thread(target=self._run_dns_start, daemon=True,
+                                 name="sandlock-dns-start").start()
+            return self._dns_ready
+
+    def _run_dns_start(self) -> None:
         try:
-            from ._dns import DnsSettings, Upstream, pin_at_start
-            from ._dnsresponder import DnsResponder
-
-            settings = _dns_settings(self._policy)
-            names = self._rules.hostnames()
-            unpinned = names - {name for name, _ in settings.static}
-            needs_upstream = bool(unpinned) or self._rules.resolves_unlisted_names
-            upstream = Upstream(settings) if needs_upstream else None
-            warnings = pin_at_start(names, settings, self.pins, upstream)
-            responder = DnsResponder(self.pins, self._rules, upstream, settings)
-            responder.start()
-            self._responder = responder
-            self._services.dns_udp = inet(2, *responder.udp_address)
-            self._services.dns_tcp = inet(2, *responder.tcp_address)
-            if not self._quiet:
-                for warning in warnings:
-                    print(warning, file=sys.stderr, flush=True)
+            self._bring_dns_up()
         except Exception as exc:  # noqa: BLE001 - DNS stays down: lookups fail, nothing opens
             print(f"sandlock: warning: DNS for the sandbox could not start: {exc}",
                   file=sys.stderr, flush=True)
         finally:
-            self._ready.set()
+            self._dns_ready.set()
+
+    def _bring_dns_up(self) -> None:
+        from ._dns import DnsSettings, Upstream, pin_at_start
+        from ._dnsresponder import DnsResponder
+
+        settings = DnsSettings.from_policy(self._policy)
+        names = self._rules.hostnames()
+        unpinned = names - {name for name, _ in settings.static}
+        needs_upstream = bool(unpinned) or self._rules.resolves_unlisted_names
+        upstream = Upstream(settings) if needs_upstream else None
+        warnings = pin_at_start(names, settings, self.pins, upstream)
+        responder = DnsResponder(self.pins, self._rules, upstream, settings)
+        responder.start()
+        self._responder = responder
+        self._listeners.dns_udp = inet(2, *responder.udp_address)
+        self._listeners.dns_tcp = inet(2, *responder.tcp_address)
+        if not self._quiet:
+            for warning in warnings:
+                print(warning, file=sys.stderr, flush=True)
 
     def close(self) -> str | None:
         """Stop everything; returns the denial summary line, if any denial happened."""
         self._supervisor.stop()
         if self._responder is not None:
             self._responder.stop()
+        if self._confined is not None:
+            self._confined.stop()
+        if self._ruleset_fd is not None:
+            os.close(self._ruleset_fd)
         self.audit.close()
         return self.audit.summary()
-
-
-def _dns_settings(policy: Policy) -> object:
-    from ._dns import DnsSettings
-
-    servers = tuple((str(s.address), s.port) for s in map(_netspec.parse_dns_server, policy.dns_servers))
-    static = tuple((e.host, e.addresses) for e in map(_netspec.parse_resolve, policy.resolve))
-    return DnsSettings(servers=servers, static=static, allow_private=policy.dns_allow_private)
 

@@ -22,9 +22,9 @@ from . import _execute, _remote
 from ._audit import Audit
 from ._execute import ConfinedWorker, Outcome
 from ._judge import Decision, RunContext, judge_destination, judge_listen
-from ._materialize import Refused, Request, materialize
+from ._materialize import Message, Refused, Request, materialize
 from ._notify import Gone, Listener, Notification
-from ._sockaddr import InetAddress, SockAddress, describe
+from ._sockaddr import InetAddress, SockAddress
 from ._syscalls import Arch
 
 _MMSGHDR_SIZE = 64
@@ -33,16 +33,29 @@ _U32 = struct.Struct("=I")
 SUPERVISED_SYSCALLS = ("connect", "bind", "listen", "sendto", "sendmsg", "sendmmsg")
 
 
-class Supervisor:
-    READY_TIMEOUT = 30.0  # start-up DNS is bounded well below this
+class Services:
+    """What the supervisor needs from the run around it (_network.Network provides it)."""
 
-    def __init__(self, arch: Arch, context: RunContext, audit: Audit,
-                 confined: ConfinedWorker, ready: threading.Event) -> None:
+    def wait_for_pins(self) -> None:
+        """Return once start-up pinning is over (IP destinations can be judged)."""
+        raise NotImplementedError
+
+    def dns_responder(self, protocol: str, family: int) -> InetAddress | None:
+        """The responder's address for ``protocol`` on a socket of ``family``, started
+        on first use; None if it could not start."""
+        raise NotImplementedError
+
+    def confined_worker(self) -> ConfinedWorker:
+        """The thread running filesystem-bound operations under the command's rules."""
+        raise NotImplementedError
+
+
+class Supervisor:
+    def __init__(self, arch: Arch, context: RunContext, audit: Audit, services: Services) -> None:
         self._names = {arch.numbers[name]: name for name in SUPERVISED_SYSCALLS}
         self._context = context
-        self._ready = ready  # pins and services complete: IP destinations can be judged
+        self._services = services
         self._audit = audit
-        self._confined = confined
         self._workers = _WorkerPool()
         self._listener: Listener | None = None
         self._thread: threading.Thread | None = None
@@ -62,7 +75,6 @@ class Supervisor:
         os.write(self._stop_w, b"x")
         if self._thread is not None:
             self._thread.join(timeout=5)
-        self._confined.stop()
 
     # --- the loop --------------------------------------------------------------
 
@@ -128,30 +140,34 @@ class Supervisor:
     # --- verdict and execution ---------------------------------------------------
 
     def _perform(self, request: Request) -> Outcome:
-        if request.syscall == "connect":
-            decision = self._decide(request, request.address)
-            return self._execute(decision, lambda: _execute.connect(request.socket, decision.target))
-        if request.syscall == "bind":
-            decision = self._decide(request, request.address, binding=True)
-            operation = lambda: _execute.bind(request.socket, decision.target)  # noqa: E731
-            if decision.protocol == "unix":
-                return self._execute(decision, lambda: self._confined.call(operation))
-            return self._execute(decision, operation)
-        if request.syscall == "listen":
+        syscall = request.syscall
+        if syscall in ("sendto", "sendmsg", "sendmmsg"):
+            return self._send(request)
+        if syscall == "listen":
             decision = judge_listen(request.socket, request.address, self._context)
             self._record(request, request.address, decision)
-            return self._execute(decision, lambda: _execute.listen(request.socket, request.flags))
-        return self._send(request)
+        else:
+            decision = self._decide(request, request.address, binding=syscall == "bind")
+        if not decision.allowed:
+            return -1, decision.error
+        if syscall == "listen":
+            return _execute.listen(request.socket, request.flags)
+        if syscall == "bind":
+            if decision.protocol == "unix":  # creates a file: under the command's own rules
+                worker = self._services.confined_worker()
+                return worker.call(lambda: _execute.bind(request.socket, decision.target))
+            return _execute.bind(request.socket, decision.target)
+        target = self._target(request, decision)
+        if target is None:
+            return -1, errno.ECONNREFUSED
+        return _execute.connect(request.socket, target)
 
     def _send(self, request: Request) -> Outcome:
         """sendto/sendmsg/sendmmsg: message by message, stopping at the first refusal."""
         sent = 0
         for index, message in enumerate(request.messages):
             decision = self._decide(request, message.destination)
-            routed = message
-            if decision.target != message.destination:  # redirected (DNS)
-                routed = replace(message, destination=decision.target)
-            value, error = self._execute(decision, lambda: _execute.send(request.socket, routed, request.flags))
+            value, error = self._send_one(request, message, decision)
             if error:
                 return (sent, 0) if sent else (-1, error)
             if request.syscall != "sendmmsg":
@@ -162,10 +178,20 @@ class Supervisor:
             sent += 1
         return sent, 0
 
+    def _send_one(self, request: Request, message: Message, decision: Decision) -> Outcome:
+        if not decision.allowed:
+            return -1, decision.error
+        if decision.to_dns_responder:
+            target = self._target(request, decision)
+            if target is None:
+                return -1, errno.ECONNREFUSED
+            message = replace(message, destination=target)
+        return _execute.send(request.socket, message, request.flags)
+
     def _decide(self, request: Request, address: SockAddress | None, *,
                 binding: bool = False) -> Decision:
-        if isinstance(address, InetAddress) and not self._ready.is_set():
-            self._ready.wait(self.READY_TIMEOUT)
+        if isinstance(address, InetAddress):
+            self._services.wait_for_pins()
         decision = judge_destination(request.socket, address, self._context, binding=binding)
         self._record(request, address, decision)
         return decision
@@ -174,15 +200,15 @@ class Supervisor:
         if decision.audited and address is not None:
             self._audit.record(
                 pid=request.notification.pid, syscall=request.syscall, protocol=decision.protocol,
-                destination=describe(address), verdict=decision.verdict,
-                redirected=decision.allowed and decision.target != address,
+                address=address, verdict=decision.verdict,
+                redirected=decision.to_dns_responder,
             )
 
-    @staticmethod
-    def _execute(decision: Decision, operation: Callable[[], Outcome]) -> Outcome:
-        if not decision.allowed:
-            return -1, decision.error
-        return operation()
+    def _target(self, request: Request, decision: Decision) -> SockAddress | None:
+        """Where to connect/send: the destination, or the DNS responder (None: down)."""
+        if decision.to_dns_responder:
+            return self._services.dns_responder(decision.protocol, request.socket.family)
+        return decision.target
 
 
 class _WorkerPool:

@@ -89,15 +89,21 @@ _X86_64 = Arch(
 _SUPPORTED = {"x86_64": _X86_64}
 
 
+_native: Arch | None = None
+
+
 def native_arch() -> Arch:
     """The Arch of this machine; SetupError where sandlock has no verified table."""
-    machine = os.uname().machine
-    try:
-        return _SUPPORTED[machine]
-    except KeyError:
-        raise SetupError(f"unsupported architecture {machine} (sandlock supports x86_64)") from None
+    global _native
+    if _native is None:
+        machine = os.uname().machine
+        try:
+            _native = _SUPPORTED[machine]
+        except KeyError:
+            raise SetupError(f"unsupported architecture {machine} (sandlock supports x86_64)") from None
+    return _native
 
 
 def nr(name: str) -> int:
-    """Syscall number of ``name`` on this machine."""
-    return native_arch().numbers[name]
+    """Syscall number of ``name`` on this machine (looked up on every supervised call)."""
+    return (_native or native_arch()).numbers[name]

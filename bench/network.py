@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Network overheads: on-behalf connect latency, a served port's throughput, start-up.
+
+Usage: python bench/network.py [--connects N] [--requests N] [--runs N]
+
+1. connect latency: a Python client inside and outside the sandbox times N connects
+   to a loopback listener (per-connect median, in-process timing, so interpreter
+   start-up is excluded); the difference is what the supervisor adds.
+2. server throughput: an asyncio echo server inside the sandbox (--net-allow-bind)
+   versus bare, driven from outside by 8 keep-alive clients; requests per second.
+3. start-up: `sandlock run --net-allow host:443 -- /bin/true` versus no network rule.
+Prints Markdown tables for docs/performance.md. Loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+PY = sys.executable
+SANDLOCK = [os.path.join(os.path.dirname(PY), "sandlock")]
+if not os.path.exists(SANDLOCK[0]):
+    SANDLOCK = [shutil.which("sandlock") or "sandlock"]
+
+CONNECT_CLIENT = r"""
+import socket, statistics, sys, time
+port, count = int(sys.argv[1]), int(sys.argv[2])
+samples = []
+for _ in range(count):
+    s = socket.socket()
+    start = time.perf_counter()
+    s.connect(("127.0.0.1", port))
+    samples.append(time.perf_counter() - start)
+    s.close()
+print(statistics.median(samples) * 1e6)
+"""
+
+ECHO_SERVER = r"""
+import asyncio, sys
+async def handle(reader, writer):
+    while data := await reader.read(65536):
+        writer.write(data)
+        await writer.drain()
+    writer.close()
+async def main():
+    server = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[1]))
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+def _listener() -> tuple[socket.socket, int]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4096)
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+def connect_latency(count: int) -> tuple[float, float]:
+    server, port = _listener()
+    try:
+        bare = float(subprocess.check_output([PY, "-c", CONNECT_CLIENT, str(port), str(count)]))
+        boxed = float(subprocess.check_output([*SANDLOCK, "run", "-q", "--net-allow", f"127.0.0.1:{port}",
+                                               "--", PY, "-c", CONNECT_CLIENT, str(port), str(count)]))
+    finally:
+        server.close()
+    return bare, boxed
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _drive(port: int, requests: int, clients: int = 8) -> float:
+    payload = b"x" * 128
+    done = []
+
+    def client() -> None:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            for _ in range(requests // clients):
+                s.sendall(payload)
+                received = 0
+                while received < len(payload):
+                    received += len(s.recv(65536))
+        done.append(True)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return requests / (time.perf_counter() - start)
+
+
+def server_throughput(requests: int, prefix: list[str]) -> float:
+    port = _free_port()
+    proc = subprocess.Popen([*prefix, PY, "-c", ECHO_SERVER, str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        _drive(port, requests // 10)  # warm up
+        return _drive(port, requests)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _time(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - start
+
+
+def startup(runs: int) -> tuple[float, float]:
+    plain = [*SANDLOCK, "run", "--", "/bin/true"]
+    named = [*SANDLOCK, "run", "--resolve", "api.example.test=127.0.0.1", "--net-allow",
+             "api.example.test:443", "--", "/bin/true"]
+    samples: dict[str, list[float]] = {"plain": [], "named": []}
+    for _ in range(runs):
+        samples["plain"].append(_time(plain))
+        samples["named"].append(_time(named))
+    return statistics.median(samples["plain"]) * 1e3, statistics.median(samples["named"]) * 1e3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--connects", type=int, default=2000)
+    parser.add_argument("--requests", type=int, default=40000)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=3, help="median over this many rounds")
+    args = parser.parse_args()
+
+    latencies = [connect_latency(args.connects) for _ in range(args.repeat)]
+    bare = statistics.median(b for b, _ in latencies)
+    boxed = statistics.median(s for _, s in latencies)
+    print(f"## connect latency ({args.connects} connects, median of {args.repeat} rounds)\n")
+    print("| | per connect |\n| --- | --- |")
+    print(f"| bare | {bare:.1f} µs |\n| sandboxed (on-behalf) | {boxed:.1f} µs |")
+    print(f"| added | {boxed - bare:.1f} µs |\n")
+
+    bare_rps = statistics.median(server_throughput(args.requests, []) for _ in range(args.repeat))
+    boxed_rps = statistics.median(server_throughput(
+        args.requests, [*SANDLOCK, "run", "-q", "--net-allow-bind", "*", "--"]) for _ in range(args.repeat))
+    print(f"## echo server inside the sandbox (8 clients, {args.requests} requests)\n")
+    print("| | requests/s |\n| --- | --- |")
+    print(f"| bare | {bare_rps:,.0f} |\n| sandboxed | {boxed_rps:,.0f} ({boxed_rps / bare_rps:.1%}) |\n")
+
+    plain, named = startup(args.runs)
+    print(f"## start-up ({args.runs} runs)\n")
+    print("| | median |\n| --- | --- |")
+    print(f"| `sandlock run -- /bin/true` | {plain:.1f} ms |")
+    print(f"| `sandlock run --net-allow api.example.test:443 ... -- /bin/true` | {named:.1f} ms "
+          f"({named - plain:+.1f} ms) |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
