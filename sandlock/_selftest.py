@@ -67,6 +67,24 @@ except OSError as e:
     print(e.strerror)
 """
 
+_CONNECT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX if sys.argv[1].startswith("/") else socket.AF_INET)
+try:
+    s.connect(sys.argv[1] if sys.argv[1].startswith("/") else (sys.argv[1], int(sys.argv[2])))
+    print("connected")
+except OSError as e:
+    print(e.strerror)
+"""
+_RESOLVE = """
+import socket, sys
+for name in sys.argv[1:]:
+    try:
+        print(socket.gethostbyname(name))
+    except OSError:
+        print("unresolved")
+"""
+
 PTRACE, IO_URING_SETUP, UNSHARE = 101, 425, 272
 CLONE_NEWUSER = 0x10000000
 
@@ -84,7 +102,7 @@ class Selftest:
         _write(os.path.join(self.inside, "moved"), "x")
 
     def allowlist(self, **extra: object) -> Sandbox:
-        return Sandbox(Policy(fs_read=("/",), fs_write=(self.inside, self.other), **extra))
+        return Sandbox(Policy(fs_read=("/",), fs_write=(self.inside, self.other), **extra), quiet=True)
 
     def python(self, sandbox: Sandbox, snippet: str, *args: str) -> str:
         result = sandbox.run([PY, "-c", snippet, *args], timeout=30)
@@ -106,7 +124,7 @@ class Selftest:
         return out == "renamed", out
 
     def credentials(self) -> tuple[bool, str]:
-        sandbox = Sandbox(Policy(env={"HOME": self.home}, cwd=self.inside))
+        sandbox = Sandbox(Policy(env={"HOME": self.home}, cwd=self.inside), quiet=True)
         key = self.python(sandbox, _TRY_READ, os.path.join(self.home, ".ssh", "id_selftest"))
         notes = self.python(sandbox, _TRY_READ, os.path.join(self.home, "notes.txt"))
         return (key, notes) == ("Permission denied", "read"), f"~/.ssh: {key}; ~/notes.txt: {notes}"
@@ -140,6 +158,36 @@ class Selftest:
                 outsider.kill()
         return out == "Operation not permitted", out
 
+    def network_denied(self) -> tuple[bool, str]:
+        with _LocalServer() as port:
+            out = self.python(self.allowlist(), _CONNECT, "127.0.0.1", str(port))
+        return out == "Permission denied", out
+
+    def network_allowed(self) -> tuple[bool, str]:
+        with _LocalServer() as port:
+            sandbox = self.allowlist(net_allow=(f"127.0.0.1:{port}",))
+            allowed = self.python(sandbox, _CONNECT, "127.0.0.1", str(port))
+            other = self.python(sandbox, _CONNECT, "127.0.0.1", str(port + 1 if port < 65535 else 1))
+        return (allowed, other) == ("connected", "Permission denied"), f"{allowed}; other port: {other}"
+
+    def dns_pinned(self) -> tuple[bool, str]:
+        sandbox = self.allowlist(resolve=("selftest.sandlock.test=127.0.0.1",),
+                                 net_allow=("selftest.sandlock.test:1",))
+        out = self.python(sandbox, _RESOLVE, "selftest.sandlock.test", "unlisted.sandlock.test")
+        return out.split() == ["127.0.0.1", "unresolved"], out.replace("\n", ", ")
+
+    def unix_daemon(self) -> tuple[bool, str]:
+        import socket
+
+        path = os.path.join(self.outside, "daemon.sock")
+        with socket.socket(socket.AF_UNIX) as daemon:
+            daemon.bind(path)
+            daemon.listen()
+            denied = self.python(Sandbox(Policy(cwd=self.inside), quiet=True), _CONNECT, path)
+            allowed = self.python(Sandbox(Policy(cwd=self.inside, unix_allow=(path,)), quiet=True),
+                                  _CONNECT, path)
+        return (denied, allowed) == ("Permission denied", "connected"), f"{denied}; with --unix-allow: {allowed}"
+
     def dies_with_sandlock(self) -> tuple[bool, str]:
         script = "sleep 300 & echo $!; wait"
         cli = [PY, "-m", "sandlock", "run", "-q", "--", "sh", "-c", script]
@@ -168,6 +216,10 @@ CHECKS: list[tuple[str, Callable[[Selftest], tuple[bool, str]]]] = [
     ("signals to processes outside are blocked", Selftest.signal_outside),
     ("timeout kills the command and its children", Selftest.timeout),
     ("the sandbox dies with sandlock", Selftest.dies_with_sandlock),
+    ("network is closed by default", Selftest.network_denied),
+    ("--net-allow opens exactly one host and port", Selftest.network_allowed),
+    ("DNS answers pinned names only", Selftest.dns_pinned),
+    ("a host daemon's unix socket needs --unix-allow", Selftest.unix_daemon),
 ]
 
 
@@ -189,6 +241,31 @@ def main() -> int:
     total = len(CHECKS)
     print(f"\n{total - failures} passed, {failures} failed")
     return 1 if failures else 0
+
+
+class _LocalServer:
+    """A TCP listener on 127.0.0.1 that accepts and closes, for the network checks."""
+
+    def __enter__(self) -> int:
+        import socket
+        import threading
+
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen()
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self._socket.getsockname()[1]
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return
+            connection.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self._socket.close()
 
 
 def _mkdir(parent: str, name: str) -> str:

@@ -312,7 +312,7 @@ def test_selftest_passes():
     result = sandlock("selftest", timeout=120)
     assert result.returncode == 0, result.stdout
     assert "\N{BALLOT X}" not in result.stdout
-    assert result.stdout.count("\N{CHECK MARK}") >= 12
+    assert result.stdout.count("\N{CHECK MARK}") >= 16
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
