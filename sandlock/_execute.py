@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import queue
+import select
 import stat
 import threading
 from collections.abc import Callable
@@ -22,10 +24,17 @@ from ._sockaddr import SockAddress, UnixAddress
 from ._syscalls import nr
 
 Outcome = tuple[int, int]  # (return value, errno): errno 0 means success
+# What remains of an operation on a blocking socket that has to wait: run on a worker.
+Deferred = Callable[[], Outcome]
 
 _libc = ctypes.CDLL(None, use_errno=True)  # ctypes releases the GIL during these calls
+_libc.sendmsg.restype = ctypes.c_ssize_t
 _O_PATH = 0o10000000
 _RESOLVE_NO_SYMLINKS = 0x04
+_SOCK_STREAM = 1
+_SOL_SOCKET, _SO_ERROR = 1, 4
+_MSG_DONTWAIT = 0x40
+_INLINE_WAIT_MS = 1  # a loopback handshake is over by then; anything slower waits on a worker
 
 
 class _IoVec(ctypes.Structure):
@@ -48,11 +57,50 @@ def _outcome(result: int) -> Outcome:
     return (result, 0) if result >= 0 else (-1, ctypes.get_errno())
 
 
-def connect(sock: Socket, address: SockAddress) -> Outcome:
+def connect(sock: Socket, address: SockAddress) -> Outcome | Deferred:
+    """connect(); on a blocking stream socket, without blocking this thread.
+
+    The connection is started non-blocking (the flag is set on the shared file for the
+    duration of the call only: the command is inside this very syscall) and, if the
+    handshake is not over at once (loopback usually is), finished on a worker.
+    """
+    if sock.nonblocking or sock.type != _SOCK_STREAM:
+        return _connect_now(sock.fd, address)
+    flags = fcntl.fcntl(sock.fd, fcntl.F_GETFL)
+    fcntl.fcntl(sock.fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    try:
+        value, error = _connect_now(sock.fd, address)
+    finally:
+        fcntl.fcntl(sock.fd, fcntl.F_SETFL, flags)
+    if error == errno.EINPROGRESS:
+        return _completed(sock.fd, _INLINE_WAIT_MS) or (lambda: _completed(sock.fd, -1))
+    if error == errno.EAGAIN:  # a unix listener's backlog is full: wait, as the kernel would
+        return lambda: _connect_now(sock.fd, address)
+    return value, error
+
+
+def _connect_now(fd: int, address: SockAddress) -> Outcome:
     with _kernel_address(address) as raw:
         if isinstance(raw, int):
             return -1, raw
-        return _outcome(_libc.connect(sock.fd, raw, len(raw)))
+        return _outcome(_libc.connect(fd, raw, len(raw)))
+
+
+def _completed(fd: int, timeout_ms: int) -> Outcome | None:
+    """The result of a connect in progress, once the socket is writable (None: not yet)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    if not poller.poll(timeout_ms):
+        return None
+    error = socket_error(fd)
+    return (-1, error) if error else (0, 0)
+
+
+def socket_error(fd: int) -> int:
+    value = ctypes.c_int(0)
+    size = ctypes.c_uint32(ctypes.sizeof(value))
+    _libc.getsockopt(fd, _SOL_SOCKET, _SO_ERROR, ctypes.byref(value), ctypes.byref(size))
+    return value.value
 
 
 def bind(sock: Socket, address: SockAddress) -> Outcome:
@@ -64,8 +112,21 @@ def listen(sock: Socket, backlog: int) -> Outcome:
     return _outcome(_libc.listen(sock.fd, backlog))
 
 
-def send(sock: Socket, message: Message, flags: int) -> Outcome:
-    """sendmsg() of one owned message (sendto, sendmsg and each sendmmsg entry)."""
+def send(sock: Socket, message: Message, flags: int) -> Outcome | Deferred:
+    """sendmsg() of one owned message (sendto, sendmsg and each sendmmsg entry).
+
+    On a blocking socket it is first tried with MSG_DONTWAIT; only a full buffer
+    sends it to a worker to block there.
+    """
+    if sock.nonblocking or flags & _MSG_DONTWAIT:
+        return _send_now(sock.fd, message, flags)
+    value, error = _send_now(sock.fd, message, flags | _MSG_DONTWAIT)
+    if error in (errno.EAGAIN, errno.EWOULDBLOCK):
+        return lambda: _send_now(sock.fd, message, flags)
+    return value, error
+
+
+def _send_now(fd: int, message: Message, flags: int) -> Outcome:
     buffers = [ctypes.create_string_buffer(chunk, len(chunk)) for chunk in message.data]
     iov = (_IoVec * max(len(buffers), 1))(*(
         _IoVec(ctypes.addressof(b), len(chunk)) for b, chunk in zip(buffers, message.data)))
@@ -79,7 +140,7 @@ def send(sock: Socket, message: Message, flags: int) -> Outcome:
             iov, len(buffers),
             ctypes.addressof(control) if control else None, len(message.control), 0,
         )
-        return _outcome(_libc.sendmsg(sock.fd, ctypes.byref(header), flags))
+        return _outcome(_libc.sendmsg(fd, ctypes.byref(header), flags))
 
 
 class _kernel_address:

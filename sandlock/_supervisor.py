@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from . import _execute, _remote
 from ._audit import Audit
-from ._execute import ConfinedWorker, Outcome
+from ._execute import ConfinedWorker, Deferred, Outcome
 from ._judge import Decision, RunContext, judge_destination, judge_listen
 from ._materialize import Message, Refused, Request, materialize
 from ._notify import Gone, Listener, Notification
@@ -108,10 +108,7 @@ class Supervisor:
         except OSError as exc:
             listener.reply(notification.id, error=exc.errno or errno.EFAULT)
             return
-        if request.socket.nonblocking or syscall in ("bind", "listen"):
-            self._answer(listener, request)
-        else:
-            self._workers.submit(lambda: self._answer(listener, request))
+        self._answer(listener, request)
 
     @staticmethod
     def _materialize(listener: Listener, notification: Notification, syscall: str) -> Request:
@@ -131,15 +128,25 @@ class Supervisor:
         return request
 
     def _answer(self, listener: Listener, request: Request) -> None:
+        """Perform the request without blocking; what must wait goes to a worker."""
         try:
-            value, error = self._perform(request)
-        finally:
+            outcome = self._perform(request)
+        except BaseException:
             request.close()
-        listener.reply(request.notification.id, value, error)
+            raise
+        if callable(outcome):  # a blocking socket that has to wait: not on this thread
+            self._workers.submit(lambda: self._reply(listener, request, outcome()))
+        else:
+            self._reply(listener, request, outcome)
+
+    @staticmethod
+    def _reply(listener: Listener, request: Request, outcome: Outcome) -> None:
+        request.close()
+        listener.reply(request.notification.id, *outcome)
 
     # --- verdict and execution ---------------------------------------------------
 
-    def _perform(self, request: Request) -> Outcome:
+    def _perform(self, request: Request) -> Outcome | Deferred:
         syscall = request.syscall
         if syscall in ("sendto", "sendmsg", "sendmmsg"):
             return self._send(request)
@@ -160,25 +167,45 @@ class Supervisor:
         target = self._target(request, decision)
         if target is None:
             return -1, errno.ECONNREFUSED
-        return _execute.connect(request.socket, target)
+        return _execute.connect(request.socket, target)  # may be Deferred
 
-    def _send(self, request: Request) -> Outcome:
-        """sendto/sendmsg/sendmmsg: message by message, stopping at the first refusal."""
+    def _send(self, request: Request) -> Outcome | Deferred:
+        """sendto/sendmsg/sendmmsg: message by message, stopping at the first refusal.
+
+        sendmmsg reports how many messages went out before a refusal or a full
+        buffer (as the kernel does); a blocking socket whose buffer is full before the
+        first message waits on a worker.
+        """
         sent = 0
         for index, message in enumerate(request.messages):
             decision = self._decide(request, message.destination)
-            value, error = self._send_one(request, message, decision)
+            outcome = self._send_one(request, message, decision)
+            if callable(outcome):
+                if sent:
+                    return sent, 0
+                return lambda: self._sent(request, index, outcome())
+            value, error = outcome
             if error:
                 return (sent, 0) if sent else (-1, error)
             if request.syscall != "sendmmsg":
                 return value, 0
-            _remote.write_memory(request.notification.pid,
-                                 request.msgvec + index * _MMSGHDR_SIZE + _MSG_LEN_OFFSET,
-                                 _U32.pack(value))
+            self._sent(request, index, outcome)
             sent += 1
         return sent, 0
 
-    def _send_one(self, request: Request, message: Message, decision: Decision) -> Outcome:
+    @staticmethod
+    def _sent(request: Request, index: int, outcome: Outcome) -> Outcome:
+        """A message went out: for sendmmsg, write its msg_len back (glibc's resolver
+        checks it) and count it; other calls return the byte count."""
+        value, error = outcome
+        if error or request.syscall != "sendmmsg":
+            return outcome
+        _remote.write_memory(request.notification.pid,
+                             request.msgvec + index * _MMSGHDR_SIZE + _MSG_LEN_OFFSET,
+                             _U32.pack(value))
+        return index + 1, 0
+
+    def _send_one(self, request: Request, message: Message, decision: Decision) -> Outcome | Deferred:
         if not decision.allowed:
             return -1, decision.error
         if decision.to_dns_responder:
