@@ -8,6 +8,7 @@ Everything costly (directory expansion, Landlock rules, the BPF program) happens
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 from collections.abc import Mapping
@@ -15,11 +16,18 @@ from dataclasses import dataclass, field
 
 from . import _fspolicy, _landlock, _seccomp
 from ._errors import SetupError
-from ._libc import PR_SET_NO_NEW_PRIVS, prctl
+from ._libc import PR_SET_NO_NEW_PRIVS, prctl, syscall
 from ._policy import Policy
-from ._syscalls import native_arch
+from ._syscalls import native_arch, nr
 
 MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
+# Capabilities a command running as root would use to step over the sandbox:
+# CAP_SYS_ADMIN and CAP_PERFMON read /proc/PID/environ, maps and auxv of any process
+# (sandlock's and the keeper's too) whatever Landlock says; CAP_NET_ADMIN reconfigures
+# the host's network (addresses, routes, qdiscs) over NETLINK_ROUTE, which is allowed.
+DROPPED_CAPABILITIES = (12, 21, 38)  # CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_PERFMON
+_PR_CAPBSET_DROP = 24
+_CAPABILITY_VERSION_3 = 0x20080522
 
 
 @dataclass
@@ -48,6 +56,7 @@ class Confinement:
         Returns the seccomp listener fd when the network is supervised.
         """
         prctl(PR_SET_NO_NEW_PRIVS, 1)
+        drop_capabilities(DROPPED_CAPABILITIES)
         self.restrict_filesystem()
         if self.seccomp_program is None:
             return None
@@ -72,6 +81,26 @@ class Confinement:
     def close(self) -> None:
         if self.ruleset is not None:
             self.ruleset.close()
+
+
+def drop_capabilities(capabilities: tuple[int, ...]) -> None:
+    """Remove ``capabilities`` from the calling process for good: bounding, effective,
+    permitted and inheritable sets (ambient follows). no_new_privs keeps exec from
+    adding them back, even for root; without CAP_SETPCAP (not root) the bounding set
+    stays as it is, which no_new_privs makes harmless."""
+    for cap in capabilities:
+        try:
+            prctl(_PR_CAPBSET_DROP, cap)
+        except OSError:
+            pass  # EPERM (no CAP_SETPCAP) or EINVAL (a capability this kernel lacks)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # {effective, permitted, inheritable} x 2 words
+    syscall(nr("capget"), header, data)
+    for cap in capabilities:
+        word, bit = divmod(cap, 32)
+        for index in range(3):
+            data[3 * word + index] &= ~(1 << bit) & 0xFFFFFFFF
+    syscall(nr("capset"), header, data)
 
 
 def _filesystem_ruleset(

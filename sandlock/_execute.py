@@ -24,8 +24,9 @@ from ._sockaddr import SockAddress, UnixAddress
 from ._syscalls import nr
 
 Outcome = tuple[int, int]  # (return value, errno): errno 0 means success
-# What remains of an operation on a blocking socket that has to wait: run on a worker.
-Deferred = Callable[[], Outcome]
+# What remains of an operation on a blocking socket that has to wait: run on a worker,
+# given a pidfd of the calling thread (readable once it is gone: killed).
+Deferred = Callable[[int], Outcome]
 
 _libc = ctypes.CDLL(None, use_errno=True)  # ctypes releases the GIL during these calls
 _libc.sendmsg.restype = ctypes.c_ssize_t
@@ -34,6 +35,7 @@ _RESOLVE_NO_SYMLINKS = 0x04
 _SOCK_STREAM = 1
 _SOL_SOCKET, _SO_ERROR = 1, 4
 _MSG_DONTWAIT = 0x40
+_MSG_FASTOPEN = 0x20000000
 _INLINE_WAIT_MS = 1  # a loopback handshake is over by then; anything slower waits on a worker
 
 
@@ -73,9 +75,9 @@ def connect(sock: Socket, address: SockAddress) -> Outcome | Deferred:
     finally:
         fcntl.fcntl(sock.fd, fcntl.F_SETFL, flags)
     if error == errno.EINPROGRESS:
-        return _completed(sock.fd, _INLINE_WAIT_MS) or (lambda: _completed(sock.fd, -1))
+        return _completed(sock.fd, _INLINE_WAIT_MS) or (lambda gone: _completed(sock.fd, -1, gone))
     if error == errno.EAGAIN:  # a unix listener's backlog is full: wait, as the kernel would
-        return lambda: _connect_now(sock.fd, address)
+        return lambda gone: _connect_now(sock.fd, address)
     return value, error
 
 
@@ -86,12 +88,22 @@ def _connect_now(fd: int, address: SockAddress) -> Outcome:
         return _outcome(_libc.connect(fd, raw, len(raw)))
 
 
-def _completed(fd: int, timeout_ms: int) -> Outcome | None:
-    """The result of a connect in progress, once the socket is writable (None: not yet)."""
+def _completed(fd: int, timeout_ms: int, gone: int = -1) -> Outcome | None:
+    """The result of a connect in progress, once the socket is writable (None: not yet).
+
+    ``gone`` (a pidfd) readable: the caller was killed. Stop waiting (EINTR, nobody is
+    left to tell), so that our duplicate is closed and cannot keep the socket alive to
+    connect later: natively the socket would have died with the command.
+    """
     poller = select.poll()
     poller.register(fd, select.POLLOUT)
-    if not poller.poll(timeout_ms):
+    if gone >= 0:
+        poller.register(gone, select.POLLIN)
+    events = dict(poller.poll(timeout_ms))
+    if not events:
         return None
+    if gone >= 0 and gone in events:
+        return -1, errno.EINTR
     error = socket_error(fd)
     return (-1, error) if error else (0, 0)
 
@@ -122,8 +134,21 @@ def send(sock: Socket, message: Message, flags: int) -> Outcome | Deferred:
         return _send_now(sock.fd, message, flags)
     value, error = _send_now(sock.fd, message, flags | _MSG_DONTWAIT)
     if error in (errno.EAGAIN, errno.EWOULDBLOCK):
-        return lambda: _send_now(sock.fd, message, flags)
+        return lambda gone: _send_now(sock.fd, message, flags)
+    if error == errno.EINPROGRESS and flags & _MSG_FASTOPEN:
+        # A Fast Open connect started and nothing was sent (no cookie yet): blocking,
+        # the call would wait for the connection and then send. So do we.
+        flags &= ~_MSG_FASTOPEN
+        connected = _completed(sock.fd, _INLINE_WAIT_MS)
+        if connected is None:
+            return lambda gone: _send_when_connected(sock.fd, message, flags, gone)
+        return connected if connected[1] else send(sock, message, flags)
     return value, error
+
+
+def _send_when_connected(fd: int, message: Message, flags: int, gone: int) -> Outcome:
+    value, error = _completed(fd, -1, gone)
+    return (value, error) if error else _send_now(fd, message, flags)
 
 
 def _send_now(fd: int, message: Message, flags: int) -> Outcome:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ._materialize import Socket
+from ._materialize import Message, Socket
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
+from ._netspec import unmapped
 from ._pins import PinTable
 from ._sockaddr import InetAddress, OtherAddress, SockAddress, UnixAddress
 
@@ -70,6 +71,11 @@ class Decision:
 
 
 _ALLOWED_UNGOVERNED = Verdict(True, "not governed by network rules")
+_AF_UNSPEC = 0
+# Ancillary data that sets IP options or an IPv6 routing header: a source route sends
+# the packet to its first hop, an address no verdict has seen. (level, type):
+# IP_RETOPTS, IPV6_RTHDR, IPV6_2292RTHDR. The setsockopt forms are refused by seccomp.
+SOURCE_ROUTING_CONTROL = frozenset({(0, 7), (41, 57), (41, 5)})
 
 
 def judge_destination(sock: Socket, address: SockAddress | None, ctx: RunContext,
@@ -82,7 +88,21 @@ def judge_destination(sock: Socket, address: SockAddress | None, ctx: RunContext
         return _judge_inet(sock, address, ctx, binding)
     if isinstance(address, UnixAddress):
         return _judge_unix(address, ctx, binding)
-    return _judge_other(address)
+    return _judge_other(address, binding)
+
+
+def judge_message(sock: Socket, message: Message, ctx: RunContext) -> Decision:
+    """One message of sendto/sendmsg/sendmmsg: its destination and its ancillary data."""
+    protocol = sock.transport  # "" unless an IP socket
+    if protocol and not SOURCE_ROUTING_CONTROL.isdisjoint(message.control_kinds):
+        verdict = Verdict(False, "IP options or routing header (source routing)")
+        return Decision(False, None, verdict, protocol, errno.EPERM)
+    destination = message.destination
+    if isinstance(destination, OtherAddress) and destination.family == _AF_UNSPEC:
+        # Not a disconnect here: an IPv4 UDP send reads it as an AF_INET address.
+        verdict = Verdict(False, "AF_UNSPEC destination")
+        return Decision(False, None, verdict, protocol, errno.EAFNOSUPPORT)
+    return judge_destination(sock, destination, ctx)
 
 
 def judge_listen(sock: Socket, local: SockAddress, ctx: RunContext) -> Decision:
@@ -107,7 +127,13 @@ def _judge_inet(sock: Socket, address: InetAddress, ctx: RunContext, binding: bo
     verdict = ctx.policy.connect(endpoint, ctx.pins)
     # A DNS redirect leaves target None: the responder's address is filled in by the
     # supervisor, which starts the responder on first use.
-    return Decision(verdict.allowed, None if verdict.redirect_dns else address, verdict, protocol)
+    if verdict.redirect_dns:
+        return Decision(verdict.allowed, None, verdict, protocol)
+    if unmapped(address.address).is_unspecified:
+        # The kernel would pick the socket's own bound address (bind(127.0.0.2);
+        # connect(0.0.0.0) reaches 127.0.0.2): go where the verdict looked instead.
+        address = replace(address, address=endpoint.address)
+    return Decision(verdict.allowed, address, verdict, protocol)
 
 
 def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decision:
@@ -126,10 +152,11 @@ def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decisio
     return Decision(verdict.allowed, address, verdict, "unix")
 
 
-def _judge_other(address: OtherAddress) -> Decision:
+def _judge_other(address: OtherAddress, binding: bool) -> Decision:
     if address.family == 16:  # AF_NETLINK: socket() already allows only NETLINK_ROUTE
         return Decision(True, address, _ALLOWED_UNGOVERNED, "netlink")
-    if address.family == 0:  # AF_UNSPEC: dissolve a UDP association
+    if address.family == _AF_UNSPEC and not binding:  # connect(): dissolve an association
         return Decision(True, address, _ALLOWED_UNGOVERNED, "unspec")
+    # (bind() reads AF_UNSPEC with INADDR_ANY as AF_INET: it would skip --net-allow-bind.)
     return Decision(False, None, Verdict(False, f"address family {address.family}"), "",
                     errno.EAFNOSUPPORT)

@@ -60,6 +60,7 @@ class Message:
     data: tuple[bytes, ...]
     control: bytes = b""
     passed_fds: tuple[int, ...] = ()  # our duplicates of SCM_RIGHTS descriptors
+    control_kinds: tuple[tuple[int, int], ...] = ()  # (level, type) of each ancillary item
 
 
 @dataclass(frozen=True)
@@ -199,21 +200,25 @@ def _message(pid: int, pidfd: int, raw: bytes, owned: list[int]) -> Message:
         _remote.read_memory(pid, base, length)
         for base, length in _IOVEC.iter_unpack(vectors)
     )
-    control_bytes, passed = _control(pid, pidfd, control, controllen, owned)
-    return Message(_anchor(destination, pid), data, control_bytes, passed)
+    control_bytes, passed, kinds = _control(pid, pidfd, control, controllen, owned)
+    return Message(_anchor(destination, pid), data, control_bytes, passed, kinds)
 
 
-def _control(pid: int, pidfd: int, pointer: int, length: int, owned: list[int]) -> tuple[bytes, tuple[int, ...]]:
-    """Ancillary data with SCM_RIGHTS descriptors replaced by our duplicates."""
+def _control(pid: int, pidfd: int, pointer: int, length: int,
+             owned: list[int]) -> tuple[bytes, tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """Ancillary data with SCM_RIGHTS descriptors replaced by our duplicates, and the
+    (level, type) of every item (the verdict refuses some)."""
     if not pointer or not length:
-        return b"", ()
+        return b"", (), ()
     raw = bytearray(_remote.read_memory(pid, pointer, min(length, 1 << 16)))
     passed: list[int] = []
+    kinds: list[tuple[int, int]] = []
     offset = 0
     while offset + _CMSGHDR.size <= len(raw):
         cmsg_len, level, kind = _CMSGHDR.unpack_from(raw, offset)
         if cmsg_len < _CMSGHDR.size or offset + cmsg_len > len(raw):
             raise Refused(errno.EINVAL)
+        kinds.append((level, kind))
         if level == socket.SOL_SOCKET and kind == _SCM_RIGHTS:
             for at in range(offset + _CMSGHDR.size, offset + cmsg_len - 3, 4):
                 (child_fd,) = _INT.unpack_from(raw, at)
@@ -222,7 +227,7 @@ def _control(pid: int, pidfd: int, pointer: int, length: int, owned: list[int]) 
                 passed.append(ours)
                 _INT.pack_into(raw, at, ours)
         offset += (cmsg_len + 7) & ~7
-    return bytes(raw), tuple(passed)
+    return bytes(raw), tuple(passed), tuple(kinds)
 
 
 def _duplicate_passed_fd(pidfd: int, fd: int) -> int:

@@ -14,7 +14,7 @@ import threading
 
 from . import _netspec
 from ._audit import Audit
-from ._confine import Confinement
+from ._confine import DROPPED_CAPABILITIES, Confinement, drop_capabilities
 from ._execute import ConfinedWorker
 from ._judge import RunContext, Services as JudgeServices
 from ._landlock import restrict_self
@@ -89,6 +89,9 @@ class Network(Services):
             return self._confined
 
     def _restrict(self) -> None:
+        """Make the calling thread as restricted as the command (Landlock and
+        capabilities are per thread)."""
+        drop_capabilities(DROPPED_CAPABILITIES)
         if self._ruleset_fd is not None:
             restrict_self(self._ruleset_fd)
 

@@ -95,6 +95,9 @@ _SOCK_STREAM, _SOCK_DGRAM = 1, 2
 _NETLINK_ROUTE = 0
 _IPPROTO_ICMP, _IPPROTO_TCP, _IPPROTO_UDP, _IPPROTO_ICMPV6, _IPPROTO_MPTCP = 1, 6, 17, 58, 262
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
+_SOL_IP, _SOL_IPV6 = 0, 41
+_IP_OPTIONS = 4
+_IPV6_2292RTHDR, _IPV6_2292PKTOPTIONS, _IPV6_RTHDR = 5, 6, 57
 _CLONE_NEW_NAMESPACES = (
     0x00020000  # CLONE_NEWNS
     | 0x02000000  # CLONE_NEWCGROUP
@@ -165,6 +168,14 @@ RULES: dict[str, Rule] = {
         default=EPERM,
     ),
     "socketpair": Rule(Clause(ALLOW, Match(0, [_AF_UNIX])), default=EPERM),
+    # Source routing: IP options (LSRR/SSRR) and IPv6 routing headers send every packet
+    # to their first hop, an address the network verdict never sees. level and optname
+    # are int. (Their sendmsg ancillary-data forms are refused by the supervisor.)
+    "setsockopt": Rule(
+        Clause(EPERM, Match(1, [_SOL_IP]), Match(2, [_IP_OPTIONS])),
+        Clause(EPERM, Match(1, [_SOL_IPV6]), Match(2, [_IPV6_2292RTHDR, _IPV6_2292PKTOPTIONS, _IPV6_RTHDR])),
+        default=ALLOW,
+    ),
 }
 
 # What --allow-syscall NAME may waive: every rule, as a whole.

@@ -21,7 +21,7 @@ from dataclasses import replace
 from . import _execute, _remote
 from ._audit import Audit
 from ._execute import ConfinedWorker, Deferred, Outcome
-from ._judge import Decision, RunContext, judge_destination, judge_listen
+from ._judge import Decision, RunContext, judge_destination, judge_listen, judge_message
 from ._materialize import Message, Refused, Request, materialize
 from ._notify import Gone, Listener, Notification
 from ._sockaddr import InetAddress, SockAddress
@@ -31,6 +31,10 @@ _MMSGHDR_SIZE = 64
 _MSG_LEN_OFFSET = 56
 _U32 = struct.Struct("=I")
 SUPERVISED_SYSCALLS = ("connect", "bind", "listen", "sendto", "sendmsg", "sendmmsg")
+# Performed on the confined worker, a thread with the command's Landlock domain and
+# capabilities: unix binds create files; netlink checks the capabilities of the thread
+# that binds, connects or sends (sandlock's own, root's perhaps, would be lent out).
+_AS_THE_COMMAND = ("unix", "netlink")
 
 
 class Services:
@@ -135,9 +139,27 @@ class Supervisor:
             request.close()
             raise
         if callable(outcome):  # a blocking socket that has to wait: not on this thread
-            self._workers.submit(lambda: self._reply(listener, request, outcome()))
+            self._workers.submit(lambda: self._wait(listener, request, outcome))
         else:
             self._reply(listener, request, outcome)
+
+    def _wait(self, listener: Listener, request: Request, deferred: Deferred) -> None:
+        """On a worker: finish ``deferred``, watching the calling thread's pidfd so that
+        the wait ends when the caller is killed (no ghost connection after its death)."""
+        try:
+            gone = _remote.open_pidfd(request.notification.pid)
+        except OSError:
+            request.close()  # already gone
+            return
+        try:
+            listener.check_valid(request.notification.id)  # the pidfd names the caller
+            outcome = deferred(gone)
+        except Gone:
+            request.close()
+            return
+        finally:
+            os.close(gone)
+        self._reply(listener, request, outcome)
 
     @staticmethod
     def _reply(listener: Listener, request: Request, outcome: Outcome) -> None:
@@ -160,13 +182,17 @@ class Supervisor:
         if syscall == "listen":
             return _execute.listen(request.socket, request.flags)
         if syscall == "bind":
-            if decision.protocol == "unix":  # creates a file: under the command's own rules
+            # A unix bind creates a file, netlink checks the caller's capabilities:
+            # both under the command's own rules.
+            if decision.protocol in _AS_THE_COMMAND:
                 worker = self._services.confined_worker()
                 return worker.call(lambda: _execute.bind(request.socket, decision.target))
             return _execute.bind(request.socket, decision.target)
         target = self._target(request, decision)
         if target is None:
             return -1, errno.ECONNREFUSED
+        if decision.protocol == "netlink":  # a datagram socket: never Deferred
+            return self._services.confined_worker().call(lambda: _execute.connect(request.socket, target))
         return _execute.connect(request.socket, target)  # may be Deferred
 
     def _send(self, request: Request) -> Outcome | Deferred:
@@ -178,12 +204,12 @@ class Supervisor:
         """
         sent = 0
         for index, message in enumerate(request.messages):
-            decision = self._decide(request, message.destination)
+            decision = self._decide_message(request, message)
             outcome = self._send_one(request, message, decision)
             if callable(outcome):
                 if sent:
                     return sent, 0
-                return lambda: self._sent(request, index, outcome())
+                return lambda gone: self._sent(request, index, outcome(gone))
             value, error = outcome
             if error:
                 return (sent, 0) if sent else (-1, error)
@@ -213,6 +239,10 @@ class Supervisor:
             if target is None:
                 return -1, errno.ECONNREFUSED
             message = replace(message, destination=target)
+        elif decision.target != message.destination:  # 0.0.0.0: where the verdict looked
+            message = replace(message, destination=decision.target)
+        if decision.protocol == "netlink":  # see _AS_THE_COMMAND
+            return self._services.confined_worker().call(lambda: _send_blocking(request, message))
         return _execute.send(request.socket, message, request.flags)
 
     def _decide(self, request: Request, address: SockAddress | None, *,
@@ -221,6 +251,13 @@ class Supervisor:
             self._services.wait_for_pins()
         decision = judge_destination(request.socket, address, self._context, binding=binding)
         self._record(request, address, decision)
+        return decision
+
+    def _decide_message(self, request: Request, message: Message) -> Decision:
+        if isinstance(message.destination, InetAddress):
+            self._services.wait_for_pins()
+        decision = judge_message(request.socket, message, self._context)
+        self._record(request, message.destination, decision)
         return decision
 
     def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:
@@ -236,6 +273,11 @@ class Supervisor:
         if decision.to_dns_responder:
             return self._services.dns_responder(decision.protocol, request.socket.family)
         return decision.target
+
+
+def _send_blocking(request: Request, message: Message) -> Outcome:
+    outcome = _execute.send(request.socket, message, request.flags)
+    return outcome(-1) if callable(outcome) else outcome
 
 
 class _WorkerPool:
