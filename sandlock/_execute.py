@@ -135,6 +135,11 @@ def send(sock: Socket, message: Message, flags: int) -> Outcome | Deferred:
     value, error = _send_now(sock.fd, message, flags | _MSG_DONTWAIT)
     if error in (errno.EAGAIN, errno.EWOULDBLOCK):
         return lambda gone: _send_now(sock.fd, message, flags)
+    if not error and sock.type == _SOCK_STREAM and value < sum(map(len, message.data)):
+        # A blocking stream send hands over everything before it returns: the rest
+        # goes out from a worker (the ancillary data already went with the first part).
+        rest = Message(None, (b"".join(message.data)[value:],))
+        return lambda gone: _send_rest(sock.fd, rest, flags & ~_MSG_FASTOPEN, value)
     if error == errno.EINPROGRESS and flags & _MSG_FASTOPEN:
         # A Fast Open connect started and nothing was sent (no cookie yet): blocking,
         # the call would wait for the connection and then send. So do we.
@@ -144,6 +149,11 @@ def send(sock: Socket, message: Message, flags: int) -> Outcome | Deferred:
             return lambda gone: _send_when_connected(sock.fd, message, flags, gone)
         return connected if connected[1] else send(sock, message, flags)
     return value, error
+
+
+def _send_rest(fd: int, rest: Message, flags: int, already: int) -> Outcome:
+    value, error = _send_now(fd, rest, flags)
+    return (already, 0) if error else (already + value, 0)
 
 
 def _send_when_connected(fd: int, message: Message, flags: int, gone: int) -> Outcome:

@@ -108,14 +108,15 @@ def materialize(notification: Notification, syscall: str, pidfd: int) -> Request
             return Request(notification, syscall, sock, messages=(message,), flags=args[3] & 0xFFFFFFFF)
         if syscall == "sendmsg":
             raw = _remote.read_memory(pid, args[1], _MSGHDR.size)
-            message = _message(pid, pidfd, raw, owned)
+            message = _message(pid, pidfd, raw, owned, [_remote.MAX_COPY])
             return Request(notification, syscall, sock, messages=(message,),
                            flags=args[2] & 0xFFFFFFFF, owned_fds=tuple(owned))
         if syscall == "sendmmsg":
             count = min(args[2] & 0xFFFFFFFF, MMSG_MAX)
             table = _remote.read_memory(pid, args[1], count * _MMSGHDR_SIZE)
+            budget = [_remote.MAX_COPY]
             messages = tuple(
-                _message(pid, pidfd, table[i * _MMSGHDR_SIZE:i * _MMSGHDR_SIZE + _MSGHDR.size], owned)
+                _message(pid, pidfd, table[i * _MMSGHDR_SIZE:i * _MMSGHDR_SIZE + _MSGHDR.size], owned, budget)
                 for i in range(count)
             )
             return Request(notification, syscall, sock, messages=messages, flags=args[3] & 0xFFFFFFFF,
@@ -190,16 +191,24 @@ def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> S
     return UnixAddress(path, abstract=False)
 
 
-def _message(pid: int, pidfd: int, raw: bytes, owned: list[int]) -> Message:
+def _message(pid: int, pidfd: int, raw: bytes, owned: list[int], budget: list[int]) -> Message:
+    """One msghdr's destination, data and ancillary data.
+
+    ``budget`` (bytes left for this call, shared by every message of a sendmmsg)
+    bounds what the command can make sandlock copy: past it the data is cut short,
+    which a stream socket reports as a short send, as the kernel may.
+    """
     name, namelen, iov, iovlen, control, controllen, _ = _MSGHDR.unpack(raw)
     if iovlen > IOV_MAX:
         raise Refused(errno.EMSGSIZE)
     destination = _address(pid, name, namelen) if name and namelen else None
     vectors = _remote.read_memory(pid, iov, iovlen * _IOVEC.size)
-    data = tuple(
-        _remote.read_memory(pid, base, length)
-        for base, length in _IOVEC.iter_unpack(vectors)
-    )
+    chunks = []
+    for base, length in _IOVEC.iter_unpack(vectors):
+        length = min(length, budget[0])
+        chunks.append(_remote.read_memory(pid, base, length))
+        budget[0] -= length
+    data = tuple(chunks)
     control_bytes, passed, kinds = _control(pid, pidfd, control, controllen, owned)
     return Message(_anchor(destination, pid), data, control_bytes, passed, kinds)
 

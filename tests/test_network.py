@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -436,3 +437,37 @@ def test_many_processes_at_once(web):
     script = " & ".join([" ".join(curl(f"http://127.0.0.2:{allowed.port}/"))] * 12) + " & wait"
     result = sandlock("run", "--net-allow", f"127.0.0.2:{allowed.port}", "--", "sh", "-c", script)
     assert result.stdout == "200" * 12
+
+
+def test_blocking_stream_sendmsg_sends_everything():
+    """A blocking sendmsg larger than the socket buffer returns only when all is sent."""
+    size = 8 * 1024 * 1024
+    server = socket.socket()
+    server.bind(("127.0.0.2", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    received = []
+
+    def drain() -> None:
+        connection, _ = server.accept()
+        time.sleep(0.3)  # let the send buffer fill: a non-blocking send would stop short
+        total = 0
+        while chunk := connection.recv(1 << 16):
+            total += len(chunk)
+        received.append(total)
+        connection.close()
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    script = (
+        "import socket, sys\n"
+        "s = socket.create_connection(('127.0.0.2', int(sys.argv[1])))\n"
+        f"print(s.sendmsg([b'x' * {size // 2}, b'y' * {size // 2}])); s.close()\n"
+    )
+    try:
+        result = sandlock("run", "--net-allow", f"127.0.0.2:{port}", "--", PY, "-c", script, str(port))
+        reader.join(30)
+    finally:
+        server.close()
+    assert result.stdout.strip() == str(size), result.stderr
+    assert received == [size]
