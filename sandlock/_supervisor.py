@@ -61,6 +61,7 @@ class Supervisor:
         self._services = services
         self._audit = audit
         self._workers = _WorkerPool()
+        self._pidfds = _PidfdCache()
         self._listener: Listener | None = None
         self._thread: threading.Thread | None = None
         self._stop_r, self._stop_w = os.pipe()
@@ -79,6 +80,7 @@ class Supervisor:
         os.write(self._stop_w, b"x")
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._pidfds.close()
 
     # --- the loop --------------------------------------------------------------
 
@@ -114,16 +116,16 @@ class Supervisor:
             return
         self._answer(listener, request)
 
-    @staticmethod
-    def _materialize(listener: Listener, notification: Notification, syscall: str) -> Request:
+    def _materialize(self, listener: Listener, notification: Notification, syscall: str) -> Request:
         try:
-            pidfd = _remote.open_pidfd(notification.pid)
+            request = materialize(notification, syscall, self._pidfds.get(notification.pid))
+        except Refused as refused:
+            if refused.errno != errno.ESRCH:
+                raise
+            # The cached pidfd named an earlier thread with this tid: open a fresh one.
+            request = materialize(notification, syscall, self._pidfds.reopen(notification.pid))
         except OSError:
             raise Gone from None
-        try:
-            request = materialize(notification, syscall, pidfd)
-        finally:
-            os.close(pidfd)
         try:
             listener.check_valid(notification.id)  # the reads above came from that thread
         except Gone:
@@ -278,6 +280,39 @@ class Supervisor:
 def _send_blocking(request: Request, message: Message) -> Outcome:
     outcome = _execute.send(request.socket, message, request.flags)
     return outcome(-1) if callable(outcome) else outcome
+
+
+class _PidfdCache:
+    """pidfds of the threads that made calls, kept for their next calls.
+
+    A pidfd names one thread for good: if its tid is reused by a new thread, the old
+    pidfd fails with ESRCH rather than reaching the newcomer, and is replaced.
+    Only the supervisor thread uses it.
+    """
+
+    SIZE = 256
+
+    def __init__(self) -> None:
+        self._pidfds: dict[int, int] = {}
+
+    def get(self, tid: int) -> int:
+        pidfd = self._pidfds.get(tid)
+        return pidfd if pidfd is not None else self.reopen(tid)
+
+    def reopen(self, tid: int) -> int:
+        old = self._pidfds.pop(tid, None)
+        if old is not None:
+            os.close(old)
+        if len(self._pidfds) >= self.SIZE:  # forget the oldest
+            os.close(self._pidfds.pop(next(iter(self._pidfds))))
+        pidfd = _remote.open_pidfd(tid)  # OSError: the thread is gone
+        self._pidfds[tid] = pidfd
+        return pidfd
+
+    def close(self) -> None:
+        for pidfd in self._pidfds.values():
+            os.close(pidfd)
+        self._pidfds.clear()
 
 
 class _WorkerPool:
