@@ -14,6 +14,7 @@ import os
 import queue
 import select
 import struct
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -97,7 +98,22 @@ class Supervisor:
                 return  # every process of the sandbox is gone
             notification = listener.receive()
             if notification is not None:
-                self._handle(listener, notification)
+                self._guarded(listener, notification.id, self._handle, listener, notification)
+
+    @staticmethod
+    def _guarded(listener: Listener, notification_id: int, work: Callable[..., None],
+                 *args: object) -> None:
+        """Run ``work(*args)``; a bug in it must neither open anything nor leave the
+        caller hanging: the call fails with EACCES, the loop goes on, and it is said loudly."""
+        try:
+            work(*args)
+        except Exception as exc:  # noqa: BLE001
+            print(f"sandlock: internal error in the network supervisor (call refused): "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            try:
+                listener.reply(notification_id, error=errno.EACCES)
+            except OSError:
+                pass
 
     def _handle(self, listener: Listener, notification: Notification) -> None:
         syscall = self._names.get(notification.nr)
@@ -118,20 +134,24 @@ class Supervisor:
 
     def _materialize(self, listener: Listener, notification: Notification, syscall: str) -> Request:
         try:
-            request = materialize(notification, syscall, self._pidfds.get(notification.pid))
+            request = materialize(notification, syscall, self._pidfd(notification.pid))
         except Refused as refused:
             if refused.errno != errno.ESRCH:
                 raise
             # The cached pidfd named an earlier thread with this tid: open a fresh one.
-            request = materialize(notification, syscall, self._pidfds.reopen(notification.pid))
-        except OSError:
-            raise Gone from None
+            request = materialize(notification, syscall, self._pidfd(notification.pid, fresh=True))
         try:
             listener.check_valid(notification.id)  # the reads above came from that thread
         except Gone:
             request.close()
             raise
         return request
+
+    def _pidfd(self, tid: int, fresh: bool = False) -> int:
+        try:
+            return self._pidfds.reopen(tid) if fresh else self._pidfds.get(tid)
+        except OSError:
+            raise Gone from None  # the thread is gone: nobody to answer
 
     def _answer(self, listener: Listener, request: Request) -> None:
         """Perform the request without blocking; what must wait goes to a worker."""
@@ -141,7 +161,9 @@ class Supervisor:
             request.close()
             raise
         if callable(outcome):  # a blocking socket that has to wait: not on this thread
-            self._workers.submit(lambda: self._wait(listener, request, outcome))
+            notification_id = request.notification.id
+            self._workers.submit(lambda: self._guarded(
+                listener, notification_id, self._wait, listener, request, outcome))
         else:
             self._reply(listener, request, outcome)
 

@@ -137,3 +137,22 @@ def test_best_effort_runs_without_and_warns(no_landlock, no_seccomp, capfd, tmp_
     assert (tmp_path / "f").exists()  # truly unconfined: the warning is not a lie
     quiet = cli_main(["run", "-q", "--best-effort", "--", "true"])
     assert quiet == 0 and "warning" not in capfd.readouterr().err
+
+
+def test_a_supervisor_bug_refuses_the_call_and_keeps_serving(monkeypatch, capfd):
+    from sandlock import _supervisor
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("verdict exploded")
+
+    monkeypatch.setattr(_supervisor, "judge_destination", broken)
+    script = (
+        "import socket\n"
+        "for _ in range(2):\n"
+        "    try:\n"
+        "        socket.socket().connect(('127.0.0.1', 9)); print('connected')\n"
+        "    except OSError as e: print(e.errno)\n"
+    )
+    result = Sandbox(Policy(net_allow=("127.0.0.1:9",)), quiet=True).run([PY, "-c", script], timeout=20)
+    assert result.stdout.split() == [b"13", b"13"]  # refused twice: the loop survived the first
+    assert "internal error in the network supervisor" in capfd.readouterr().err
