@@ -12,8 +12,8 @@ from ._sockaddr import SockAddress, describe
 
 
 class Audit:
-    def __init__(self, path: str | None, quiet: bool, stderr: TextIOBase | None = None) -> None:
-        self._file = open(path, "a", buffering=1, encoding="utf-8") if path else None
+    def __init__(self, file: TextIOBase | None, quiet: bool, stderr: TextIOBase | None = None) -> None:
+        self._file = file  # opened (line-buffered) by the caller; closed here
         self._quiet = quiet
         self._stderr = stderr or sys.stderr
         self._lock = threading.Lock()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from io import TextIOWrapper as TextIO
 
 from . import _netspec
 from ._audit import Audit
@@ -45,13 +46,13 @@ def compile_policy(policy: Policy) -> NetPolicy:
 class Network(Services):
     """Everything that enforces one run's network policy; ``close`` when it ends."""
 
-    def __init__(self, policy: Policy, rules: NetPolicy, confinement: Confinement, *,
-                 audit_path: str | None, quiet: bool) -> None:
+    def __init__(self, policy: Policy, confinement: Confinement, audit_file: TextIO | None, *,
+                 quiet: bool) -> None:
         self._policy = policy
-        self._rules = rules
+        self._rules = rules = compile_policy(policy)
         self._quiet = quiet
         self.pins = PinTable()
-        self.audit = Audit(audit_path, quiet)
+        self.audit = Audit(audit_file, quiet)
         self._listeners = JudgeServices()
         self._lock = threading.Lock()
         self._dns_ready: threading.Event | None = None

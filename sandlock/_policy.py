@@ -148,10 +148,12 @@ def _specs(parse_name: str) -> object:
     """A normaliser checking each spec with ``_netspec.<parse_name>`` (kept as written)."""
 
     def normalise(name: str, value: object) -> tuple[str, ...]:
-        from . import _netspec  # only runs with network options
+        specs = tuple(dict.fromkeys(s.strip() for s in _strings(name, value)))
+        if not specs:
+            return specs
+        from . import _netspec  # only imported by runs with network options
 
         parse = getattr(_netspec, parse_name)
-        specs = tuple(dict.fromkeys(s.strip() for s in _strings(name, value)))
         for spec in specs:
             try:
                 parse(spec)
@@ -191,9 +193,13 @@ _NORMALISERS = {
 }
 
 
+# Errors about what is not a Policy field but a Sandbox setting or argument.
+_OTHER_FLAGS = {"audit": "--audit", "argv": "COMMAND"}
+
+
 def flag_of(field_name: str) -> str:
     """The command-line option that sets ``field_name`` (for error messages)."""
-    for f in Policy.__dataclass_fields__.values():
-        if f.name == field_name:
-            return f.metadata["flag"]
-    return field_name
+    field = Policy.__dataclass_fields__.get(field_name)
+    if field is not None:
+        return field.metadata["flag"]
+    return _OTHER_FLAGS.get(field_name, field_name)

@@ -6,6 +6,7 @@ import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
+from io import TextIOWrapper as TextIO
 
 from ._child import RESET_SIGNALS, ChildSpec
 from ._confine import Confinement
@@ -65,7 +66,9 @@ class Sandbox:
         argv = _check_argv(argv)
         env = child_environment(self.policy, os.environ)
         cwd = self.policy.cwd or os.getcwd()
-        rules = _network_rules(self.policy)
+        audit = _open_audit(self.audit)
+        # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets to
+        # --unix-allow, and listening to --net-allow-bind.
         confinement = Confinement.prepare(self.policy, cwd, env, supervised=True)
         self.warnings = confinement.warnings
         terminal = Foreground.detect() if foreground else None
@@ -78,19 +81,30 @@ class Sandbox:
             tty_fd=terminal.fd if terminal else None,
             ignored_signals=_inherited_ignored_signals(),
         )
+        networks = []
+
+        def adopt(pid: int, listener_fd: int) -> None:
+            # Built while the command, already forked, waits for us: importing the
+            # network engine overlaps with its own start instead of delaying it.
+            from ._network import Network
+
+            network = Network(self.policy, confinement, audit, quiet=self.quiet)
+            networks.append(network)
+            network.adopt(pid, listener_fd)
+
         try:
-            network = self._network(rules, confinement) if confinement.supervised else None
-            process = spawn(spec, terminal, network.adopt if network else None)
+            process = spawn(spec, terminal, adopt if confinement.supervised else None)
+        except BaseException:
+            for network in networks:
+                network.close()
+            if audit is not None:
+                audit.close()
+            raise
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
-        if network is not None:
+        for network in networks:
             process.on_exit(network.close)
         return process
-
-    def _network(self, rules: object, confinement: Confinement) -> object:
-        from ._network import Network
-
-        return Network(self.policy, rules, confinement, audit_path=self.audit, quiet=self.quiet)
 
     def run(
         self,
@@ -128,12 +142,14 @@ def _wait(process: SandboxedProcess, timeout: float | None) -> bool:
         return True
 
 
-def _network_rules(policy: Policy) -> object:
-    """The compiled network rules. Every run is supervised: even `--net-allow '*'`
-    keeps pathname unix sockets to --unix-allow, and listening to --net-allow-bind."""
-    from ._network import compile_policy
-
-    return compile_policy(policy)
+def _open_audit(path: str | None) -> TextIO | None:
+    """The audit log, opened before anything starts so that a bad path is a clear error."""
+    if path is None:
+        return None
+    try:
+        return open(path, "a", buffering=1, encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError("audit", f"cannot open {path}: {exc.strerror}") from None
 
 
 def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dict[str, str]:

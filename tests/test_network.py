@@ -471,3 +471,9 @@ def test_blocking_stream_sendmsg_sends_everything():
         server.close()
     assert result.stdout.strip() == str(size), result.stderr
     assert received == [size]
+
+
+def test_unwritable_audit_file_is_a_usage_error(tmp_path):
+    result = sandlock("run", "--audit", str(tmp_path / "no" / "such" / "dir" / "log"), "--", "true")
+    assert result.returncode == 2
+    assert result.stderr.startswith("sandlock: error: --audit: cannot open")
