@@ -20,7 +20,7 @@ from ._sockaddr import InetAddress, OtherAddress, SockAddress, UnixAddress
 
 
 @dataclass
-class Services:
+class OwnListeners:
     """sandlock's own listeners the child's traffic may be steered to.
 
     Filled in once they are up (the DNS responder starts in the background); the
@@ -46,7 +46,7 @@ class Services:
 class RunContext:
     policy: NetPolicy
     pins: PinTable
-    services: Services
+    listeners: OwnListeners
     ipc_scoped: bool  # abstract unix sockets outside the sandbox are off limits
 
 
@@ -122,7 +122,7 @@ def _judge_inet(sock: Socket, address: InetAddress, ctx: RunContext, binding: bo
     if binding:
         verdict = ctx.policy.bind(endpoint)
         return Decision(verdict.allowed, address, verdict, protocol)
-    if ctx.services.own(address):
+    if ctx.listeners.own(address):
         return Decision(False, None, Verdict(False, "sandlock's own service port"), protocol)
     verdict = ctx.policy.connect(endpoint, ctx.pins)
     # A DNS redirect leaves target None: the responder's address is filled in by the

@@ -17,7 +17,7 @@ from . import _netspec
 from ._audit import Audit
 from ._confine import DROPPED_CAPABILITIES, Confinement, drop_capabilities
 from ._execute import ConfinedWorker
-from ._judge import RunContext, Services as JudgeServices
+from ._judge import OwnListeners, RunContext
 from ._landlock import restrict_self
 from ._netpolicy import NetPolicy
 from ._pins import PinTable
@@ -53,7 +53,7 @@ class Network(Services):
         self._quiet = quiet
         self.pins = PinTable()
         self.audit = Audit(audit_file, quiet)
-        self._listeners = JudgeServices()
+        self._listeners = OwnListeners()
         self._lock = threading.Lock()
         self._dns_ready: threading.Event | None = None
         self._responder = None

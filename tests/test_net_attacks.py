@@ -1069,13 +1069,13 @@ def test_abstract_unix_socket_of_an_outside_listener():
 
 
 def _context(*rules: str, bind: str | None = None):
-    from sandlock._judge import RunContext, Services
+    from sandlock._judge import OwnListeners, RunContext
     from sandlock._netpolicy import NetPolicy
     from sandlock._netspec import parse_allow, parse_ports
     from sandlock._pins import PinTable
 
     policy = NetPolicy(allow=tuple(map(parse_allow, rules)), bind_ports=parse_ports(bind) if bind else None)
-    return RunContext(policy, PinTable(), Services(), ipc_scoped=True)
+    return RunContext(policy, PinTable(), OwnListeners(), ipc_scoped=True)
 
 
 def _socket(family=socket.AF_INET, kind=socket.SOCK_DGRAM):
