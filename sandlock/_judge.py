@@ -23,8 +23,8 @@ from ._sockaddr import InetAddress, OtherAddress, SockAddress, UnixAddress
 class OwnListeners:
     """sandlock's own listeners the child's traffic may be steered to.
 
-    Filled in once they are up (the DNS responder starts in the background); the
-    supervisor judges IP destinations only after that.
+    Filled in as they start (the DNS responder may start on the first DNS query);
+    before that there is nothing of sandlock's to reach.
     """
 
     dns_udp: InetAddress | None = None
