@@ -120,6 +120,18 @@ def bind(sock: Socket, address: SockAddress) -> Outcome:
     return _outcome(_libc.bind(sock.fd, raw, len(raw)))
 
 
+def bound_identity(sock: Socket, address: UnixAddress) -> tuple[int, int] | None:
+    """What a bind just created, as materialize notes identities: (st_dev, st_ino) of
+    the socket file, or (0, socket inode) for an abstract name."""
+    try:
+        if address.abstract:
+            return 0, os.fstat(sock.fd).st_ino
+        found = os.lstat(address.path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino) if stat.S_ISSOCK(found.st_mode) else None
+
+
 def listen(sock: Socket, backlog: int) -> Outcome:
     return _outcome(_libc.listen(sock.fd, backlog))
 
@@ -197,7 +209,7 @@ class _kernel_address:
             return None
         if isinstance(address, UnixAddress) and not address.abstract and address.path:
             try:
-                self._fd = _open_socket_file(address.path)
+                self._fd = _open_socket_file(address.path, address.identity)
             except OSError as exc:
                 return exc.errno or errno.ECONNREFUSED
             return _sockaddr.encode(_sockaddr.unix_path(f"/proc/self/fd/{self._fd}"))
@@ -208,10 +220,14 @@ class _kernel_address:
             os.close(self._fd)
 
 
-def _open_socket_file(path: bytes) -> int:
+def _open_socket_file(path: bytes, identity: tuple[int, int] | None) -> int:
+    """An O_PATH fd on the socket file at ``path``, which must still be the file the
+    verdict judged (``identity``: st_dev, st_ino), reached without any symlink."""
     how = _OpenHow(_O_PATH | os.O_CLOEXEC, 0, _RESOLVE_NO_SYMLINKS)
     fd = syscall(nr("openat2"), -100, path, ctypes.byref(how), ctypes.sizeof(how))  # AT_FDCWD
-    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+    found = os.fstat(fd)
+    if not stat.S_ISSOCK(found.st_mode) or (
+            identity is not None and (found.st_dev, found.st_ino) != identity):
         os.close(fd)
         raise OSError(errno.ECONNREFUSED, os.strerror(errno.ECONNREFUSED))
     return fd

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ._materialize import Message, Socket
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
@@ -42,12 +42,30 @@ class OwnListeners:
             a is not None and key == (str(a.address), a.port) for a in listeners)
 
 
+class SandboxSockets:
+    """Pathname unix sockets the sandbox bound itself: its own IPC, always reachable.
+
+    Keyed by path and file identity, so that a host socket that later takes the same
+    path (or the same inode number elsewhere) is not mistaken for one of them.
+    """
+
+    def __init__(self) -> None:
+        self._bound: set[tuple[bytes, tuple[int, int]]] = set()
+
+    def add(self, path: bytes, identity: tuple[int, int]) -> None:
+        self._bound.add((path, identity))
+
+    def __contains__(self, address: UnixAddress) -> bool:
+        return address.identity is not None and (address.path, address.identity) in self._bound
+
+
 @dataclass(frozen=True)
 class RunContext:
     policy: NetPolicy
     pins: PinTable
     listeners: OwnListeners
     ipc_scoped: bool  # abstract unix sockets outside the sandbox are off limits
+    own_sockets: SandboxSockets = field(default_factory=SandboxSockets)
 
 
 @dataclass(frozen=True)
@@ -137,12 +155,15 @@ def _judge_inet(sock: Socket, address: InetAddress, ctx: RunContext, binding: bo
 
 
 def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decision:
-    if address.unnamed or (binding and address.abstract):
-        return Decision(True, address, _ALLOWED_UNGOVERNED, "")  # autobind, abstract names
+    if address.unnamed:
+        return Decision(True, address, _ALLOWED_UNGOVERNED, "")  # autobind, socketpair-like
     if binding:
         # Creating a socket file is a filesystem operation: the confined worker
-        # performs it, so Landlock decides, exactly as for the command itself.
+        # performs it, so Landlock decides, exactly as for the command itself (and the
+        # socket is remembered as the sandbox's own).
         return Decision(True, address, _ALLOWED_UNGOVERNED, "unix")
+    if address in ctx.own_sockets:
+        return Decision(True, address, Verdict(True, "bound inside the sandbox"), "unix")
     if address.abstract:
         if ctx.ipc_scoped:
             verdict = Verdict(False, "abstract unix sockets are scoped (--allow-ipc lifts it)")

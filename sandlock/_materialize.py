@@ -174,21 +174,32 @@ def _address(pid: int, pointer: int, length: int) -> SockAddress:
 
 
 def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> SockAddress | None:
-    """A unix pathname as the real, absolute path it names for the child.
+    """A unix address with what it names for the child.
 
     Relative paths are relative to the child's cwd; symlinks are resolved so that the
     verdict sees the socket actually reached (execute then refuses any symlink). A
     socket that does not exist is ENOENT, as the kernel would say: no denial to report.
+    For a connect or send, the identity of the socket reached is noted: (st_dev, st_ino)
+    of a socket file, (0, socket inode) of an abstract name.
     """
-    if not isinstance(address, UnixAddress) or address.abstract or not address.path:
+    if not isinstance(address, UnixAddress) or not address.path:
         return address
+    if address.abstract:
+        if not must_exist:
+            return address
+        inode = _remote.abstract_socket_inode(address.path)
+        return UnixAddress(address.path, True, None if inode is None else (0, inode))
     path = address.path
     if not path.startswith(b"/"):
         path = os.path.join(_remote.cwd_of(pid).encode(), path)
     path = os.path.realpath(path)
-    if must_exist and not os.path.exists(path):
-        raise Refused(errno.ENOENT)
-    return UnixAddress(path, abstract=False)
+    if not must_exist:
+        return UnixAddress(path, abstract=False)
+    try:
+        found = os.stat(path)
+    except OSError:
+        raise Refused(errno.ENOENT) from None
+    return UnixAddress(path, abstract=False, identity=(found.st_dev, found.st_ino))
 
 
 def _message(pid: int, pidfd: int, raw: bytes, owned: list[int], budget: list[int]) -> Message:

@@ -82,3 +82,15 @@ def duplicate_fd(pidfd: int, fd: int) -> int:
 
 def cwd_of(tid: int) -> str:
     return os.readlink(f"/proc/{tid}/cwd")
+
+
+def abstract_socket_inode(name: bytes) -> int | None:
+    """The inode of the socket now bound to abstract ``name`` (None: nobody)."""
+    wanted = b"@" + name.replace(b"\0", b"@")  # how /proc/net/unix spells abstract names
+    with open("/proc/net/unix", "rb") as table:
+        next(table, None)  # header
+        for line in table:
+            fields = line.rstrip(b"\n").split(None, 7)
+            if len(fields) == 8 and fields[7] == wanted:
+                return int(fields[6])
+    return None

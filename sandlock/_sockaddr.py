@@ -31,6 +31,9 @@ class InetAddress:
 class UnixAddress:
     path: bytes  # without the leading NUL for abstract names
     abstract: bool  # Linux abstract namespace (sun_path starts with NUL)
+    # (st_dev, st_ino) of the socket file the path named when it was copied: the
+    # execution refuses to reach any other file.
+    identity: tuple[int, int] | None = None
 
     @property
     def unnamed(self) -> bool:  # autobind / socketpair-style address

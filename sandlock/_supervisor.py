@@ -23,9 +23,9 @@ from . import _execute, _remote
 from ._audit import Audit
 from ._execute import ConfinedWorker, Deferred, Outcome
 from ._judge import Decision, RunContext, judge_destination, judge_listen, judge_message
-from ._materialize import Message, Refused, Request, materialize
+from ._materialize import Message, Refused, Request, Socket, materialize
 from ._notify import Gone, Listener, Notification
-from ._sockaddr import InetAddress, SockAddress
+from ._sockaddr import InetAddress, SockAddress, UnixAddress
 from ._syscalls import Arch
 
 _MMSGHDR_SIZE = 64
@@ -210,7 +210,7 @@ class Supervisor:
             # both under the command's own rules.
             if decision.protocol in _AS_THE_COMMAND:
                 worker = self._services.confined_worker()
-                return worker.call(lambda: _execute.bind(request.socket, decision.target))
+                return worker.call(lambda: self._bind_as_the_command(request.socket, decision.target))
             return _execute.bind(request.socket, decision.target)
         target = self._target(request, decision)
         if target is None:
@@ -218,6 +218,16 @@ class Supervisor:
         if decision.protocol == "netlink":  # a datagram socket: never Deferred
             return self._services.confined_worker().call(lambda: _execute.connect(request.socket, target))
         return _execute.connect(request.socket, target)  # may be Deferred
+
+    def _bind_as_the_command(self, sock: Socket, address: SockAddress) -> Outcome:
+        """A unix socket the sandbox binds is its own IPC: remembered, so that the
+        sandbox may reach it without --unix-allow (or --allow-ipc, for abstract names)."""
+        outcome = _execute.bind(sock, address)
+        if not outcome[1] and isinstance(address, UnixAddress) and address.path:
+            identity = _execute.bound_identity(sock, address)
+            if identity is not None:
+                self._context.own_sockets.add(address.path, identity)
+        return outcome
 
     def _send(self, request: Request) -> Outcome | Deferred:
         """sendto/sendmsg/sendmmsg: message by message, stopping at the first refusal.

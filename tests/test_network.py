@@ -369,9 +369,52 @@ def test_unix_socketpair_and_own_sockets_work(tmp_path):
         "srv = socket.socket(socket.AF_UNIX); srv.bind('own.sock'); srv.listen()\n"
         "c = socket.socket(socket.AF_UNIX); c.connect('own.sock'); print('own ok')\n"
     )
-    result = sandlock("run", "--cwd", str(tmp_path), "--unix-allow", str(tmp_path / "own.sock"),
-                      "--", PY, "-c", script)
+    result = sandlock("run", "--cwd", str(tmp_path), "--", PY, "-c", script)
     assert result.stdout.splitlines() == ["x", "through", "own ok"], result.stderr
+
+
+def test_sockets_the_sandbox_binds_are_its_own_ipc():
+    """multiprocessing's Manager (a pathname socket) and an abstract server, both made
+    inside the sandbox, work with no --unix-allow and with IPC scoping on."""
+    script = (
+        "import multiprocessing as mp, os, socket\n"
+        "if __name__ == '__main__':\n"
+        "    print(mp.Manager().list([1, 2]))\n"
+        "    name = '\\0sandlock-own-%d' % os.getpid()\n"
+        "    srv = socket.socket(socket.AF_UNIX); srv.bind(name); srv.listen()\n"
+        "    if os.fork() == 0:\n"
+        "        c = socket.socket(socket.AF_UNIX); c.connect(name); c.sendall(b'hi'); os._exit(0)\n"
+        "    conn, _ = srv.accept(); print(conn.recv(2).decode()); os.wait()\n"
+    )
+    result = sandlock("run", "--", PY, "-c", script)
+    assert result.stdout.split() == ["[1,", "2]", "hi"], result.stderr
+
+
+def test_own_socket_path_taken_over_by_a_host_socket_is_not_reachable(tmp_path):
+    """The sandbox binds x.sock, then swaps it for a hard link to a host daemon's socket."""
+    daemon_path = tmp_path / "daemon.sock"
+    daemon = socket.socket(socket.AF_UNIX)
+    daemon.bind(str(daemon_path))
+    daemon.listen()
+    script = (
+        "import os, socket, sys\n"
+        "own = sys.argv[1] + '/x.sock'\n"
+        "s = socket.socket(socket.AF_UNIX); s.bind(own); s.listen()\n"
+        "c = socket.socket(socket.AF_UNIX); c.connect(own); print('own')\n"
+        "os.unlink(own); os.link(sys.argv[2], own)\n"
+        "c = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        "    c.connect(own); print('daemon reached')\n"
+        "except OSError as e: print(e.errno)\n"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        result = sandlock("run", "-r", "/", "-w", str(work), "-w", str(tmp_path), "--",
+                          PY, "-c", script, str(work), str(daemon_path))
+    finally:
+        daemon.close()
+    assert result.stdout.split() == ["own", "13"], result.stderr
 
 
 def test_unix_bind_follows_the_filesystem_policy(tmp_path):
