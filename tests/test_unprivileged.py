@@ -80,3 +80,42 @@ def test_dies_with_sandlock_unprivileged(as_nobody):
 def test_selftest_unprivileged(as_nobody):
     result = run_as(as_nobody, "selftest", cwd="/tmp", timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_network_policy_unprivileged(as_nobody):
+    """The supervisor's on-behalf path as an ordinary user: pidfd_getfd, process_vm_readv
+    and the listener handoff all need same-user access, without any capability."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.2", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    accepted = []
+
+    def accept() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            connection.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    script = (
+        "import socket, sys\n"
+        "for host in ('pinned.test', '127.0.0.3'):\n"
+        "    try:\n"
+        "        socket.create_connection((host, int(sys.argv[1])), timeout=5); print('ok')\n"
+        "    except OSError as e: print(e.errno)\n"
+    )
+    try:
+        result = run_as(as_nobody, "run", "--resolve", "pinned.test=127.0.0.2",
+                        "--net-allow", f"pinned.test:{port}", "--", sys.executable, "-c", script,
+                        str(port), cwd="/tmp")
+    finally:
+        server.close()
+    assert result.stdout.split() == ["ok", "13"], result.stderr
+    assert accepted == [1]
