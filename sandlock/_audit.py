@@ -44,8 +44,11 @@ class Audit:
         if not allowed and not self._quiet:
             name = f" ({verdict.hostname})" if verdict.hostname else ""
             where = "on" if syscall in ("bind", "listen") else "to"
-            print(f"sandlock: denied {syscall} {where} {destination}{name} ({verdict.reason})",
-                  file=self._stderr, flush=True)
+            try:
+                print(f"sandlock: denied {syscall} {where} {destination}{name} ({verdict.reason})",
+                      file=self._stderr, flush=True)
+            except (OSError, ValueError):
+                pass  # stderr closed or full (`| head`, 2>/dev/full): the verdict stands
 
     def summary(self) -> str | None:
         if not self.denied:

@@ -24,8 +24,10 @@ MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
 # Capabilities a command running as root would use to step over the sandbox:
 # CAP_SYS_ADMIN and CAP_PERFMON read /proc/PID/environ, maps and auxv of any process
 # (sandlock's and the keeper's too) whatever Landlock says; CAP_NET_ADMIN reconfigures
-# the host's network (addresses, routes, qdiscs) over NETLINK_ROUTE, which is allowed.
-DROPPED_CAPABILITIES = (12, 21, 38)  # CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_PERFMON
+# the host's network (addresses, routes, qdiscs) over NETLINK_ROUTE, which is allowed;
+# CAP_MKNOD makes device nodes (kmsg, disks) in a writable directory; CAP_SYS_RAWIO
+# reads raw devices and I/O ports.
+DROPPED_CAPABILITIES = (12, 17, 21, 27, 38)  # NET_ADMIN, SYS_RAWIO, SYS_ADMIN, MKNOD, PERFMON
 _PR_CAPBSET_DROP = 24
 _CAPABILITY_VERSION_3 = 0x20080522
 
@@ -132,6 +134,9 @@ def _filesystem_ruleset(
 def _seccomp_program(policy: Policy, supervised: bool, warnings: list[str]) -> bytes | None:
     arch = native_arch()  # SetupError on a machine without a verified syscall table
     if not _seccomp.action_available(_seccomp.SECCOMP_RET_KILL_PROCESS):
+        if supervised:  # every run: without seccomp the network would be wide open
+            raise SetupError("seccomp filtering (SECCOMP_RET_KILL_PROCESS) is not available: "
+                             "the network policy cannot be enforced (run `sandlock check`)")
         _missing("seccomp filtering (SECCOMP_RET_KILL_PROCESS) is not available", policy, warnings)
         return None
     notify = frozenset(_seccomp.SUPERVISED) if supervised else frozenset()
@@ -154,19 +159,39 @@ def level_access(abi: int) -> dict[int, int]:
 def _grants(
     policy: Policy, cwd: str, env: Mapping[str, str], warnings: list[str]
 ) -> tuple[list[str], list[str], list[str]]:
-    home = env.get("HOME") or os.path.expanduser("~")
+    homes = _user_homes(env)
+    # Credential stores and the CA are denied in every policy, for the home the
+    # command is told about *and* the user's real one: a scratch HOME given to an
+    # agent must not unprotect ~/.ssh.
+    protected = [path for home, environ in homes for path in _fspolicy.protected_paths(home, environ)]
+    deny = [*policy.fs_deny, *protected]
     if policy.uses_default_workspace:
-        if os.path.realpath(cwd) in ("/", os.path.realpath(home)):
+        if os.path.realpath(cwd) in ("/", *(os.path.realpath(home) for home, _ in homes)):
             warnings.append(
                 f"the default workspace makes the current directory ({cwd}) writable, with "
                 "everything beneath it (shell start-up files included); use -r/-w to choose"
             )
-        read, write, deny = _fspolicy.default_workspace(home, cwd, env)
-        return list(read), list(write), [*deny, *policy.fs_deny]
-    # An explicit allowlist still never exposes sandlock's own CA key.
-    deny = [*policy.fs_deny, _fspolicy.sandlock_ca_dir(env, home)]
+        read, write, _ = _fspolicy.default_workspace(homes[0][0], cwd, env)
+        return list(read), list(write), deny
     write = [*policy.fs_write, *_fspolicy.PSEUDO_DEVICES]
     return list(policy.fs_read), write, deny
+
+
+def _user_homes(env: Mapping[str, str]) -> list[tuple[str, Mapping[str, str]]]:
+    """(home, environment) pairs whose stores to protect: the command's, sandlock's own,
+    and the account's home from the password database."""
+    import pwd
+
+    try:
+        account = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        account = None
+    candidates = [(env.get("HOME"), env), (os.environ.get("HOME"), os.environ), (account, os.environ)]
+    homes: dict[str, Mapping[str, str]] = {}
+    for home, environ in candidates:
+        if home and os.path.isabs(home):
+            homes.setdefault(home, environ)
+    return list(homes.items()) or [("/nonexistent", env)]
 
 
 def _missing(what: str, policy: Policy, warnings: list[str]) -> None:

@@ -266,15 +266,23 @@ class ConfinedWorker:
             job()
 
     def call(self, function: Callable[[], Outcome]) -> Outcome:
+        """``function()`` on the confined thread; its exception is raised here."""
         done = threading.Event()
         result: list[Outcome] = []
+        failure: list[BaseException] = []
 
         def job() -> None:
-            result.append(function())
-            done.set()
+            try:
+                result.append(function())
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                failure.append(exc)
+            finally:
+                done.set()
 
         self._jobs.put(job)
         done.wait()
+        if failure:
+            raise failure[0]
         return result[0]
 
     def stop(self) -> None:

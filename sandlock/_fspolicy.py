@@ -95,8 +95,12 @@ def default_workspace(
     """
     read = ("/",)
     write = (cwd, *_SCRATCH_DIRS, *_DEVICES)
-    deny = (*(os.path.join(home, store) for store in CREDENTIAL_STORES), sandlock_ca_dir(env, home))
-    return read, write, deny
+    return read, write, protected_paths(home, env)
+
+
+def protected_paths(home: str, env: Mapping[str, str]) -> tuple[str, ...]:
+    """The credential stores under ``home`` and sandlock's CA directory."""
+    return (*(os.path.join(home, store) for store in CREDENTIAL_STORES), sandlock_ca_dir(env, home))
 
 
 def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:

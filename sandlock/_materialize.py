@@ -191,7 +191,10 @@ def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> S
         return UnixAddress(address.path, True, None if inode is None else (0, inode))
     path = address.path
     if not path.startswith(b"/"):
-        path = os.path.join(_remote.cwd_of(pid).encode(), path)
+        path = os.path.join(os.fsencode(_remote.cwd_of(pid)), path)
+    for own in (b"/proc/self/", b"/proc/thread-self/"):  # the caller's, not sandlock's
+        if path.startswith(own):
+            path = b"/proc/%d/" % pid + path[len(own):]
     path = os.path.realpath(path)
     if not must_exist:
         return UnixAddress(path, abstract=False)

@@ -57,6 +57,7 @@ class Network(Services):
         self._lock = threading.Lock()
         self._dns_ready: threading.Event | None = None
         self._responder = None
+        self._closed = False
         # Kept open for a confined worker created on first need (a unix bind).
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         self._confined: ConfinedWorker | None = None
@@ -116,6 +117,7 @@ class Network(Services):
             self._dns_ready.set()
 
     def _bring_dns_up(self) -> None:
+        """Pin the policy's names and start the resolver (on the DNS start thread)."""
         from ._dns import DnsSettings, Upstream, pin_at_start
         from ._dnsresponder import DnsResponder
 
@@ -126,8 +128,11 @@ class Network(Services):
         upstream = Upstream(settings) if needs_upstream else None
         warnings = pin_at_start(names, settings, self.pins, upstream)
         responder = DnsResponder(self.pins, self._rules, upstream, settings)
-        responder.start()
-        self._responder = responder
+        with self._lock:
+            if self._closed:  # the run ended while names were being resolved
+                return
+            responder.start()
+            self._responder = responder
         self._listeners.dns_udp = inet(2, *responder.udp_address)
         self._listeners.dns_tcp = inet(2, *responder.tcp_address)
         if not self._quiet:
@@ -137,8 +142,11 @@ class Network(Services):
     def close(self) -> str | None:
         """Stop everything; returns the denial summary line, if any denial happened."""
         self._supervisor.stop()
-        if self._responder is not None:
-            self._responder.stop()
+        with self._lock:
+            self._closed = True
+            responder = self._responder
+        if responder is not None:
+            responder.stop()
         if self._confined is not None:
             self._confined.stop()
         if self._ruleset_fd is not None:

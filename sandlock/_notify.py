@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import os
 import struct
+import threading
 from dataclasses import dataclass
 
 _NOTIF = struct.Struct("<QIIiIQ6Q")  # id, pid, flags, nr, arch, ip, args[6]
@@ -42,6 +44,9 @@ class Listener:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self._users = 0  # workers still holding a call to answer
+        self._closing = False
+        self._lock = threading.Lock()
         self._buffer = bytearray(_NOTIF.size)
         try:
             fcntl.ioctl(fd, IOCTL_SET_FLAGS, _ID.pack(SET_FLAG_SYNC_WAKE_UP))
@@ -71,6 +76,25 @@ class Listener:
             fcntl.ioctl(self.fd, IOCTL_ID_VALID, _ID.pack(notif_id))
         except OSError as exc:
             raise Gone from exc
+
+    def hold(self) -> None:
+        """A worker will answer a call later: keep the fd open until it has."""
+        with self._lock:
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            close = self._closing and not self._users
+        if close:
+            os.close(self.fd)
+
+    def close_when_idle(self) -> None:
+        with self._lock:
+            self._closing = True
+            close = not self._users
+        if close:
+            os.close(self.fd)
 
     def reply(self, notif_id: int, value: int = 0, error: int = 0) -> bool:
         """Answer with ``value`` or ``-error``; False if the notification is gone."""

@@ -78,14 +78,33 @@ class Supervisor:
         self._thread.start()
 
     def stop(self) -> None:
-        os.write(self._stop_w, b"x")
+        """Ask the loop to end; it releases its own fds (a worker may still be waiting
+        on a deferred call: it keeps the listener alive until it has answered)."""
+        try:
+            os.write(self._stop_w, b"x")
+        except OSError:
+            pass
         if self._thread is not None:
             self._thread.join(timeout=5)
+        else:
+            self._release()
+
+    def _release(self) -> None:
         self._pidfds.close()
+        for fd in (self._stop_r, self._stop_w):
+            os.close(fd)
+        if self._listener is not None:
+            self._listener.close_when_idle()
 
     # --- the loop --------------------------------------------------------------
 
     def _serve(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self._release()
+
+    def _loop(self) -> None:
         listener = self._listener
         poller = select.poll()
         poller.register(listener.fd, select.POLLIN)
@@ -108,11 +127,14 @@ class Supervisor:
         try:
             work(*args)
         except Exception as exc:  # noqa: BLE001
-            print(f"sandlock: internal error in the network supervisor (call refused): "
-                  f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             try:
-                listener.reply(notification_id, error=errno.EACCES)
+                listener.reply(notification_id, error=errno.EACCES)  # first: nothing may hang
             except OSError:
+                pass
+            try:
+                print(f"sandlock: internal error in the network supervisor (call refused): "
+                      f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            except (OSError, ValueError):
                 pass
 
     def _handle(self, listener: Listener, notification: Notification) -> None:
@@ -150,8 +172,10 @@ class Supervisor:
     def _pidfd(self, tid: int, fresh: bool = False) -> int:
         try:
             return self._pidfds.reopen(tid) if fresh else self._pidfds.get(tid)
-        except OSError:
-            raise Gone from None  # the thread is gone: nobody to answer
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                raise Gone from None  # the thread is gone: nobody to answer
+            raise Refused(exc.errno or errno.EAGAIN) from None  # e.g. EMFILE: answer it
 
     def _answer(self, listener: Listener, request: Request) -> None:
         """Perform the request without blocking; what must wait goes to a worker."""
@@ -161,11 +185,16 @@ class Supervisor:
             request.close()
             raise
         if callable(outcome):  # a blocking socket that has to wait: not on this thread
-            notification_id = request.notification.id
-            self._workers.submit(lambda: self._guarded(
-                listener, notification_id, self._wait, listener, request, outcome))
+            listener.hold()
+            self._workers.submit(lambda: self._deferred(listener, request, outcome))
         else:
             self._reply(listener, request, outcome)
+
+    def _deferred(self, listener: Listener, request: Request, outcome: Deferred) -> None:
+        try:
+            self._guarded(listener, request.notification.id, self._wait, listener, request, outcome)
+        finally:
+            listener.release()
 
     def _wait(self, listener: Listener, request: Request, deferred: Deferred) -> None:
         """On a worker: finish ``deferred``, watching the calling thread's pidfd so that
@@ -240,10 +269,8 @@ class Supervisor:
         for index, message in enumerate(request.messages):
             decision = self._decide_message(request, message)
             outcome = self._send_one(request, message, decision)
-            if callable(outcome):
-                if sent:
-                    return sent, 0
-                return lambda gone: self._sent(request, index, outcome(gone))
+            if callable(outcome):  # the rest of this message waits on a worker
+                return lambda gone: self._sent(request, index, outcome(gone), late=True)
             value, error = outcome
             if error:
                 return (sent, 0) if sent else (-1, error)
@@ -253,13 +280,21 @@ class Supervisor:
             sent += 1
         return sent, 0
 
-    @staticmethod
-    def _sent(request: Request, index: int, outcome: Outcome) -> Outcome:
-        """A message went out: for sendmmsg, write its msg_len back (glibc's resolver
-        checks it) and count it; other calls return the byte count."""
+    def _sent(self, request: Request, index: int, outcome: Outcome, *, late: bool = False) -> Outcome:
+        """Message ``index`` was sent (or failed): for sendmmsg, write its msg_len back
+        (glibc's resolver checks it) and count the messages sent; other calls return
+        the byte count. ``late``: after a wait on a worker, when the caller may be gone
+        and its tid reused: the notification must still be pending to write."""
         value, error = outcome
-        if error or request.syscall != "sendmmsg":
+        if request.syscall != "sendmmsg":
             return outcome
+        if error:
+            return (index, 0) if index else outcome  # the earlier messages did go out
+        if late:
+            try:
+                self._listener.check_valid(request.notification.id)
+            except Gone:
+                return outcome  # nobody to tell; the reply will find the call gone too
         _remote.write_memory(request.notification.pid,
                              request.msgvec + index * _MMSGHDR_SIZE + _MSG_LEN_OFFSET,
                              _U32.pack(value))

@@ -371,3 +371,30 @@ def test_ipc_scope_and_allow_ipc():
             server.close()
     assert scoped.stdout.strip() == "Operation not permitted,Operation not permitted"
     assert opened.stdout.strip() == "ok,ok"
+
+
+def test_scratch_home_does_not_unprotect_the_real_one(tmp_path, monkeypatch):
+    """--env HOME=elsewhere: the user's real credential stores stay denied."""
+    real = tmp_path / "real"
+    (real / ".ssh").mkdir(parents=True)
+    (real / ".ssh" / "id_test").write_text("PRIVATE-KEY")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "HOME": str(real)}
+    result = sandlock("run", "--env", f"HOME={scratch}", "--", "cat", str(real / ".ssh" / "id_test"),
+                      env=env)
+    assert "PRIVATE-KEY" not in result.stdout
+    assert "Permission denied" in result.stderr
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="creating device nodes needs root")
+def test_root_cannot_make_device_nodes(tmp_path):
+    script = (
+        "import os, stat\n"
+        "try:\n"
+        "    os.mknod('kmsg', stat.S_IFCHR | 0o600, os.makedev(1, 11)); print('made')\n"
+        "except OSError as e: print(e.errno)\n"
+    )
+    result = sandlock("run", "-r", "/", "-w", str(tmp_path), "--cwd", str(tmp_path), "--", PY, "-c", script)
+    assert result.stdout.strip() in ("1", "13"), result.stdout + result.stderr
+    assert not (tmp_path / "kmsg").exists()

@@ -520,3 +520,17 @@ def test_unwritable_audit_file_is_a_usage_error(tmp_path):
     result = sandlock("run", "--audit", str(tmp_path / "no" / "such" / "dir" / "log"), "--", "true")
     assert result.returncode == 2
     assert result.stderr.startswith("sandlock: error: --audit: cannot open")
+
+
+def test_a_closed_stderr_does_not_hang_the_supervisor():
+    """Denial notices to a full stderr (2>/dev/full) must not stop calls being answered."""
+    script = (
+        "import socket\n"
+        "for _ in range(3):\n"
+        "    try: socket.socket().connect(('127.0.0.3', 9))\n"
+        "    except OSError as e: print(e.errno)\n"
+    )
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([PY, "-m", "sandlock", "run", "--", PY, "-c", script],
+                                stdout=subprocess.PIPE, stderr=full, text=True, timeout=30)
+    assert result.stdout.split() == ["13", "13", "13"]
