@@ -120,16 +120,17 @@ def bind(sock: Socket, address: SockAddress) -> Outcome:
     return _outcome(_libc.bind(sock.fd, raw, len(raw)))
 
 
-def bound_identity(sock: Socket, address: UnixAddress) -> tuple[int, int] | None:
-    """What a bind just created, as materialize notes identities: (st_dev, st_ino) of
-    the socket file, or (0, socket inode) for an abstract name."""
+def bound_socket(sock: Socket, address: UnixAddress) -> tuple[int, tuple[int, int] | None]:
+    """What a successful bind made: the socket's inode (from our duplicate: exact) and,
+    for a path, the socket file's (st_dev, st_ino) (a later lookup: a hint only)."""
+    socket_inode = os.fstat(sock.fd).st_ino
+    if address.abstract:
+        return socket_inode, None
     try:
-        if address.abstract:
-            return 0, os.fstat(sock.fd).st_ino
         found = os.lstat(address.path)
     except OSError:
-        return None
-    return (found.st_dev, found.st_ino) if stat.S_ISSOCK(found.st_mode) else None
+        return socket_inode, None
+    return socket_inode, (found.st_dev, found.st_ino) if stat.S_ISSOCK(found.st_mode) else None
 
 
 def listen(sock: Socket, backlog: int) -> Outcome:

@@ -43,20 +43,27 @@ class OwnListeners:
 
 
 class SandboxSockets:
-    """Pathname unix sockets the sandbox bound itself: its own IPC, always reachable.
+    """Unix sockets the sandbox bound itself: its own IPC, always reachable.
 
-    Keyed by path and file identity, so that a host socket that later takes the same
-    path (or the same inode number elsewhere) is not mistaken for one of them.
+    Recognised by the socket's own inode, read from sandlock's duplicate of it, never
+    from a path the sandbox could swap. ``files`` (the socket files' identities, read
+    after the bind) only says where a sock_diag lookup is worth making.
     """
 
     def __init__(self) -> None:
-        self._bound: set[tuple[bytes, tuple[int, int]]] = set()
+        self.sockets: set[int] = set()
+        self.files: set[tuple[int, int]] = set()
 
-    def add(self, path: bytes, identity: tuple[int, int]) -> None:
-        self._bound.add((path, identity))
+    def add(self, socket_inode: int, file: tuple[int, int] | None) -> None:
+        self.sockets.add(socket_inode)
+        if file is not None:
+            self.files.add(file)
+
+    def may_be_ours(self, address: UnixAddress) -> bool:
+        return address.identity in self.files
 
     def __contains__(self, address: UnixAddress) -> bool:
-        return address.identity is not None and (address.path, address.identity) in self._bound
+        return address.bound_socket is not None and address.bound_socket in self.sockets
 
 
 @dataclass(frozen=True)

@@ -179,16 +179,15 @@ def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> S
     Relative paths are relative to the child's cwd; symlinks are resolved so that the
     verdict sees the socket actually reached (execute then refuses any symlink). A
     socket that does not exist is ENOENT, as the kernel would say: no denial to report.
-    For a connect or send, the identity of the socket reached is noted: (st_dev, st_ino)
-    of a socket file, (0, socket inode) of an abstract name.
+    For a connect or send, what is reached is noted: the (st_dev, st_ino) of a socket
+    file, the socket inode bound to an abstract name.
     """
     if not isinstance(address, UnixAddress) or not address.path:
         return address
     if address.abstract:
         if not must_exist:
             return address
-        inode = _remote.abstract_socket_inode(address.path)
-        return UnixAddress(address.path, True, None if inode is None else (0, inode))
+        return UnixAddress(address.path, True, bound_socket=_remote.abstract_socket_inode(address.path))
     path = address.path
     if not path.startswith(b"/"):
         path = os.path.join(os.fsencode(_remote.cwd_of(pid)), path)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import socket
+import struct
 
 from ._libc import syscall
 from ._syscalls import nr
@@ -93,4 +95,62 @@ def abstract_socket_inode(name: bytes) -> int | None:
             fields = line.rstrip(b"\n").split(None, 7)
             if len(fields) == 8 and fields[7] == wanted:
                 return int(fields[6])
+    return None
+
+
+_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY = 4, 20
+_NLM_F_REQUEST, _NLM_F_DUMP, _NLMSG_DONE, _NLMSG_ERROR = 0x1, 0x300, 3, 2
+_UDIAG_SHOW_VFS, _UNIX_DIAG_VFS = 0x2, 1
+_NLMSGHDR = struct.Struct("=IHHII")
+_UNIX_DIAG_REQ = struct.Struct("=BBHIII8x")  # family, protocol, pad, states, ino, show, cookie
+_UNIX_DIAG_MSG = struct.Struct("=BBBBI8x")  # family, type, state, pad, ino, cookie
+_RTATTR = struct.Struct("=HH")
+
+
+def unix_socket_at(dev: int, ino: int) -> int | None:
+    """The inode of the unix socket bound to the socket file (st_dev, st_ino), if any.
+
+    Asks the kernel (sock_diag, UNIX_DIAG_VFS): which socket a file stands for cannot
+    be learnt from its path, which the sandbox may swap at any moment.
+    """
+    wanted = (os.major(dev) << 20) | os.minor(dev), ino  # the kernel's dev_t encoding
+    request = _UNIX_DIAG_REQ.pack(socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, _UDIAG_SHOW_VFS)
+    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY,
+                            _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as diag:
+        diag.sendall(header + request)
+        while True:
+            data = diag.recv(1 << 16)
+            for kind, payload in _netlink_messages(data):
+                if kind in (_NLMSG_DONE, _NLMSG_ERROR):
+                    return None
+                found = _vfs_match(payload, wanted)
+                if found is not None:
+                    return found
+
+
+def _netlink_messages(data: bytes):
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(data):
+        length, kind, _, _, _ = _NLMSGHDR.unpack_from(data, offset)
+        if length < _NLMSGHDR.size:
+            return
+        yield kind, data[offset + _NLMSGHDR.size:offset + length]
+        offset += (length + 3) & ~3
+
+
+def _vfs_match(payload: bytes, wanted: tuple[int, int]) -> int | None:
+    """The socket inode of one unix_diag_msg if its UNIX_DIAG_VFS is ``wanted``."""
+    if len(payload) < _UNIX_DIAG_MSG.size:
+        return None
+    socket_inode = _UNIX_DIAG_MSG.unpack_from(payload)[4]
+    offset = _UNIX_DIAG_MSG.size
+    while offset + _RTATTR.size <= len(payload):
+        length, kind = _RTATTR.unpack_from(payload, offset)
+        if length < _RTATTR.size:
+            return None
+        if kind == _UNIX_DIAG_VFS:
+            vfs_ino, vfs_dev = struct.unpack_from("=II", payload, offset + _RTATTR.size)
+            return socket_inode if (vfs_dev, vfs_ino) == wanted else None
+        offset += (length + 3) & ~3
     return None

@@ -34,6 +34,9 @@ class UnixAddress:
     # (st_dev, st_ino) of the socket file the path named when it was copied: the
     # execution refuses to reach any other file.
     identity: tuple[int, int] | None = None
+    # The inode of the socket bound at this address, where it had to be known (to
+    # recognise sockets the sandbox bound itself).
+    bound_socket: int | None = None
 
     @property
     def unnamed(self) -> bool:  # autobind / socketpair-style address

@@ -253,9 +253,7 @@ class Supervisor:
         sandbox may reach it without --unix-allow (or --allow-ipc, for abstract names)."""
         outcome = _execute.bind(sock, address)
         if not outcome[1] and isinstance(address, UnixAddress) and address.path:
-            identity = _execute.bound_identity(sock, address)
-            if identity is not None:
-                self._context.own_sockets.add(address.path, identity)
+            self._context.own_sockets.add(*_execute.bound_socket(sock, address))
         return outcome
 
     def _send(self, request: Request) -> Outcome | Deferred:
@@ -318,6 +316,8 @@ class Supervisor:
                 binding: bool = False) -> Decision:
         if isinstance(address, InetAddress):
             self._services.wait_for_pins()
+        if not binding:
+            address = self._identify(address)
         decision = judge_destination(request.socket, address, self._context, binding=binding)
         self._record(request, address, decision)
         return decision
@@ -325,9 +325,21 @@ class Supervisor:
     def _decide_message(self, request: Request, message: Message) -> Decision:
         if isinstance(message.destination, InetAddress):
             self._services.wait_for_pins()
+        identified = self._identify(message.destination)
+        if identified is not message.destination:
+            message = replace(message, destination=identified)
         decision = judge_message(request.socket, message, self._context)
         self._record(request, message.destination, decision)
         return decision
+
+    def _identify(self, address: SockAddress | None) -> SockAddress | None:
+        """For a socket file the sandbox may have bound: which socket is bound there
+        (sock_diag), so that the verdict recognises the sandbox's own by its inode."""
+        if not isinstance(address, UnixAddress) or address.abstract:
+            return address
+        if not self._context.own_sockets.may_be_ours(address):
+            return address
+        return replace(address, bound_socket=_remote.unix_socket_at(*address.identity))
 
     def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:
         if decision.audited and address is not None:

@@ -15,6 +15,8 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import uuid
 
@@ -1131,3 +1133,61 @@ def test_verdict_refuses_source_routing_ancillary_data(kind):
     # a unix socket: the kernel ignores IP-level items there
     assert judge_message(_socket(socket.AF_UNIX), Message(None, (b"x",), control_kinds=(kind,)),
                          _context()).allowed
+
+
+def test_own_socket_recognition_cannot_be_raced_onto_a_host_socket(tmp_path):
+    """Bind a socket, and race a hard link to a host daemon's socket over its path while
+    sandlock records what the sandbox bound: the daemon must never be reached. (The
+    first design recorded the file found by a second path lookup: escaped in <1 s.)"""
+    daemon_path = tmp_path / "host" / "daemon.sock"
+    daemon_path.parent.mkdir()
+    daemon = socket.socket(socket.AF_UNIX)
+    daemon.bind(str(daemon_path))
+    daemon.listen(64)
+    reached = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = daemon.accept()
+            except OSError:
+                return
+            reached.append(1)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    work = tmp_path / "race"
+    work.mkdir()
+    script = (
+        "import os, socket, sys, time\n"
+        "daemon = sys.argv[1]\n"
+        "host_inode = os.stat(daemon).st_ino\n"
+        "if os.fork() == 0:  # keep putting a hard link to the daemon's socket at 's'\n"
+        "    end = time.time() + 4\n"
+        "    while time.time() < end:\n"
+        "        try:\n"
+        "            if os.lstat('s').st_ino != host_inode:\n"
+        "                try: os.link(daemon, 'l')\n"
+        "                except OSError: pass\n"
+        "                os.rename('l', 's')\n"
+        "        except OSError: pass\n"
+        "    os._exit(0)\n"
+        "end = time.time() + 4\n"
+        "while time.time() < end:\n"
+        "    try: os.unlink('s')\n"
+        "    except OSError: pass\n"
+        "    a = socket.socket(socket.AF_UNIX)\n"
+        "    try: a.bind('s')\n"
+        "    except OSError: a.close(); continue\n"
+        "    c = socket.socket(socket.AF_UNIX)\n"
+        "    try: c.connect('s')\n"
+        "    except OSError: pass\n"
+        "    c.close(); a.close()\n"
+        "os.wait()\n"
+    )
+    try:
+        subprocess.run([sys.executable, "-m", "sandlock", "run", "-q", "--cwd", str(work), "--",
+                        sys.executable, "-c", script, str(daemon_path)], timeout=60)
+    finally:
+        daemon.close()
+    assert reached == []
