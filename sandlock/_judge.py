@@ -45,19 +45,23 @@ class OwnListeners:
 class SandboxSockets:
     """Unix sockets the sandbox bound itself: its own IPC, always reachable.
 
-    Recognised by the socket's own inode, read from sandlock's duplicate of it, never
-    from a path the sandbox could swap. ``files`` (the socket files' identities, read
-    after the bind) only says where a sock_diag lookup is worth making.
+    Recognised by the socket's own inode, read from sandlock's duplicate of it at bind
+    time; which socket a file stands for is then asked of the kernel, never inferred
+    from a path the sandbox could swap. ``files`` (socket files' identities read after
+    the bind) only says when that question is worth asking.
     """
 
     def __init__(self) -> None:
-        self.sockets: set[int] = set()
+        self.sockets: dict[int, None] = {}  # socket inodes, oldest first
         self.files: set[tuple[int, int]] = set()
 
     def add(self, socket_inode: int, file: tuple[int, int] | None) -> None:
-        self.sockets.add(socket_inode)
+        self.sockets[socket_inode] = None
         if file is not None:
             self.files.add(file)
+
+    def forget(self, socket_inode: int) -> None:
+        self.sockets.pop(socket_inode, None)
 
     def may_be_ours(self, address: UnixAddress) -> bool:
         return address.identity in self.files

@@ -2,8 +2,8 @@
 
 The keeper is the command's parent and a child subreaper, so every process the
 command starts stays beneath it even when intermediate parents exit. When the
-command exits, or sandlock dies (parent-death signal), or sandlock asks
-(SIGUSR1, used by timeouts), the keeper kills the whole sandbox tree, reaps it,
+command exits, or sandlock dies (its end of the report pipe closes), or sandlock
+asks (SIGUSR1, used by timeouts), the keeper kills the whole sandbox tree, reaps it,
 and reports the command's wait status to sandlock over a pipe.
 
 Killing is exact: with IPC scoping on, the keeper sits in a Landlock domain scoped
@@ -15,19 +15,15 @@ kernels) it walks /proc for its descendants until none is left.
 from __future__ import annotations
 
 import os
+import select
 import signal
+import threading
 
 from . import _child
 from ._confine import Confinement, keeper_scope
-from ._libc import (
-    PR_SET_CHILD_SUBREAPER,
-    PR_SET_DUMPABLE,
-    PR_SET_NO_NEW_PRIVS,
-    PR_SET_PDEATHSIG,
-    prctl,
-)
+from ._libc import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, prctl
 
-KILL_SIGNAL = signal.SIGUSR1  # parent death and sandlock's "kill everything" request
+KILL_SIGNAL = signal.SIGUSR1  # "kill everything": from sandlock (timeout) or our watcher
 # "exit" reports carry the command's wait status, or one of these.
 STATUS_KILLED = -1  # the tree was killed on request before the command ended
 STATUS_FAILED = -2  # the keeper itself failed
@@ -43,11 +39,11 @@ def _on_kill_signal(signum: int, frame: object) -> None:
     raise _KillAll
 
 
-def run(spec: _child.ChildSpec, sandlock_pid: int, report_fd: int, error_fd: int) -> None:
+def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
     """Body of the keeper process; never returns."""
     status = STATUS_FAILED
     try:
-        _become_keeper(sandlock_pid, spec.confinement)
+        _become_keeper(report_fd, spec.confinement)
         keeper_pid = os.getpid()
         command_pid = os.fork()
         if command_pid == 0:
@@ -66,20 +62,33 @@ def run(spec: _child.ChildSpec, sandlock_pid: int, report_fd: int, error_fd: int
         os._exit(0)
 
 
-def _become_keeper(sandlock_pid: int, confinement: Confinement) -> None:
+def _become_keeper(report_fd: int, confinement: Confinement) -> None:
     prctl(PR_SET_DUMPABLE, 0)  # holds a copy of sandlock's memory: not readable via /proc
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     for sig in _IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     signal.signal(KILL_SIGNAL, _on_kill_signal)
-    prctl(PR_SET_PDEATHSIG, KILL_SIGNAL)
-    if os.getppid() != sandlock_pid:  # sandlock died before the death signal was armed
-        raise _KillAll
     scope = keeper_scope(confinement)
     if scope is not None:
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         scope.restrict_self()
         scope.close()
+    # After restrict_self: the watcher thread inherits the domain, and signals itself.
+    threading.Thread(target=_watch_sandlock, args=(report_fd,), daemon=True).start()
+
+
+def _watch_sandlock(report_fd: int) -> None:
+    """Kill the tree when sandlock is gone: the report pipe's read end, held by
+    sandlock alone, closes (POLLERR on our end), however sandlock died.
+
+    Not PR_SET_PDEATHSIG: it fires when the *thread* that forked us exits, which an
+    API caller's short-lived thread (a thread pool) does while sandlock lives on.
+    """
+    poller = select.poll()
+    poller.register(report_fd, select.POLLERR)
+    while not poller.poll():
+        pass
+    os.kill(os.getpid(), KILL_SIGNAL)
 
 
 def _close_all_but(report_fd: int) -> None:

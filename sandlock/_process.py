@@ -118,13 +118,15 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     to_child, from_sandlock = os.pipe() if adopt_listener else (-1, -1)
     if adopt_listener:
         spec = replace(spec, handoff=(from_child, to_child))
-    sandlock_pid = os.getpid()
     keeper_pid = os.fork()
     if keeper_pid == 0:
         for fd in (report_r, error_r, to_sandlock, from_sandlock):
             if fd >= 0:
                 os.close(fd)
-        _keeper.run(spec, sandlock_pid, report_w, error_w)  # never returns
+        try:
+            _keeper.run(spec, report_w, error_w)  # never returns...
+        finally:
+            os._exit(EXIT_SETUP)  # ...and must never unwind into the caller's code
     for fd in (report_w, error_w, from_child, to_child):
         if fd >= 0:
             os.close(fd)

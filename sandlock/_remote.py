@@ -99,34 +99,31 @@ def abstract_socket_inode(name: bytes) -> int | None:
 
 
 _NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY = 4, 20
-_NLM_F_REQUEST, _NLM_F_DUMP, _NLMSG_DONE, _NLMSG_ERROR = 0x1, 0x300, 3, 2
+_NLM_F_REQUEST = 0x1
 _UDIAG_SHOW_VFS, _UNIX_DIAG_VFS = 0x2, 1
 _NLMSGHDR = struct.Struct("=IHHII")
-_UNIX_DIAG_REQ = struct.Struct("=BBHIII8x")  # family, protocol, pad, states, ino, show, cookie
+_UNIX_DIAG_REQ = struct.Struct("=BBHIII")  # family, protocol, pad, states, ino, show (+ cookie)
 _UNIX_DIAG_MSG = struct.Struct("=BBBBI8x")  # family, type, state, pad, ino, cookie
 _RTATTR = struct.Struct("=HH")
 
 
-def unix_socket_at(dev: int, ino: int) -> int | None:
-    """The inode of the unix socket bound to the socket file (st_dev, st_ino), if any.
+def unix_socket_file(socket_inode: int) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the socket file unix socket ``socket_inode`` is bound to;
+    None if it is bound to no file, or gone.
 
-    Asks the kernel (sock_diag, UNIX_DIAG_VFS): which socket a file stands for cannot
-    be learnt from its path, which the sandbox may swap at any moment.
+    Asks the kernel (sock_diag, UNIX_DIAG_VFS) about that one socket: which socket a
+    file stands for cannot be learnt from its path, which the sandbox may swap at any
+    moment (and a table dump may skip entries while sockets come and go).
     """
-    wanted = (os.major(dev) << 20) | os.minor(dev), ino  # the kernel's dev_t encoding
-    request = _UNIX_DIAG_REQ.pack(socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, _UDIAG_SHOW_VFS)
-    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY,
-                            _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
+    request = _UNIX_DIAG_REQ.pack(socket.AF_UNIX, 0, 0, 0xFFFFFFFF, socket_inode, _UDIAG_SHOW_VFS)
+    request += b"\xff" * 8  # udiag_cookie: any
+    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as diag:
         diag.sendall(header + request)
-        while True:
-            data = diag.recv(1 << 16)
-            for kind, payload in _netlink_messages(data):
-                if kind in (_NLMSG_DONE, _NLMSG_ERROR):
-                    return None
-                found = _vfs_match(payload, wanted)
-                if found is not None:
-                    return found
+        for kind, payload in _netlink_messages(diag.recv(1 << 12)):
+            if kind == _SOCK_DIAG_BY_FAMILY:
+                return _vfs_of(payload, socket_inode)
+    return None  # NLMSG_ERROR: no such socket
 
 
 def _netlink_messages(data: bytes):
@@ -139,11 +136,10 @@ def _netlink_messages(data: bytes):
         offset += (length + 3) & ~3
 
 
-def _vfs_match(payload: bytes, wanted: tuple[int, int]) -> int | None:
-    """The socket inode of one unix_diag_msg if its UNIX_DIAG_VFS is ``wanted``."""
-    if len(payload) < _UNIX_DIAG_MSG.size:
+def _vfs_of(payload: bytes, socket_inode: int) -> tuple[int, int] | None:
+    """UNIX_DIAG_VFS of a unix_diag_msg about ``socket_inode``, as (st_dev, st_ino)."""
+    if len(payload) < _UNIX_DIAG_MSG.size or _UNIX_DIAG_MSG.unpack_from(payload)[4] != socket_inode:
         return None
-    socket_inode = _UNIX_DIAG_MSG.unpack_from(payload)[4]
     offset = _UNIX_DIAG_MSG.size
     while offset + _RTATTR.size <= len(payload):
         length, kind = _RTATTR.unpack_from(payload, offset)
@@ -151,6 +147,7 @@ def _vfs_match(payload: bytes, wanted: tuple[int, int]) -> int | None:
             return None
         if kind == _UNIX_DIAG_VFS:
             vfs_ino, vfs_dev = struct.unpack_from("=II", payload, offset + _RTATTR.size)
-            return socket_inode if (vfs_dev, vfs_ino) == wanted else None
+            # The kernel's dev_t (major << 20 | minor) in the stat encoding.
+            return os.makedev(vfs_dev >> 20, vfs_dev & 0xFFFFF), vfs_ino
         offset += (length + 3) & ~3
     return None

@@ -333,13 +333,20 @@ class Supervisor:
         return decision
 
     def _identify(self, address: SockAddress | None) -> SockAddress | None:
-        """For a socket file the sandbox may have bound: which socket is bound there
-        (sock_diag), so that the verdict recognises the sandbox's own by its inode."""
+        """For a socket file the sandbox may have bound: which of its sockets is bound
+        there (asked of the kernel), so that the verdict recognises it by its inode."""
         if not isinstance(address, UnixAddress) or address.abstract:
             return address
-        if not self._context.own_sockets.may_be_ours(address):
+        own = self._context.own_sockets
+        if not own.may_be_ours(address):
             return address
-        return replace(address, bound_socket=_remote.unix_socket_at(*address.identity))
+        for socket_inode in reversed(list(own.sockets)):  # the newest are the likeliest
+            file = _remote.unix_socket_file(socket_inode)
+            if file is None:
+                own.forget(socket_inode)  # closed: never the answer again
+            elif file == address.identity:
+                return replace(address, bound_socket=socket_inode)
+        return address
 
     def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:
         if decision.audited and address is not None:

@@ -181,3 +181,16 @@ def test_confined_worker_hands_back_exceptions():
         assert worker.call(lambda: (0, 0)) == (0, 0)  # and it still serves
     finally:
         worker.stop()
+
+
+def test_started_from_a_thread_that_ends():
+    """A thread pool's worker starts the sandbox and exits: the sandbox lives on."""
+    import threading
+
+    started = []
+    thread = threading.Thread(target=lambda: started.append(Sandbox().start(["sleep", "0.5"])))
+    thread.start()
+    thread.join()
+    begin = time.monotonic()
+    assert started[0].wait(10) == 0
+    assert time.monotonic() - begin > 0.3  # it really ran, it was not killed at once
