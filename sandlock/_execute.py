@@ -37,6 +37,7 @@ _SOL_SOCKET, _SO_ERROR = 1, 4
 _MSG_DONTWAIT = 0x40
 _MSG_FASTOPEN = 0x20000000
 _INLINE_WAIT_MS = 1  # a loopback handshake is over by then; anything slower waits on a worker
+_BACKLOG_RETRY_MS = 10  # a full unix backlog gives no readiness event: try again this often
 
 
 class _IoVec(ctypes.Structure):
@@ -77,8 +78,36 @@ def connect(sock: Socket, address: SockAddress) -> Outcome | Deferred:
     if error == errno.EINPROGRESS:
         return _completed(sock.fd, _INLINE_WAIT_MS) or (lambda gone: _completed(sock.fd, -1, gone))
     if error == errno.EAGAIN:  # a unix listener's backlog is full: wait, as the kernel would
-        return lambda gone: _connect_now(sock.fd, address)
+        return lambda gone: _until_done(gone, lambda: _connect_without_blocking(sock.fd, address),
+                                        retry_ms=_BACKLOG_RETRY_MS)
     return value, error
+
+
+def _connect_without_blocking(fd: int, address: SockAddress) -> Outcome:
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    try:
+        return _connect_now(fd, address)
+    finally:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+
+
+def _until_done(gone: int, attempt: Callable[[], Outcome], *, fd: int = -1,
+                retry_ms: int = -1) -> Outcome:
+    """Repeat a non-blocking ``attempt`` while it would block: when ``fd`` becomes
+    writable, or every ``retry_ms``. Ends (EINTR, nobody left to tell) as soon as the
+    caller is gone, so nothing is sent or connected for a dead command."""
+    poller = select.poll()
+    if fd >= 0:
+        poller.register(fd, select.POLLOUT)
+    if gone >= 0:
+        poller.register(gone, select.POLLIN)
+    while True:
+        value, error = attempt()
+        if error not in (errno.EAGAIN, errno.EWOULDBLOCK):
+            return value, error
+        if any(ready == gone for ready, _ in poller.poll(retry_ms)):
+            return -1, errno.EINTR
 
 
 def _connect_now(fd: int, address: SockAddress) -> Outcome:
@@ -147,12 +176,13 @@ def send(sock: Socket, message: Message, flags: int) -> Outcome | Deferred:
         return _send_now(sock.fd, message, flags)
     value, error = _send_now(sock.fd, message, flags | _MSG_DONTWAIT)
     if error in (errno.EAGAIN, errno.EWOULDBLOCK):
-        return lambda gone: _send_now(sock.fd, message, flags)
+        stream = sock.type == _SOCK_STREAM
+        return lambda gone: _send_blocking(sock.fd, message, flags, gone, stream)
     if not error and sock.type == _SOCK_STREAM and value < sum(map(len, message.data)):
         # A blocking stream send hands over everything before it returns: the rest
         # goes out from a worker (the ancillary data already went with the first part).
         rest = Message(None, (b"".join(message.data)[value:],))
-        return lambda gone: _send_rest(sock.fd, rest, flags & ~_MSG_FASTOPEN, value)
+        return lambda gone: _send_rest(sock.fd, rest, flags & ~_MSG_FASTOPEN, value, gone)
     if error == errno.EINPROGRESS and flags & _MSG_FASTOPEN:
         # A Fast Open connect started and nothing was sent (no cookie yet): blocking,
         # the call would wait for the connection and then send. So do we.
@@ -164,14 +194,33 @@ def send(sock: Socket, message: Message, flags: int) -> Outcome | Deferred:
     return value, error
 
 
-def _send_rest(fd: int, rest: Message, flags: int, already: int) -> Outcome:
-    value, error = _send_now(fd, rest, flags)
-    return (already, 0) if error else (already + value, 0)
+def _send_blocking(fd: int, message: Message, flags: int, gone: int, stream: bool) -> Outcome:
+    """What a blocking send does (wait for room, everything of a stream send), on a
+    worker, giving up when the caller is gone."""
+    value, error = _until_done(gone, lambda: _send_now(fd, message, flags | _MSG_DONTWAIT), fd=fd)
+    if error or not stream or value >= sum(map(len, message.data)):
+        return value, error
+    rest = Message(None, (b"".join(message.data)[value:],))
+    return _send_rest(fd, rest, flags & ~_MSG_FASTOPEN, value, gone)
+
+
+def _send_rest(fd: int, rest: Message, flags: int, already: int, gone: int) -> Outcome:
+    """The rest of a stream send whose first part went out (ancillary data with it)."""
+    remaining = rest.data[0]
+    while remaining:
+        chunk = Message(None, (remaining,))
+        value, error = _until_done(gone, lambda chunk=chunk: _send_now(fd, chunk, flags | _MSG_DONTWAIT),
+                                   fd=fd)
+        if error:
+            break
+        already += value
+        remaining = remaining[value:]
+    return already, 0
 
 
 def _send_when_connected(fd: int, message: Message, flags: int, gone: int) -> Outcome:
     value, error = _completed(fd, -1, gone)
-    return (value, error) if error else _send_now(fd, message, flags)
+    return (value, error) if error else _send_blocking(fd, message, flags, gone, stream=True)
 
 
 def _send_now(fd: int, message: Message, flags: int) -> Outcome:

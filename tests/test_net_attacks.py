@@ -1191,3 +1191,31 @@ def test_own_socket_recognition_cannot_be_raced_onto_a_host_socket(tmp_path):
     finally:
         daemon.close()
     assert reached == []
+
+
+def test_nothing_is_sent_for_a_command_that_was_killed():
+    """A blocking 50 MB send to a peer that does not read waits on a worker; when the
+    sandbox is killed (timeout), sandlock stops sending for it."""
+    from sandlock import Policy, Sandbox
+
+    server = socket.socket()
+    server.bind(("127.0.0.4", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    script = (
+        "import socket, sys\n"
+        "s = socket.create_connection(('127.0.0.4', int(sys.argv[1])))\n"
+        "s.sendmsg([b'x' * (50 << 20)])\n"
+    )
+    try:
+        result = Sandbox(Policy(net_allow=(f"127.0.0.4:{port}",), timeout=1.5), quiet=True).run(
+            [sys.executable, "-c", script, str(port)])
+        assert result.timed_out
+        connection, _ = server.accept()
+        connection.settimeout(5)
+        total = 0
+        while chunk := connection.recv(1 << 20):  # EOF: nobody holds the socket any more
+            total += len(chunk)
+    finally:
+        server.close()
+    assert total < 50 << 20
