@@ -53,9 +53,7 @@ def exec_command(spec: ChildSpec, keeper_pid: int, error_fd: int) -> None:
         if os.getppid() != keeper_pid:  # the keeper died before we set the death signal
             os._exit(EXIT_SETUP)
         os.chdir(spec.cwd)
-        listener = spec.confinement.apply()
-        if listener is not None:
-            _hand_over(listener, spec.handoff)
+        _hand_over(spec.confinement.apply(), spec.handoff)
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
         _report(error_fd, b"setup " + _describe(exc).encode(errors="replace"))
         os._exit(EXIT_SETUP)

@@ -37,34 +37,25 @@ class Confinement:
     """Kernel objects ready to be applied to a freshly forked child."""
 
     ruleset: _landlock.Ruleset | None
-    seccomp_program: bytes | None
+    seccomp_program: bytes  # with the network syscalls handed to sandlock's supervisor
     scopes_signals: bool
-    supervised: bool  # network syscalls go to sandlock's supervisor (a listener is made)
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
-    def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str], *,
-                supervised: bool) -> Confinement:
+    def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str]) -> Confinement:
         warnings: list[str] = []
         abi = _landlock.abi_version()
         ruleset = _filesystem_ruleset(policy, abi, cwd, env, warnings)
-        program = _seccomp_program(policy, supervised, warnings)
+        program = _seccomp_program(policy)
         scopes_signals = ruleset is not None and abi >= MIN_SCOPE_ABI and not policy.allow_ipc
-        return cls(ruleset, program, scopes_signals, supervised and program is not None, warnings)
+        return cls(ruleset, program, scopes_signals, warnings)
 
-    def apply(self) -> int | None:
-        """Confine the calling process (the child, right before exec).
-
-        Returns the seccomp listener fd when the network is supervised.
-        """
+    def apply(self) -> int:
+        """Confine the calling process (the child, right before exec); returns the
+        seccomp listener fd, for sandlock's supervisor."""
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         drop_capabilities(DROPPED_CAPABILITIES)
         self.restrict_filesystem()
-        if self.seccomp_program is None:
-            return None
-        if not self.supervised:
-            _seccomp.install(self.seccomp_program)
-            return None
         # WAIT_KILLABLE_RECV: once the supervisor holds a call, only a fatal signal can
         # abandon it, so no connect is performed for a caller that already gave up.
         flags = _seccomp.SECCOMP_FILTER_FLAG_NEW_LISTENER | _seccomp.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
@@ -131,20 +122,16 @@ def _filesystem_ruleset(
     return ruleset
 
 
-def _seccomp_program(policy: Policy, supervised: bool, warnings: list[str]) -> bytes | None:
+def _seccomp_program(policy: Policy) -> bytes:
+    """The filter, with the network syscalls for the supervisor. Required even with
+    --best-effort: without it there would be no network policy at all, silently."""
     arch = native_arch()  # SetupError on a machine without a verified syscall table
-    if not _seccomp.action_available(_seccomp.SECCOMP_RET_KILL_PROCESS):
-        if supervised:  # every run: without seccomp the network would be wide open
-            raise SetupError("seccomp filtering (SECCOMP_RET_KILL_PROCESS) is not available: "
-                             "the network policy cannot be enforced (run `sandlock check`)")
-        _missing("seccomp filtering (SECCOMP_RET_KILL_PROCESS) is not available", policy, warnings)
-        return None
-    notify = frozenset(_seccomp.SUPERVISED) if supervised else frozenset()
-    if supervised and not _seccomp.action_available(_seccomp.SECCOMP_RET_USER_NOTIF):
-        # Without a supervisor the network cannot be confined: never run it open.
-        raise SetupError("seccomp user notification is not available: the network policy "
-                         "cannot be enforced (run `sandlock check`)")
-    return _seccomp.build_filter(arch, frozenset(policy.allow_syscalls), notify)
+    for action, what in ((_seccomp.SECCOMP_RET_KILL_PROCESS, "seccomp filtering"),
+                         (_seccomp.SECCOMP_RET_USER_NOTIF, "seccomp user notification")):
+        if not _seccomp.action_available(action):
+            raise SetupError(f"{what} is not available: the network policy cannot be "
+                             "enforced (run `sandlock check`)")
+    return _seccomp.build_filter(arch, frozenset(policy.allow_syscalls), frozenset(_seccomp.SUPERVISED))
 
 
 def level_access(abi: int) -> dict[int, int]:

@@ -18,8 +18,9 @@ import threading
 from collections.abc import Callable
 
 from . import _sockaddr
-from ._libc import PR_SET_NO_NEW_PRIVS, prctl, syscall
+from ._libc import PR_SET_NO_NEW_PRIVS, IoVec, prctl, syscall
 from ._materialize import Message, Socket
+from ._seccomp import MSG_FASTOPEN
 from ._sockaddr import SockAddress, UnixAddress
 from ._syscalls import nr
 
@@ -35,19 +36,14 @@ _RESOLVE_NO_SYMLINKS = 0x04
 _SOCK_STREAM = 1
 _SOL_SOCKET, _SO_ERROR = 1, 4
 _MSG_DONTWAIT = 0x40
-_MSG_FASTOPEN = 0x20000000
 _INLINE_WAIT_MS = 1  # a loopback handshake is over by then; anything slower waits on a worker
 _BACKLOG_RETRY_MS = 10  # a full unix backlog gives no readiness event: try again this often
-
-
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
 class _MsgHdr(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
-        ("iov", ctypes.POINTER(_IoVec)), ("iovlen", ctypes.c_size_t),
+        ("iov", ctypes.POINTER(IoVec)), ("iovlen", ctypes.c_size_t),
         ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t), ("flags", ctypes.c_int),
     ]
 
@@ -182,11 +178,11 @@ def send(sock: Socket, message: Message, flags: int) -> Outcome | Deferred:
         # A blocking stream send hands over everything before it returns: the rest
         # goes out from a worker (the ancillary data already went with the first part).
         rest = Message(None, (b"".join(message.data)[value:],))
-        return lambda gone: _send_rest(sock.fd, rest, flags & ~_MSG_FASTOPEN, value, gone)
-    if error == errno.EINPROGRESS and flags & _MSG_FASTOPEN:
+        return lambda gone: _send_rest(sock.fd, rest, flags & ~MSG_FASTOPEN, value, gone)
+    if error == errno.EINPROGRESS and flags & MSG_FASTOPEN:
         # A Fast Open connect started and nothing was sent (no cookie yet): blocking,
         # the call would wait for the connection and then send. So do we.
-        flags &= ~_MSG_FASTOPEN
+        flags &= ~MSG_FASTOPEN
         connected = _completed(sock.fd, _INLINE_WAIT_MS)
         if connected is None:
             return lambda gone: _send_when_connected(sock.fd, message, flags, gone)
@@ -201,7 +197,7 @@ def _send_blocking(fd: int, message: Message, flags: int, gone: int, stream: boo
     if error or not stream or value >= sum(map(len, message.data)):
         return value, error
     rest = Message(None, (b"".join(message.data)[value:],))
-    return _send_rest(fd, rest, flags & ~_MSG_FASTOPEN, value, gone)
+    return _send_rest(fd, rest, flags & ~MSG_FASTOPEN, value, gone)
 
 
 def _send_rest(fd: int, rest: Message, flags: int, already: int, gone: int) -> Outcome:
@@ -225,8 +221,8 @@ def _send_when_connected(fd: int, message: Message, flags: int, gone: int) -> Ou
 
 def _send_now(fd: int, message: Message, flags: int) -> Outcome:
     buffers = [ctypes.create_string_buffer(chunk, len(chunk)) for chunk in message.data]
-    iov = (_IoVec * max(len(buffers), 1))(*(
-        _IoVec(ctypes.addressof(b), len(chunk)) for b, chunk in zip(buffers, message.data)))
+    iov = (IoVec * max(len(buffers), 1))(*(
+        IoVec(ctypes.addressof(b), len(chunk)) for b, chunk in zip(buffers, message.data)))
     control = ctypes.create_string_buffer(message.control, len(message.control)) if message.control else None
     with _kernel_address(message.destination) as raw:
         if isinstance(raw, int):

@@ -44,14 +44,14 @@ def probe() -> list[Feature]:
         Feature("Landlock IPC scoping", abi >= 6, "yes" if abi >= 6 else "needs ABI 6",
                 "abstract unix sockets and signals blocked unless --allow-ipc", True),
         Feature("Landlock TCP rules", abi >= 4, "yes" if abi >= 4 else "needs ABI 4",
-                "port-only TCP policies enforced in the kernel (network policy)", False),
+                "not used: the supervisor enforces every network rule", False),
         Feature("seccomp filter", action_available(SECCOMP_RET_KILL_PROCESS),
                 "SECCOMP_RET_KILL_PROCESS", "syscall filter installed last, before exec", True),
         Feature("seccomp user notification", action_available(SECCOMP_RET_USER_NOTIF),
-                "SECCOMP_RET_USER_NOTIF", "network supervisor (connect, send, bind)", False),
+                "SECCOMP_RET_USER_NOTIF", "network supervisor (connect, send, bind)", True),
         Feature("pidfd_open", _syscall_exists("pidfd_open", os.getpid(), 0), "syscall",
-                "network supervisor", False),
+                "network supervisor", True),
         Feature("pidfd_getfd", _syscall_exists("pidfd_getfd", -1, 0, 0), "syscall",
-                "on-behalf socket operations (network supervisor)", False),
+                "on-behalf socket operations (network supervisor)", True),
     ]
     return features

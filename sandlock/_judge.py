@@ -16,7 +16,7 @@ from ._materialize import Message, Socket
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
 from ._netspec import unmapped
 from ._pins import PinTable
-from ._sockaddr import InetAddress, OtherAddress, SockAddress, UnixAddress
+from ._sockaddr import AF_NETLINK, InetAddress, OtherAddress, SockAddress, UnixAddress
 
 
 @dataclass
@@ -185,7 +185,7 @@ def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decisio
 
 
 def _judge_other(address: OtherAddress, binding: bool) -> Decision:
-    if address.family == 16:  # AF_NETLINK: socket() already allows only NETLINK_ROUTE
+    if address.family == AF_NETLINK:  # socket() already allows only NETLINK_ROUTE
         return Decision(True, address, _ALLOWED_UNGOVERNED, "netlink")
     if address.family == _AF_UNSPEC and not binding:  # connect(): dissolve an association
         return Decision(True, address, _ALLOWED_UNGOVERNED, "unspec")

@@ -24,6 +24,12 @@ PR_GET_NO_NEW_PRIVS = 39
 PR_SET_CHILD_SUBREAPER = 36
 
 
+class IoVec(ctypes.Structure):
+    """struct iovec"""
+
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
 def _marshal(arg: object) -> object:
     if arg is None:
         return ctypes.c_void_p(None)

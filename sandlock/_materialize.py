@@ -23,7 +23,8 @@ SOCKADDR_MAX = 128  # sizeof(struct sockaddr_storage): the kernel refuses longer
 IOV_MAX = 1024  # UIO_MAXIOV
 MMSG_MAX = 1024  # UIO_MAXIOV bounds sendmmsg's vlen too
 _MSGHDR = struct.Struct("=QI4xQQQQi4x")  # name, namelen, iov, iovlen, control, controllen, flags
-_MMSGHDR_SIZE = _MSGHDR.size + 8  # + unsigned int msg_len, padded
+MSG_LEN_OFFSET = _MSGHDR.size  # struct mmsghdr: a msghdr, then unsigned int msg_len
+MMSGHDR_SIZE = _MSGHDR.size + 8  # (padded)
 _IOVEC = struct.Struct("=QQ")
 _CMSGHDR = struct.Struct("=Qii")  # len, level, type
 _SCM_RIGHTS = 1
@@ -113,10 +114,10 @@ def materialize(notification: Notification, syscall: str, pidfd: int) -> Request
                            flags=args[2] & 0xFFFFFFFF, owned_fds=tuple(owned))
         if syscall == "sendmmsg":
             count = min(args[2] & 0xFFFFFFFF, MMSG_MAX)
-            table = _remote.read_memory(pid, args[1], count * _MMSGHDR_SIZE)
+            table = _remote.read_memory(pid, args[1], count * MMSGHDR_SIZE)
             budget = [_remote.MAX_COPY]
             messages = tuple(
-                _message(pid, pidfd, table[i * _MMSGHDR_SIZE:i * _MMSGHDR_SIZE + _MSGHDR.size], owned, budget)
+                _message(pid, pidfd, table[i * MMSGHDR_SIZE:i * MMSGHDR_SIZE + _MSGHDR.size], owned, budget)
                 for i in range(count)
             )
             return Request(notification, syscall, sock, messages=messages, flags=args[3] & 0xFFFFFFFF,

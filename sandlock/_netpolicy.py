@@ -204,19 +204,6 @@ class NetPolicy:
             return not any(_blocks_address(rule, address) for rule in self.deny)
         return any(_targets(rule, address, frozenset()) for rule in self.allow)
 
-    @property
-    def allows_everything(self) -> bool:
-        """True when a rule lets TCP and UDP reach every host and port, and nothing is denied.
-
-        The supervisor may then be skipped for INET traffic. Consequences: DNS goes to
-        the system's resolvers unpinned (harmless: every address is reachable) and ICMP
-        echo is left to the kernel (it can reach nothing TCP and UDP cannot). Unix
-        sockets still follow ``unix_paths``.
-        """
-        return not self.deny and any(
-            rule.any_host and rule.ports.all and {TCP, UDP} <= rule.protocols
-            for rule in self.allow
-        )
 
 
 # --- matching ----------------------------------------------------------------------

@@ -12,15 +12,11 @@ import os
 import socket
 import struct
 
-from ._libc import syscall
+from ._libc import IoVec, syscall
 from ._syscalls import nr
 
 PIDFD_THREAD = os.O_EXCL  # pidfd_open flag (Linux 6.9): a pidfd for a thread, not a leader
 MAX_COPY = 1 << 26  # refuse to copy more than 64 MiB for one syscall (the kernel's limit is larger)
-
-
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
 class Fault(OSError):
@@ -37,8 +33,8 @@ def read_memory(pid: int, address: int, length: int) -> bytes:
     if length < 0 or length > MAX_COPY:
         raise OSError(errno.EMSGSIZE, os.strerror(errno.EMSGSIZE))
     buffer = ctypes.create_string_buffer(length)
-    local = _IoVec(ctypes.addressof(buffer), length)
-    remote = _IoVec(address, length)
+    local = IoVec(ctypes.addressof(buffer), length)
+    remote = IoVec(address, length)
     try:
         done = syscall(nr("process_vm_readv"), pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
     except OSError as exc:
@@ -52,8 +48,8 @@ def read_memory(pid: int, address: int, length: int) -> bytes:
 
 def write_memory(pid: int, address: int, data: bytes) -> None:
     buffer = ctypes.create_string_buffer(data, len(data))
-    local = _IoVec(ctypes.addressof(buffer), len(data))
-    remote = _IoVec(address, len(data))
+    local = IoVec(ctypes.addressof(buffer), len(data))
+    remote = IoVec(address, len(data))
     done = syscall(nr("process_vm_writev"), pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
     if done != len(data):
         raise Fault

@@ -69,7 +69,7 @@ class Sandbox:
         audit = _open_audit(self.audit)
         # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets to
         # --unix-allow, and listening to --net-allow-bind.
-        confinement = Confinement.prepare(self.policy, cwd, env, supervised=True)
+        confinement = Confinement.prepare(self.policy, cwd, env)
         self.warnings = confinement.warnings
         terminal = Foreground.detect() if foreground else None
         spec = ChildSpec(
@@ -93,7 +93,7 @@ class Sandbox:
             network.adopt(pid, listener_fd)
 
         try:
-            process = spawn(spec, terminal, adopt if confinement.supervised else None)
+            process = spawn(spec, terminal, adopt)
         except BaseException:
             for network in networks:
                 network.close()

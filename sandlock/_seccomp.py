@@ -181,7 +181,7 @@ RULES: dict[str, Rule] = {
 # What --allow-syscall NAME may waive: every rule, as a whole.
 WAIVABLE: frozenset[str] = frozenset(RULES)
 
-_MSG_FASTOPEN = 0x20000000
+MSG_FASTOPEN = 0x20000000
 # Syscalls whose verdict depends on runtime values, for the network supervisor.
 # sendto without a destination (plain send on a connected socket) stays in the
 # kernel: its register arguments cannot change after this check. With an address,
@@ -194,7 +194,7 @@ SUPERVISED: dict[str, Rule] = {
     "sendmsg": Rule(default=NOTIFY),  # the address lives in memory: always supervised
     "sendmmsg": Rule(default=NOTIFY),
     "sendto": Rule(
-        Clause(ALLOW, Match(4, [0]), Match(4, [0], high=True), Match(3, [0], mask=_MSG_FASTOPEN)),
+        Clause(ALLOW, Match(4, [0]), Match(4, [0], high=True), Match(3, [0], mask=MSG_FASTOPEN)),
         default=NOTIFY,
     ),
 }

@@ -23,15 +23,13 @@ from . import _execute, _remote
 from ._audit import Audit
 from ._execute import ConfinedWorker, Deferred, Outcome
 from ._judge import Decision, RunContext, judge_destination, judge_listen, judge_message
-from ._materialize import Message, Refused, Request, Socket, materialize
+from ._materialize import MMSGHDR_SIZE, MSG_LEN_OFFSET, Message, Refused, Request, Socket, materialize
 from ._notify import Gone, Listener, Notification
+from ._seccomp import SUPERVISED
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
 from ._syscalls import Arch
 
-_MMSGHDR_SIZE = 64
-_MSG_LEN_OFFSET = 56
 _U32 = struct.Struct("=I")
-SUPERVISED_SYSCALLS = ("connect", "bind", "listen", "sendto", "sendmsg", "sendmmsg")
 # Performed on the confined worker, a thread with the command's Landlock domain and
 # capabilities: unix binds create files; netlink checks the capabilities of the thread
 # that binds, connects or sends (sandlock's own, root's perhaps, would be lent out).
@@ -57,7 +55,7 @@ class Services:
 
 class Supervisor:
     def __init__(self, arch: Arch, context: RunContext, audit: Audit, services: Services) -> None:
-        self._names = {arch.numbers[name]: name for name in SUPERVISED_SYSCALLS}
+        self._names = {arch.numbers[name]: name for name in SUPERVISED}
         self._context = context
         self._services = services
         self._audit = audit
@@ -294,7 +292,7 @@ class Supervisor:
             except Gone:
                 return outcome  # nobody to tell; the reply will find the call gone too
         _remote.write_memory(request.notification.pid,
-                             request.msgvec + index * _MMSGHDR_SIZE + _MSG_LEN_OFFSET,
+                             request.msgvec + index * MMSGHDR_SIZE + MSG_LEN_OFFSET,
                              _U32.pack(value))
         return index + 1, 0
 

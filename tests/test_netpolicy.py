@@ -314,7 +314,6 @@ def test_unix_paths_must_be_absolute():
 
 def test_unix_paths_are_kept_when_everything_inet_is_allowed():
     policy = allow("*", unix_paths=("/tmp/app.sock",))
-    assert policy.allows_everything
     assert not policy.unix_connect("/tmp/other.sock").allowed
 
 
@@ -369,27 +368,6 @@ def test_admits_name(policy, name, admitted):
 )
 def test_admits_address(policy, address, admitted):
     assert policy.admits_address(ip_address(address)) is admitted
-
-
-@pytest.mark.parametrize(
-    "policy, everything",
-    [
-        (allow("*"), True),
-        (allow("*:*"), True),
-        (allow(":1-65535"), True),
-        (allow("github.com", "*"), True),
-        (allow("tcp://*"), False),
-        (allow("tcp://*", "udp://*"), False),  # only a single TCP+UDP rule counts
-        (allow("*:1-65534"), False),
-        (allow("*:443"), False),
-        (allow("0.0.0.0/0"), False),  # IPv4 only
-        (allow("github.com"), False),
-        (deny("10.0.0.0/8"), False),
-        (NetPolicy(), False),
-    ],
-)
-def test_allows_everything(policy, everything):
-    assert policy.allows_everything is everything
 
 
 # --- construction ----------------------------------------------------------------------
