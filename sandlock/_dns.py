@@ -16,9 +16,9 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
+from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
 
-from ._netspec import parse_dns_server, parse_resolve
+from ._netspec import parse_dns_server, parse_resolve, unmapped
 from ._pins import IPAddress, PinTable, normalise_name
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms to import; checkers honour this spelling
@@ -85,7 +85,6 @@ _PRIVATE = (
     IPv6Network("::1/128"), IPv6Network("fc00::/7"), IPv6Network("fec0::/10"),
 )
 # IPv6 forms that reach an IPv4 address: judged as that address.
-_NAT64 = IPv6Network("64:ff9b::/96")
 
 
 def unpinnable_reason(address: IPAddress | str, allow_private: bool) -> str | None:
@@ -105,13 +104,10 @@ def pinnable(address: IPAddress | str, allow_private: bool) -> bool:
 
 
 def _as_judged(ip: IPAddress) -> IPAddress:
-    if isinstance(ip, IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        if ip in _NAT64:
-            return IPv4Address(int(ip) & 0xFFFFFFFF)
-        if ip.scope_id:  # fe80::1%eth0 compares unequal to the networks' members
-            return IPv6Address(str(ip).partition("%")[0])
+    """The address as the verdict sees it (one canonical form for both)."""
+    ip = unmapped(ip)
+    if isinstance(ip, IPv6Address) and ip.scope_id:  # fe80::1%eth0 compares unequal to members
+        return IPv6Address(str(ip).partition("%")[0])
     return ip
 
 

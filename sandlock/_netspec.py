@@ -112,10 +112,18 @@ class DnsServer:
     port: int = DNS_DEFAULT_PORT
 
 
+_NAT64_PREFIX = 0x0064FF9B << 96  # 64:ff9b::/96, the well-known NAT64 prefix
+
+
 def unmapped(address: IPAddress) -> IPAddress:
-    """An IPv4-mapped IPv6 address (``::ffff:a.b.c.d``) is the IPv4 address it carries."""
-    if isinstance(address, IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
+    """The IPv4 address an IPv6 address stands for, where it carries one: IPv4-mapped
+    (``::ffff:a.b.c.d``) and NAT64 (``64:ff9b::a.b.c.d``, which reaches that IPv4 host
+    wherever a NAT64 gateway exists); any other address as it is."""
+    if isinstance(address, IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if int(address) >> 32 == _NAT64_PREFIX >> 32:
+            return IPv4Address(int(address) & 0xFFFFFFFF)
     return address
 
 

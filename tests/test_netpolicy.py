@@ -389,3 +389,10 @@ def test_policy_is_frozen_and_hashable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         policy.allow = ()  # type: ignore[misc]
     assert hash(policy) == hash(allow("github.com:443", bind_ports=ALL_PORTS, unix_paths=("/tmp/a",)))
+
+
+def test_nat64_addresses_are_judged_as_the_ipv4_they_reach():
+    denied = NetPolicy(deny=(parse_deny("10.0.0.0/8"),))
+    endpoint = Endpoint("tcp", canonical_address(ip_address("64:ff9b::a00:1")), 443)
+    assert endpoint.address == ip_address("10.0.0.1")
+    assert not denied.connect(endpoint, PinTable()).allowed
