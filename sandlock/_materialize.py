@@ -195,9 +195,10 @@ def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> S
     for own in (b"/proc/self/", b"/proc/thread-self/"):  # the caller's, not sandlock's
         if path.startswith(own):
             path = b"/proc/%d/" % pid + path[len(own):]
+    if not must_exist:  # bind: the last component is created, never followed
+        directory, name = os.path.split(path)
+        return UnixAddress(os.path.join(os.path.realpath(directory), name), abstract=False)
     path = os.path.realpath(path)
-    if not must_exist:
-        return UnixAddress(path, abstract=False)
     try:
         found = os.stat(path)
     except OSError:

@@ -534,3 +534,19 @@ def test_a_closed_stderr_does_not_hang_the_supervisor():
         result = subprocess.run([PY, "-m", "sandlock", "run", "--", PY, "-c", script],
                                 stdout=subprocess.PIPE, stderr=full, text=True, timeout=30)
     assert result.stdout.split() == ["13", "13", "13"]
+
+
+def test_bind_onto_an_existing_symlink_fails_as_natively(tmp_path):
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link.sock").symlink_to(tmp_path / "target" / "real.sock")
+    script = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        "    s.bind(sys.argv[1]); print('bound')\n"
+        "except OSError as e: print(e.errno)\n"
+    )
+    native = subprocess.run([PY, "-c", script, str(tmp_path / "link.sock")], capture_output=True, text=True)
+    boxed = sandlock("run", "--cwd", str(tmp_path), "--", PY, "-c", script, str(tmp_path / "link.sock"))
+    assert boxed.stdout.strip() == native.stdout.strip() == "98"  # EADDRINUSE
+    assert not (tmp_path / "target" / "real.sock").exists()
