@@ -64,6 +64,8 @@ class Supervisor:
         self._listener: Listener | None = None
         self._thread: threading.Thread | None = None
         self._stop_r, self._stop_w = os.pipe()
+        self._lock = threading.Lock()
+        self._released = False  # fds closed: their numbers may belong to others now
 
     def adopt(self, pid: int, fd: int) -> None:
         """Take the child's listener fd (``fd`` in process ``pid``) and start serving."""
@@ -78,19 +80,22 @@ class Supervisor:
     def stop(self) -> None:
         """Ask the loop to end; it releases its own fds (a worker may still be waiting
         on a deferred call: it keeps the listener alive until it has answered)."""
-        try:
-            os.write(self._stop_w, b"x")
-        except OSError:
-            pass
+        with self._lock:
+            if not self._released:
+                os.write(self._stop_w, b"x")
         if self._thread is not None:
             self._thread.join(timeout=5)
         else:
             self._release()
 
     def _release(self) -> None:
-        self._pidfds.close()
-        for fd in (self._stop_r, self._stop_w):
-            os.close(fd)
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            self._pidfds.close()
+            for fd in (self._stop_r, self._stop_w):
+                os.close(fd)
         if self._listener is not None:
             self._listener.close_when_idle()
 
