@@ -15,7 +15,7 @@ from io import TextIOWrapper as TextIO
 
 from . import _netspec
 from ._audit import Audit
-from ._confine import DROPPED_CAPABILITIES, Confinement, drop_capabilities
+from ._confine import DROPPED_CAPABILITIES, drop_capabilities
 from ._execute import ConfinedWorker
 from ._judge import OwnListeners, RunContext
 from ._landlock import restrict_self
@@ -46,8 +46,10 @@ def compile_policy(policy: Policy) -> NetPolicy:
 class Network(Services):
     """Everything that enforces one run's network policy; ``close`` when it ends."""
 
-    def __init__(self, policy: Policy, confinement: Confinement, audit_file: TextIO | None, *,
+    def __init__(self, policy: Policy, ruleset_fd: int | None, audit_file: TextIO | None, *,
                  quiet: bool) -> None:
+        """``ruleset_fd``: the command's Landlock ruleset (owned from now on), for the
+        confined worker; ``audit_file``: owned from now on."""
         self._policy = policy
         self._rules = rules = compile_policy(policy)
         self._quiet = quiet
@@ -58,15 +60,15 @@ class Network(Services):
         self._dns_ready: threading.Event | None = None
         self._responder = None
         self._closed = False
-        # Kept open for a confined worker created on first need (a unix bind).
-        self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
+        self._ruleset_fd = ruleset_fd  # kept for a confined worker made on first need
         self._confined: ConfinedWorker | None = None
         context = RunContext(rules, self.pins, self._listeners, ipc_scoped=not policy.allow_ipc)
         self._supervisor = Supervisor(native_arch(), context, self.audit, self)
 
-    def adopt(self, pid: int, listener_fd: int) -> None:
-        """Take the command's seccomp listener; pin the policy's names meanwhile."""
-        self._supervisor.adopt(pid, listener_fd)
+    def serve(self, listener_fd: int) -> None:
+        """Answer the command's calls (``listener_fd``: its seccomp listener, owned from
+        now on); pin the policy's names meanwhile."""
+        self._supervisor.serve(listener_fd)
         if self._rules.hostnames() or self._policy.resolve:
             self._start_dns()
 

@@ -67,13 +67,9 @@ class Supervisor:
         self._lock = threading.Lock()
         self._released = False  # fds closed: their numbers may belong to others now
 
-    def adopt(self, pid: int, fd: int) -> None:
-        """Take the child's listener fd (``fd`` in process ``pid``) and start serving."""
-        pidfd = _remote.open_pidfd(pid)
-        try:
-            self._listener = Listener(_remote.duplicate_fd(pidfd, fd))
-        finally:
-            os.close(pidfd)
+    def serve(self, listener_fd: int) -> None:
+        """Start answering the calls of the filter behind ``listener_fd`` (ours now)."""
+        self._listener = Listener(listener_fd)
         self._thread = threading.Thread(target=self._serve, daemon=True, name="sandlock-supervisor")
         self._thread.start()
 
