@@ -68,7 +68,8 @@ def _add_run_parser(commands: argparse._SubParsersAction) -> None:
     net.add_argument("--net-allow-bind", action="append", default=[], metavar="PORTS",
                      help="ports COMMAND may bind and listen on, or * (repeatable)")
     net.add_argument("--unix-allow", action="append", default=[], metavar="PATH",
-                     help="a pathname unix socket COMMAND may connect to (repeatable)")
+                     help="a host's pathname unix socket COMMAND may connect to (repeatable; "
+                     "sockets the sandbox binds itself need none)")
     net.add_argument("--dns-server", action="append", default=[], metavar="IP[:PORT]",
                      help="resolve policy names with this server (default: /etc/resolv.conf)")
     net.add_argument("--resolve", action="append", default=[], metavar="HOST=IP[,IP...]",
@@ -83,7 +84,8 @@ def _add_run_parser(commands: argparse._SubParsersAction) -> None:
     confine.add_argument("--allow-syscall", action="append", default=[], metavar="NAME",
                          help="DANGEROUS: lift sandlock's restriction on syscall NAME")
     confine.add_argument("--best-effort", action="store_true",
-                         help="run with the kernel features that exist, warning about the rest")
+                         help="run without Landlock or IPC scoping if the kernel lacks them, "
+                         "with a warning (seccomp stays required)")
     proc = run.add_argument_group("process")
     proc.add_argument("--env", action="append", default=[], metavar="K=V",
                       help="set an environment variable (repeatable)")
