@@ -24,6 +24,8 @@ import dns.rcode
 import dns.rdatatype
 import dns.rrset
 
+from sandlock._dnsresponder import _receive  # read exactly n bytes (TCP framing)
+
 TTL = 300
 
 
@@ -168,13 +170,3 @@ def _bind_pair(host: str) -> tuple[socket.socket, socket.socket]:
         tcp.listen(16)
         return udp, tcp
     raise OSError("no port free for both UDP and TCP")
-
-
-def _receive(connection: socket.socket, size: int) -> bytes | None:
-    data = b""
-    while len(data) < size:
-        chunk = connection.recv(size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data

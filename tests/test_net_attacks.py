@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -1141,21 +1140,7 @@ def test_own_socket_recognition_cannot_be_raced_onto_a_host_socket(tmp_path):
     first design recorded the file found by a second path lookup: escaped in <1 s.)"""
     daemon_path = tmp_path / "host" / "daemon.sock"
     daemon_path.parent.mkdir()
-    daemon = socket.socket(socket.AF_UNIX)
-    daemon.bind(str(daemon_path))
-    daemon.listen(64)
-    reached = []
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = daemon.accept()
-            except OSError:
-                return
-            reached.append(1)
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
+    daemon = UnixServer(str(daemon_path))
     work = tmp_path / "race"
     work.mkdir()
     script = (
@@ -1185,12 +1170,10 @@ def test_own_socket_recognition_cannot_be_raced_onto_a_host_socket(tmp_path):
         "    c.close(); a.close()\n"
         "os.wait()\n"
     )
-    try:
+    with daemon:
         subprocess.run([sys.executable, "-m", "sandlock", "run", "-q", "--cwd", str(work), "--",
                         sys.executable, "-c", script, str(daemon_path)], timeout=60)
-    finally:
-        daemon.close()
-    assert reached == []
+        assert daemon.accepted == 0
 
 
 def test_nothing_is_sent_for_a_command_that_was_killed():

@@ -85,25 +85,8 @@ def test_selftest_unprivileged(as_nobody):
 def test_network_policy_unprivileged(as_nobody):
     """The supervisor's on-behalf path as an ordinary user: pidfd_getfd, process_vm_readv
     and the listener handoff all need same-user access, without any capability."""
-    import socket
-    import threading
+    from netattack_helpers import TcpServer
 
-    server = socket.socket()
-    server.bind(("127.0.0.2", 0))
-    server.listen()
-    port = server.getsockname()[1]
-    accepted = []
-
-    def accept() -> None:
-        while True:
-            try:
-                connection, _ = server.accept()
-            except OSError:
-                return
-            accepted.append(1)
-            connection.close()
-
-    threading.Thread(target=accept, daemon=True).start()
     script = (
         "import socket, sys\n"
         "for host in ('pinned.test', '127.0.0.3'):\n"
@@ -111,11 +94,9 @@ def test_network_policy_unprivileged(as_nobody):
         "        socket.create_connection((host, int(sys.argv[1])), timeout=5); print('ok')\n"
         "    except OSError as e: print(e.errno)\n"
     )
-    try:
+    with TcpServer("127.0.0.2") as server:
         result = run_as(as_nobody, "run", "--resolve", "pinned.test=127.0.0.2",
-                        "--net-allow", f"pinned.test:{port}", "--", sys.executable, "-c", script,
-                        str(port), cwd="/tmp")
-    finally:
-        server.close()
-    assert result.stdout.split() == ["ok", "13"], result.stderr
-    assert accepted == [1]
+                        "--net-allow", f"pinned.test:{server.port}", "--", sys.executable, "-c",
+                        script, str(server.port), cwd="/tmp")
+        assert result.stdout.split() == ["ok", "13"], result.stderr
+        assert server.accepted == 1
