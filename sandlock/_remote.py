@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import socket
 import struct
 
 from ._libc import IoVec, syscall
@@ -111,6 +110,8 @@ def unix_socket_file(socket_inode: int) -> tuple[int, int] | None:
     file stands for cannot be learnt from its path, which the sandbox may swap at any
     moment (and a table dump may skip entries while sockets come and go).
     """
+    import socket  # ~2 ms: only for this rare question, not on every start
+
     request = _UNIX_DIAG_REQ.pack(socket.AF_UNIX, 0, 0, 0xFFFFFFFF, socket_inode, _UDIAG_SHOW_VFS)
     request += b"\xff" * 8  # udiag_cookie: any
     header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)

@@ -138,12 +138,11 @@ class _NetworkLauncher:
         self._closed = False
 
     def take_listener(self, pid: int, fd: int) -> None:
-        from ._libc import syscall
-        from ._syscalls import nr
+        from ._remote import duplicate_fd, open_pidfd
 
-        pidfd = syscall(nr("pidfd_open"), pid, 0)
+        pidfd = open_pidfd(pid)
         try:
-            listener = syscall(nr("pidfd_getfd"), pidfd, fd, 0)
+            listener = duplicate_fd(pidfd, fd)
         finally:
             os.close(pidfd)
         threading.Thread(target=self._start, args=(listener,), daemon=True,
@@ -159,15 +158,13 @@ class _NetworkLauncher:
             print(f"sandlock: error: the network supervisor could not start: {exc}",
                   file=sys.stderr, flush=True)
             return
-        with self._lock:
-            closed = self._closed
-            if not closed:
+        with self._lock:  # close() sees either no engine or one that is serving
+            if not self._closed:
+                network.serve(listener)
                 self._network = network
-        if closed:  # the command is already gone
-            os.close(listener)
-            network.close()
-            return
-        network.serve(listener)
+                return
+        os.close(listener)  # the command is already gone
+        network.close()
 
     def close(self) -> str | None:
         """End the network engine; its denial summary, if it ran and denied anything."""

@@ -70,8 +70,9 @@ class Supervisor:
     def serve(self, listener_fd: int) -> None:
         """Start answering the calls of the filter behind ``listener_fd`` (ours now)."""
         self._listener = Listener(listener_fd)
-        self._thread = threading.Thread(target=self._serve, daemon=True, name="sandlock-supervisor")
-        self._thread.start()
+        thread = threading.Thread(target=self._serve, daemon=True, name="sandlock-supervisor")
+        thread.start()
+        self._thread = thread  # only a started thread can be joined by stop()
 
     def stop(self) -> None:
         """Ask the loop to end; it releases its own fds (a worker may still be waiting
