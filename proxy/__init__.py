@@ -1,5 +1,11 @@
-"""HTTP(S) filtering proxy (embedded mitmproxy addon).
+"""HTTP(S) filtering proxy: the rules, and an embedded mitmproxy addon enforcing them.
 
-Installed as ``sandlock.proxy``. Built by the HTTP proxy issue; nothing here is
-imported by a run without HTTP rules.
+Installed as ``sandlock.proxy``. This module stays light: the rules are pure Python and
+are used before any proxy exists (policy validation, ``sandlock policy test``);
+mitmproxy is imported only inside the proxy's own process (``_server``), started by
+runs that have HTTP rules.
 """
+
+from ._rules import HttpDecision, HttpRule, HttpRules, normalise_path, parse_rule
+
+__all__ = ["HttpDecision", "HttpRule", "HttpRules", "normalise_path", "parse_rule"]

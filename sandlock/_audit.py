@@ -44,17 +44,45 @@ class Audit:
         if not allowed and not self._quiet:
             name = f" ({verdict.hostname})" if verdict.hostname else ""
             where = "on" if syscall in ("bind", "listen") else "to"
-            try:
-                print(f"sandlock: denied {syscall} {where} {destination}{name} ({verdict.reason})",
-                      file=self._stderr, flush=True)
-            except (OSError, ValueError):
-                pass  # stderr closed or full (`| head`, 2>/dev/full): the verdict stands
+            self._notice(f"sandlock: denied {syscall} {where} {destination}{name} ({verdict.reason})")
+
+    def record_http(self, event: dict) -> None:
+        """A decision of the HTTP proxy (an ``audit`` message from its process)."""
+        allowed = bool(event.get("allowed"))
+        method, host, path = (str(event.get(key, "")) for key in ("method", "host", "path"))
+        reason = str(event.get("reason", ""))
+        with self._lock:
+            if not allowed:
+                self.denied += 1
+            if self._file is not None:
+                import json
+
+                self._file.write(json.dumps({
+                    "time": round(time.time(), 6),
+                    "pid": event.get("pid", 0),
+                    "syscall": "http",
+                    "protocol": "http",
+                    "destination": event.get("destination", ""),
+                    "hostname": host or None,
+                    "method": method,
+                    "path": path,
+                    "verdict": "allow" if allowed else "deny",
+                    "reason": reason,
+                }) + "\n")
+        if not allowed and not self._quiet:
+            self._notice(f"sandlock: denied {method} {host}{path} ({reason})")
+
+    def _notice(self, line: str) -> None:
+        try:
+            print(line, file=self._stderr, flush=True)
+        except (OSError, ValueError):
+            pass  # stderr closed or full (`| head`, 2>/dev/full): the verdict stands
 
     def summary(self) -> str | None:
         if not self.denied:
             return None
         plural = "s" if self.denied != 1 else ""
-        return f"sandlock: {self.denied} network operation{plural} denied"
+        return f"sandlock: {self.denied} network operation{plural} denied"  # HTTP requests included
 
     def close(self) -> None:
         if self._file is not None:

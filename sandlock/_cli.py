@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ._errors import EXIT_TIMEOUT, EXIT_USAGE, PolicyError, SandlockError
 from ._libc import PR_SET_DUMPABLE, prctl
-from ._policy import Policy, flag_of
+from ._policy import DEFAULT_HTTP_PORTS, HTTPS_INSPECT_MODES, Policy, flag_of
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -76,6 +76,27 @@ def _add_run_parser(commands: argparse._SubParsersAction) -> None:
                      help="pin HOST to these addresses without asking DNS (repeatable)")
     net.add_argument("--dns-allow-private", action="store_true",
                      help="let DNS answers pin loopback and private-range addresses")
+    http = run.add_argument_group("HTTP(S) through sandlock's proxy (see docs/http.md)")
+    http.add_argument("--http-allow", action="append", default=[], metavar="RULE",
+                      help="allow requests matching 'METHODS HOST[/PATH]', e.g. "
+                      "'GET api.github.com/repos/*'; implies reaching HOST on the HTTP ports "
+                      "(repeatable)")
+    http.add_argument("--http-deny", action="append", default=[], metavar="RULE",
+                      help="deny requests matching 'METHODS HOST[/PATH]'; wins over "
+                      "--http-allow (repeatable)")
+    http.add_argument("--http-port", action="append", metavar="PORT",
+                      help="a port HTTP rules govern (repeatable; default: 80 and 443)")
+    http.add_argument("--https-inspect", choices=HTTPS_INSPECT_MODES, default="auto",
+                      help="auto: decrypt HTTPS only for hosts whose rules need the method "
+                      "or path; on: always; off: never (SNI checks only)")
+    http.add_argument("--upstream-ca", action="append", default=[], metavar="FILE",
+                      help="also trust these CA certificates for upstream servers")
+    http.add_argument("--http-ca", metavar="CERT", help="sign with this CA (with --http-key)")
+    http.add_argument("--http-key", metavar="KEY", help="the key of --http-ca")
+    http.add_argument("--no-ca-env", dest="ca_env", action="store_false",
+                      help="do not point the command's TLS clients at the sandbox CA")
+    http.add_argument("--http-ca-out", metavar="PATH",
+                      help="write the sandbox CA certificate (never its key) to PATH")
     net.add_argument("--audit", metavar="FILE",
                      help="append one JSON line per network decision to FILE")
     confine = run.add_argument_group("confinement")
@@ -131,6 +152,15 @@ def _policy_from(args: argparse.Namespace) -> Policy:
             dns_servers=tuple(args.dns_server),
             resolve=tuple(args.resolve),
             dns_allow_private=args.dns_allow_private,
+            http_allow=tuple(args.http_allow),
+            http_deny=tuple(args.http_deny),
+            http_ports=tuple(args.http_port or DEFAULT_HTTP_PORTS),
+            https_inspect=args.https_inspect,
+            upstream_ca=tuple(args.upstream_ca),
+            http_ca=args.http_ca,
+            http_key=args.http_key,
+            ca_env=args.ca_env,
+            http_ca_out=args.http_ca_out,
         )
     except PolicyError as exc:
         _fail(f"{flag_of(exc.field)}: {exc.message}")

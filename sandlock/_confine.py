@@ -42,10 +42,13 @@ class Confinement:
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
-    def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str]) -> Confinement:
+    def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str],
+                extra_read: tuple[str, ...] = ()) -> Confinement:
+        """``extra_read``: sandlock's own files the command must read whatever the
+        policy (the trust bundle of an HTTPS-inspecting run)."""
         warnings: list[str] = []
         abi = _landlock.abi_version()
-        ruleset = _filesystem_ruleset(policy, abi, cwd, env, warnings)
+        ruleset = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings)
         program = _seccomp_program(policy)
         scopes_signals = ruleset is not None and abi >= MIN_SCOPE_ABI and not policy.allow_ipc
         return cls(ruleset, program, scopes_signals, warnings)
@@ -97,7 +100,8 @@ def drop_capabilities(capabilities: tuple[int, ...]) -> None:
 
 
 def _filesystem_ruleset(
-    policy: Policy, abi: int, cwd: str, env: Mapping[str, str], warnings: list[str]
+    policy: Policy, abi: int, cwd: str, env: Mapping[str, str], extra_read: tuple[str, ...],
+    warnings: list[str],
 ) -> _landlock.Ruleset | None:
     if abi == 0:
         _missing("Landlock (filesystem confinement) is not available in this kernel", policy, warnings)
@@ -111,7 +115,8 @@ def _filesystem_ruleset(
     ruleset = _landlock.Ruleset(handled_fs=_landlock.fs_handled(abi), scoped=scoped)
     access = level_access(abi)
     try:
-        for rule in _fspolicy.compile_grants(*_grants(policy, cwd, env, warnings)):
+        read, write, deny = _grants(policy, cwd, env, warnings)
+        for rule in _fspolicy.compile_grants([*read, *extra_read], write, deny):
             try:
                 ruleset.allow_path(rule.path, access[rule.level])
             except FileNotFoundError:
@@ -151,7 +156,8 @@ def _grants(
     # command is told about *and* the user's real one: a scratch HOME given to an
     # agent must not unprotect ~/.ssh.
     protected = [path for home, environ in homes for path in _fspolicy.protected_paths(home, environ)]
-    deny = [*policy.fs_deny, *protected]
+    # A CA key the user brings (--http-key) is as secret as sandlock's own.
+    deny = [*policy.fs_deny, *protected, *filter(None, (policy.http_key,))]
     if policy.uses_default_workspace:
         if os.path.realpath(cwd) in ("/", *(os.path.realpath(home) for home, _ in homes)):
             warnings.append(

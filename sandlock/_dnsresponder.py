@@ -19,7 +19,7 @@ sees exactly the addresses the network verdict will let it reach:
   dropped (UDP) or the connection closed (TCP).
 
 ``policy`` is any object with ``admits_name(name: str) -> bool`` and
-``admits_address(address: IPv4Address | IPv6Address) -> bool`` (``_netpolicy.NetPolicy``
+``admits_address(address: IPv4Address | IPv6Address, name: str) -> bool`` (``_netpolicy.NetPolicy``
 in sandlock; a duck type so that the two modules do not depend on each other).
 """
 
@@ -76,7 +76,7 @@ class DnsResponder:
     def __init__(
         self,
         table: PinTable,
-        policy: Any,  # admits_name(str) -> bool, admits_address(IPAddress) -> bool
+        policy: Any,  # admits_name(str) -> bool, admits_address(IPAddress, str) -> bool
         upstream: Upstream | None,
         settings: DnsSettings,
         ready: threading.Event | None = None,
@@ -302,7 +302,7 @@ class DnsResponder:
             lookup = self._upstream.resolve(name)
             kept = tuple(a for a in lookup.addresses
                          if pinnable(a, self._settings.allow_private)
-                         and self._policy.admits_address(a))
+                         and self._policy.admits_address(a, name))
             # Failures are pinned too (empty): asked once, so the child cannot make
             # sandlock query upstream again and again for the same name.
             return self._table.pin(name, kept)

@@ -13,6 +13,7 @@ import fcntl
 import os
 import queue
 import select
+import socket
 import stat
 import threading
 from collections.abc import Callable
@@ -34,6 +35,7 @@ _libc.sendmsg.restype = ctypes.c_ssize_t
 _O_PATH = 0o10000000
 _RESOLVE_NO_SYMLINKS = 0x04
 _SOCK_STREAM = 1
+_AF_INET, _AF_INET6 = 2, 10
 _SOL_SOCKET, _SO_ERROR = 1, 4
 _MSG_DONTWAIT = 0x40
 _INLINE_WAIT_MS = 1  # a loopback handshake is over by then; anything slower waits on a worker
@@ -156,6 +158,37 @@ def bound_socket(sock: Socket, address: UnixAddress) -> tuple[int, tuple[int, in
     except OSError:
         return socket_inode, None
     return socket_inode, (found.st_dev, found.st_ino) if stat.S_ISSOCK(found.st_mode) else None
+
+
+def local_address_for_redirect(sock: Socket) -> tuple[str, int] | int:
+    """Where the proxy will see ``sock`` connect from, binding it to loopback first if
+    it is unbound: the proxy must learn the route before the connection arrives, so
+    the source address has to be known before the connect. An errno if unbindable.
+
+    IPv6 sockets bind the v4-mapped loopback (and reach the proxy's IPv4 listener)
+    unless IPV6_V6ONLY is set; the address returned is unmapped either way.
+    """
+    ip, port = _local_address(sock)
+    if port == 0:
+        loopback = "::1" if sock.family == _AF_INET6 and _v6_only(sock.fd) else "127.0.0.1"
+        error = bind(sock, _sockaddr.inet(sock.family, loopback, 0))[1]
+        if error:
+            return error
+        ip, port = _local_address(sock)
+    if ip in ("0.0.0.0", "::"):  # bound to the wildcard: loopback is what connects
+        ip = "127.0.0.1" if sock.family == _AF_INET or not _v6_only(sock.fd) else "::1"
+    return (ip[7:] if ip.startswith("::ffff:") else ip), port
+
+
+def _local_address(sock: Socket) -> tuple[str, int]:
+    with socket.socket(sock.family, sock.type, fileno=os.dup(sock.fd)) as view:
+        name = view.getsockname()
+    return name[0], name[1]
+
+
+def _v6_only(fd: int) -> bool:
+    with socket.socket(_AF_INET6, _SOCK_STREAM, fileno=os.dup(fd)) as view:
+        return bool(view.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY))
 
 
 def listen(sock: Socket, backlog: int) -> Outcome:

@@ -94,6 +94,10 @@ class Decision:
         return self.allowed and self.verdict.redirect_dns
 
     @property
+    def to_proxy(self) -> bool:
+        return self.allowed and self.verdict.redirect_proxy
+
+    @property
     def audited(self) -> bool:
         """Unix and netlink traffic the rules do not govern is not logged."""
         return self.protocol not in ("", "netlink", "unspec")

@@ -19,11 +19,12 @@ port 53 (e.g. ``udp://10.0.0.2:53``): the user asked for that server by address.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from ipaddress import IPv4Address, IPv6Address
 
 from ._netspec import ICMP, MAX_PORT, TCP, UDP, IPAddress, NetRule, PortSet, unmapped
 from ._pins import PinTable, normalise_name
+from .proxy import HttpRules
 
 PROTOCOLS = frozenset({TCP, UDP, ICMP})
 DNS_PORT = 53
@@ -72,6 +73,7 @@ class Verdict:
     reason: str  # the matching rule ("--net-allow github.com:22,443") or why denied
     hostname: str | None = None  # a pinned name of the address, for the audit log
     redirect_dns: bool = False  # allowed, but to sandlock's resolver instead
+    redirect_proxy: bool = False  # allowed, through sandlock's HTTP proxy
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class NetPolicy:
     deny: tuple[NetRule, ...] = ()
     bind_ports: PortSet | None = None
     unix_paths: tuple[str, ...] = ()
+    http: HttpRules = HttpRules()
+    http_ports: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if self.allow and self.deny:
@@ -112,6 +116,12 @@ class NetPolicy:
         names = pins.names_for(address)
         if endpoint.protocol != ICMP and endpoint.port == DNS_PORT:
             return self._dns(endpoint, address, names)
+        verdict = self._connect(endpoint, address, names)
+        if self.http and endpoint.protocol == TCP and endpoint.port in self.http_ports:
+            return self._through_proxy(verdict, address, names)
+        return verdict
+
+    def _connect(self, endpoint: Endpoint, address: IPAddress, names: frozenset[str]) -> Verdict:
         if self.deny:
             rule = _first_match(self.deny, endpoint, address, frozenset())
             if rule is not None:
@@ -121,6 +131,21 @@ class NetPolicy:
         if rule is None:
             return Verdict(False, "no --net-allow rule", _any_name(names))
         return Verdict(True, f"--net-allow {rule.text}", rule.host or _any_name(names))
+
+    def _through_proxy(self, verdict: Verdict, address: IPAddress, names: frozenset[str]) -> Verdict:
+        """TCP to an HTTP port while HTTP rules exist: through the proxy, whichever rule
+        opened it. An --http-allow host is reachable there without a --net-allow rule
+        (not past a --net-deny one): its pinned names, or its address if a rule names it."""
+        if verdict.allowed:
+            return replace(verdict, redirect_proxy=True)
+        if self.deny:
+            return verdict
+        name = next((n for n in sorted(names) if self.http.admits_name(n)), None)
+        if name is not None:
+            return Verdict(True, f"--http-allow rules for {name}", name, redirect_proxy=True)
+        if str(address) in self.http.allowed_ips():
+            return Verdict(True, f"--http-allow rules for {address}", None, redirect_proxy=True)
+        return Verdict(False, "no --net-allow or --http-allow rule", _any_name(names))
 
     def _dns(self, endpoint: Endpoint, address: IPAddress, names: frozenset[str]) -> Verdict:
         for rule in self.allow:
@@ -176,32 +201,45 @@ class NetPolicy:
     # --- what the DNS responder and the supervisor need to know ---------------------
 
     def hostnames(self) -> frozenset[str]:
-        """The names to pin at start."""
-        return frozenset(rule.host for rule in self.allow if rule.host is not None)
+        """The names to pin at start: --net-allow's and --http-allow's concrete ones."""
+        names = frozenset(rule.host for rule in self.allow if rule.host is not None)
+        return names | self.http.concrete_hosts()
 
     @property
     def resolves_unlisted_names(self) -> bool:
-        """Whether names the policy does not list may be resolved when the child asks."""
+        """Whether names the policy does not list may be resolved when the child asks
+        (any host, deny mode, or an --http-allow wildcard such as ``*.example.com``)."""
+        return self._any_name_reachable or any(r.wildcard_host for r in self.http.allow)
+
+    @property
+    def _any_name_reachable(self) -> bool:
         return bool(self.deny) or any(rule.any_host for rule in self.allow)
 
     def admits_name(self, name: str) -> bool:
         """May the resolver look up ``name`` upstream and pin the answer?
 
-        In allow mode only when some rule already reaches any host: otherwise every
-        query for an unlisted name would be a channel out (``secret.attacker.example``).
+        In allow mode only when some rule already reaches it (any host, or an
+        --http-allow host pattern matching it): otherwise every query for an unlisted
+        name would be a channel out (``secret.attacker.example``).
         """
-        return self.resolves_unlisted_names or normalise_name(name) in self.hostnames()
+        name = normalise_name(name)
+        return (self._any_name_reachable or name in self.hostnames()
+                or self.http.admits_name(name))
 
-    def admits_address(self, address: IPAddress) -> bool:
-        """May an upstream answer (for a name ``admits_name`` let through) pin ``address``?
+    def admits_address(self, address: IPAddress, name: str | None = None) -> bool:
+        """May an upstream answer for ``name`` (a name ``admits_name`` let through) pin
+        ``address``?
 
         Deny mode: unless a rule denies it on every port for TCP and UDP. Allow mode:
-        only if a rule reaches it without naming a host (any host, or a network
-        containing it). Not consulted for the policy's own names (``hostnames``).
+        if a rule reaches it without naming a host (any host, or a network containing
+        it), or the name matches an --http-allow host pattern (reached through the
+        proxy only). Not consulted for the policy's own names (``hostnames``).
         """
         address = canonical_address(address)
         if self.deny:
             return not any(_blocks_address(rule, address) for rule in self.deny)
+        if name is not None and self.http.admits_name(name):
+            return True
         return any(_targets(rule, address, frozenset()) for rule in self.allow)
 
 

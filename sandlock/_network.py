@@ -9,23 +9,30 @@ otherwise the responder starts on the command's first DNS query.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
 from io import TextIOWrapper as TextIO
+from typing import TYPE_CHECKING
 
-from . import _netspec
+from . import _execute, _netspec
 from ._audit import Audit
 from ._confine import DROPPED_CAPABILITIES, drop_capabilities
 from ._execute import ConfinedWorker
 from ._judge import OwnListeners, RunContext
 from ._landlock import restrict_self
-from ._netpolicy import NetPolicy
+from ._materialize import Socket
+from ._netpolicy import NetPolicy, canonical_address
 from ._pins import PinTable
 from ._policy import Policy
 from ._sockaddr import InetAddress, inet
 from ._supervisor import Services, Supervisor
 from ._syscalls import native_arch
+from .proxy import HttpRules
+
+if TYPE_CHECKING:
+    from ._http import HttpRun
 
 DNS_START_TIMEOUT = 30.0  # pinning is bounded by the resolver's lifetime, far below this
 
@@ -41,6 +48,8 @@ def compile_policy(policy: Policy) -> NetPolicy:
         deny=tuple(map(_netspec.parse_deny, policy.net_deny)),
         bind_ports=bind,
         unix_paths=policy.unix_allow,
+        http=HttpRules.parse(policy.http_allow, policy.http_deny),
+        http_ports=frozenset(policy.http_ports),
     )
 
 
@@ -48,15 +57,20 @@ class Network(Services):
     """Everything that enforces one run's network policy; ``close`` when it ends."""
 
     def __init__(self, policy: Policy, ruleset_fd: int | None, audit_file: TextIO | None, *,
-                 quiet: bool) -> None:
+                 quiet: bool, http: HttpRun | None = None) -> None:
         """``ruleset_fd``: the command's Landlock ruleset (owned from now on), for the
-        confined worker; ``audit_file``: owned from now on."""
+        confined worker; ``audit_file``, ``http`` (the run's proxy): owned from now on."""
         self._policy = policy
+        self._http = http
         self._rules = rules = compile_policy(policy)
         self._quiet = quiet
         self.pins = PinTable()
         self.audit = Audit(audit_file, quiet)
         self._listeners = OwnListeners()
+        if http is not None:  # never reachable directly, whatever the rules say
+            proxy_addresses = http.proxy.addresses.values()
+            self._listeners.others = frozenset((ip, port) for ip, port in proxy_addresses)
+            http.attach(self.audit.record_http)
         self._lock = threading.Lock()
         self._dns_ready: threading.Event | None = None
         self._responder = None
@@ -86,6 +100,24 @@ class Network(Services):
         if address is None:
             return None
         return InetAddress(family, address.address, address.port)  # v4-mapped on IPv6 sockets
+
+    def proxy_target(self, sock: Socket, destination: InetAddress, pid: int) -> InetAddress | int:
+        """Steer ``sock`` to the proxy: bind it to a known local address, tell the proxy
+        where it meant to go, and return the proxy's address (or an errno)."""
+        from .proxy._launcher import ProxyUnavailable
+        from .proxy._protocol import Route
+
+        local = _execute.local_address_for_redirect(sock)
+        if isinstance(local, int):
+            return local
+        address = canonical_address(destination.address)
+        names = tuple(sorted(self.pins.names_for(address)))
+        try:
+            self._http.proxy.route(Route(local, (str(address), destination.port), names, pid))
+        except ProxyUnavailable:
+            return errno.ECONNREFUSED
+        host, port = self._http.proxy.address_for(local[0])
+        return inet(sock.family, host, port)
 
     def confined_worker(self) -> ConfinedWorker:
         with self._lock:
@@ -154,6 +186,8 @@ class Network(Services):
             self._confined.stop()
         if self._ruleset_fd is not None:
             os.close(self._ruleset_fd)
+        if self._http is not None:
+            self._http.close()
         self.audit.close()
         return self.audit.summary()
 

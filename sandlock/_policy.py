@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 from ._errors import PolicyError
 
+DEFAULT_HTTP_PORTS = (80, 443)
+HTTPS_INSPECT_MODES = ("auto", "on", "off")
+
 
 def _flag(name: str, **kwargs: object) -> object:
     return field(metadata={"flag": name}, **kwargs)
@@ -46,6 +49,17 @@ class Policy:
     dns_servers: tuple[str, ...] = _flag("--dns-server", default=())
     resolve: tuple[str, ...] = _flag("--resolve", default=())
     dns_allow_private: bool = _flag("--dns-allow-private", default=False)
+    # HTTP: rules as written (validated here, compiled by the proxy), the ports they
+    # govern, and how HTTPS is handled (see docs/http.md).
+    http_allow: tuple[str, ...] = _flag("--http-allow", default=())
+    http_deny: tuple[str, ...] = _flag("--http-deny", default=())
+    http_ports: tuple[int, ...] = _flag("--http-port", default=DEFAULT_HTTP_PORTS)
+    https_inspect: str = _flag("--https-inspect", default="auto")
+    upstream_ca: tuple[str, ...] = _flag("--upstream-ca", default=())
+    http_ca: str | None = _flag("--http-ca", default=None)
+    http_key: str | None = _flag("--http-key", default=None)
+    ca_env: bool = _flag("--no-ca-env", default=True)
+    http_ca_out: str | None = _flag("--http-ca-out", default=None)
 
     def __post_init__(self) -> None:
         # Frozen: normalised values are stored through object.__setattr__, once, here.
@@ -54,10 +68,17 @@ class Policy:
         if self.net_allow and self.net_deny:
             raise PolicyError("net_deny", "cannot be combined with --net-allow (choose an "
                               "allowlist or a denylist)")
+        if (self.http_ca is None) != (self.http_key is None):
+            missing = "http_key" if self.http_key is None else "http_ca"
+            raise PolicyError(missing, "--http-ca and --http-key go together (give both)")
 
     @property
     def uses_default_workspace(self) -> bool:
         return not self.fs_read and not self.fs_write
+
+    @property
+    def has_http_rules(self) -> bool:
+        return bool(self.http_allow or self.http_deny)
 
 
 def _strings(name: str, values: object) -> tuple[str, ...]:
@@ -164,6 +185,71 @@ def _specs(parse_name: str) -> object:
     return normalise
 
 
+def _http_rules(name: str, value: object) -> tuple[str, ...]:
+    rules = tuple(dict.fromkeys(" ".join(r.split()) for r in _strings(name, value)))
+    if not rules:
+        return rules
+    from .proxy import parse_rule  # pure rules only: mitmproxy stays out of this process
+
+    for rule in rules:
+        try:
+            parse_rule(rule)
+        except ValueError as exc:
+            raise PolicyError(name, f"{rule!r}: {exc}") from None
+    return rules
+
+
+def _ports(name: str, value: object) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise PolicyError(name, f"expected a list of ports, got {value!r}")
+    ports: dict[int, None] = {}
+    for item in value:
+        try:
+            port = int(item, 10) if isinstance(item, str) else item
+        except ValueError:
+            port = None
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise PolicyError(name, f"{item!r}: expected a port number from 1 to 65535")
+        ports[port] = None
+    if not ports:
+        raise PolicyError(name, "expected at least one port")
+    return tuple(ports)
+
+
+def _choice(choices: tuple[str, ...]) -> object:
+    def normalise(name: str, value: object) -> str:
+        if value not in choices:
+            raise PolicyError(name, f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return normalise
+
+
+def _existing_file(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise PolicyError(name, f"expected a file path, got {value!r}")
+    if not os.path.isfile(value):
+        raise PolicyError(name, f"{value}: no such file")
+    return os.path.realpath(value)
+
+
+def _existing_files(name: str, values: object) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(_existing_file(name, v) for v in _strings(name, values)))
+
+
+def _output_file(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise PolicyError(name, f"expected a file path, got {value!r}")
+    path = os.path.abspath(value)
+    if not os.path.isdir(os.path.dirname(path)):
+        raise PolicyError(name, f"{value}: its directory does not exist")
+    return path
+
+
 def _socket_paths(name: str, value: object) -> tuple[str, ...]:
     paths = _strings(name, value)
     for path in paths:
@@ -190,6 +276,15 @@ _NORMALISERS = {
     "dns_servers": _specs("parse_dns_server"),
     "resolve": _specs("parse_resolve"),
     "dns_allow_private": _boolean,
+    "http_allow": _http_rules,
+    "http_deny": _http_rules,
+    "http_ports": _ports,
+    "https_inspect": _choice(HTTPS_INSPECT_MODES),
+    "upstream_ca": _existing_files,
+    "http_ca": _existing_file,
+    "http_key": _existing_file,
+    "ca_env": _boolean,
+    "http_ca_out": _output_file,
 }
 
 

@@ -9,13 +9,17 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from io import TextIOWrapper as TextIO
+from typing import TYPE_CHECKING
 
 from ._child import RESET_SIGNALS, ChildSpec
 from ._confine import Confinement
-from ._errors import EXIT_TIMEOUT, PolicyError
+from ._errors import EXIT_TIMEOUT, PolicyError, SetupError
 from ._policy import Policy
 from ._process import SandboxedProcess, TimeoutExpired, spawn
 from ._terminal import Foreground
+
+if TYPE_CHECKING:
+    from ._http import HttpRun
 
 # --clean-env keeps only these variables from sandlock's environment.
 CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
@@ -69,9 +73,16 @@ class Sandbox:
         env = child_environment(self.policy, os.environ)
         cwd = self.policy.cwd or os.getcwd()
         audit = _open_audit(self.audit)
-        # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets to
-        # --unix-allow, and listening to --net-allow-bind.
-        confinement = Confinement.prepare(self.policy, cwd, env)
+        http = _start_http(self.policy, env, audited=audit is not None)
+        try:
+            # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
+            # to --unix-allow, and listening to --net-allow-bind.
+            confinement = Confinement.prepare(self.policy, cwd, env,
+                                              http.readable_paths if http else ())
+        except BaseException:
+            if http is not None:
+                http.close()
+            raise
         self.warnings = confinement.warnings
         terminal = Foreground.detect() if foreground else None
         spec = ChildSpec(
@@ -83,7 +94,7 @@ class Sandbox:
             tty_fd=terminal.fd if terminal else None,
             ignored_signals=_inherited_ignored_signals(),
         )
-        launcher = _NetworkLauncher(self.policy, confinement, audit, self.quiet)
+        launcher = _NetworkLauncher(self.policy, confinement, audit, self.quiet, http)
         try:
             process = spawn(spec, terminal, launcher.take_listener)
         except BaseException:
@@ -127,8 +138,9 @@ class _NetworkLauncher:
     """
 
     def __init__(self, policy: Policy, confinement: Confinement, audit: TextIO | None,
-                 quiet: bool) -> None:
+                 quiet: bool, http: HttpRun | None) -> None:
         self._policy = policy
+        self._http = http  # owned from now on
         self._quiet = quiet
         self._audit = audit
         # The confined worker restricts itself with the command's ruleset, later.
@@ -145,6 +157,12 @@ class _NetworkLauncher:
             listener = duplicate_fd(pidfd, fd)
         finally:
             os.close(pidfd)
+        if self._http is not None:
+            try:
+                self._http.wait_for_trust()  # the command may read its CA bundle at once
+            except BaseException:
+                os.close(listener)
+                raise
         threading.Thread(target=self._start, args=(listener,), daemon=True,
                          name="sandlock-network-start").start()
 
@@ -152,7 +170,8 @@ class _NetworkLauncher:
         try:
             from ._network import Network
 
-            network = Network(self._policy, self._ruleset_fd, self._audit, quiet=self._quiet)
+            network = Network(self._policy, self._ruleset_fd, self._audit, quiet=self._quiet,
+                              http=self._http)
         except BaseException as exc:
             os.close(listener)  # fail closed: the command's network calls now fail (ENOSYS)
             print(f"sandlock: error: the network supervisor could not start: {exc}",
@@ -172,8 +191,24 @@ class _NetworkLauncher:
             self._closed = True
             network = self._network
         if network is None:  # not (yet) built: whoever builds it closes it
+            if self._http is not None:
+                self._http.close()
             return None
         return network.close()
+
+
+def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRun | None:
+    """The proxy for a run with HTTP rules (its trust variables go into ``env``)."""
+    if not policy.has_http_rules:
+        return None  # the proxy package is never imported by other runs
+    from ._http import HttpRun
+
+    try:
+        http = HttpRun(policy, env, audited=audited)
+    except OSError as exc:
+        raise SetupError(f"the HTTP proxy could not start: {exc}") from None
+    env.update(http.env_updates)
+    return http
 
 
 def _wait(process: SandboxedProcess, timeout: float | None) -> bool:

@@ -52,6 +52,11 @@ class Services:
         """The thread running filesystem-bound operations under the command's rules."""
         raise NotImplementedError
 
+    def proxy_target(self, sock: Socket, destination: InetAddress, pid: int) -> InetAddress | int:
+        """Route ``sock`` (meant for ``destination``) through the HTTP proxy: the
+        proxy's address to connect to instead, or an errno."""
+        raise NotImplementedError
+
 
 class Supervisor:
     def __init__(self, arch: Arch, context: RunContext, audit: Audit, services: Services) -> None:
@@ -244,6 +249,8 @@ class Supervisor:
         target = self._target(request, decision)
         if target is None:
             return -1, errno.ECONNREFUSED
+        if isinstance(target, int):
+            return -1, target
         if decision.protocol == "netlink":  # a datagram socket: never Deferred
             return self._services.confined_worker().call(lambda: _execute.connect(request.socket, target))
         return _execute.connect(request.socket, target)  # may be Deferred
@@ -301,10 +308,12 @@ class Supervisor:
     def _send_one(self, request: Request, message: Message, decision: Decision) -> Outcome | Deferred:
         if not decision.allowed:
             return -1, decision.error
-        if decision.to_dns_responder:
+        if decision.to_dns_responder or decision.to_proxy:
             target = self._target(request, decision)
             if target is None:
                 return -1, errno.ECONNREFUSED
+            if isinstance(target, int):
+                return -1, target
             message = replace(message, destination=target)
         elif decision.target != message.destination:  # 0.0.0.0: where the verdict looked
             message = replace(message, destination=decision.target)
@@ -353,13 +362,17 @@ class Supervisor:
             self._audit.record(
                 pid=request.notification.pid, syscall=request.syscall, protocol=decision.protocol,
                 address=address, verdict=decision.verdict,
-                redirected=decision.to_dns_responder,
+                redirected=decision.to_dns_responder or decision.to_proxy,
             )
 
-    def _target(self, request: Request, decision: Decision) -> SockAddress | None:
-        """Where to connect/send: the destination, or the DNS responder (None: down)."""
+    def _target(self, request: Request, decision: Decision) -> SockAddress | int | None:
+        """Where to connect/send: the destination, the DNS responder (None: down) or
+        the HTTP proxy (an errno if the socket cannot be steered there)."""
         if decision.to_dns_responder:
             return self._services.dns_responder(decision.protocol, request.socket.family)
+        if decision.to_proxy:
+            return self._services.proxy_target(request.socket, decision.target,
+                                               request.notification.pid)
         return decision.target
 
 

@@ -248,7 +248,7 @@ class FakePolicy:
         self.names_asked.append(name)
         return name.endswith(self.suffix)
 
-    def admits_address(self, address) -> bool:
+    def admits_address(self, address, name=None) -> bool:
         return address not in self.denied
 
 

@@ -1,0 +1,216 @@
+"""The enforcement addon: every request on a steered connection -> rule -> pinned upstream.
+
+A thin mitmproxy addon over pure decisions (``_rules``). Per connection it knows the
+route sandlock gave (original destination and the names pinned to it); per request it
+checks that every name the request gives (Host, the absolute-form authority, HTTP/2's
+:authority, the TLS SNI) is one of those names, then asks the rules. The verdict is
+taken at request headers, before any byte goes upstream; allowed bodies stream both
+ways. The upstream is always the route's destination: nothing is re-resolved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mitmproxy import connection, http, tcp, tls, websocket  # noqa: F401 - hook types
+from mitmproxy.proxy import server_hooks
+
+from ._protocol import Route
+from ._routes import RouteTable
+from ._rules import HttpRules, normalise_host
+
+DENIED_HEADER = "X-Sandlock-Denied"
+MISDIRECTED = 421
+FORBIDDEN = 403
+
+Report = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: int
+    reason: str
+
+
+class Enforcer:
+    """``report(**fields)`` tells sandlock about a decision (for notices and --audit)."""
+
+    def __init__(self, rules: HttpRules, inspect: str, can_inspect: bool, routes: RouteTable,
+                 report: Report, report_allowed: bool) -> None:
+        self._rules = rules
+        self._inspect = inspect
+        self._can_inspect = can_inspect
+        self._routes = routes
+        self._report = report
+        self._report_allowed = report_allowed
+        self._refused: dict[str, str] = {}  # client connection id -> why
+
+    # --- TLS: decided on the ClientHello ------------------------------------------------
+
+    def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        client = data.context.client
+        route = self._routes.get(client.peername)
+        sni = data.client_hello.sni
+        why = self._tls_refusal(route, sni)
+        if why is None and self._passes_through(sni):
+            data.ignore_connection = True  # relayed untouched: every request is allowed
+            self._audit(route, "TLS", sni, "", True, "pass-through: every request to this host is allowed")
+            return
+        if why is None and not self._can_inspect:
+            why = (f"rules for {sni} constrain the method or path, which needs HTTPS inspection"
+                   " (--https-inspect is off)")
+        if why is not None:
+            # Refused before anything reaches the upstream: the connection is relayed as
+            # raw bytes, whose upstream connect then fails (lazy connection strategy).
+            data.ignore_connection = True
+            self._refused[client.id] = why
+            self._audit(route, "TLS", sni or "", "", False, why)
+
+    def _tls_refusal(self, route: Route | None, sni: str | None) -> str | None:
+        if route is None:
+            return "connection not steered by sandlock"
+        if not sni:
+            return "TLS without SNI (server name indication)"
+        if not _names(route, normalise_host(sni)):
+            return f"SNI {sni} is not a name pinned to {_where(route)}"
+        if self._rules.refuses_host(sni):
+            return f"no --http-allow rule for {normalise_host(sni)}"
+        return None
+
+    def _passes_through(self, sni: str | None) -> bool:
+        return self._inspect != "on" and sni is not None and self._rules.passes_through(sni)
+
+    def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
+        why = self._refused.get(data.client.id)
+        route = self._routes.get(data.client.peername)
+        if why is None and route is None:
+            why = "connection not steered by sandlock"
+        if why is None and tuple(data.server.address or ()) != route.destination:
+            why = "upstream is not the pinned destination"  # nothing is re-resolved
+        if why is not None:
+            data.server.error = f"sandlock: {why}"
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        self._refused.pop(client.id, None)
+        self._routes.forget(client.peername)
+
+    # --- HTTP: decided on the request headers ------------------------------------------
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        self._deny(flow, None, "", Refusal(FORBIDDEN, "CONNECT is not allowed through sandlock"))
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        route = self._routes.get(flow.client_conn.peername)
+        host, refusal = self._request_host(flow, route)
+        if refusal is not None:
+            self._deny(flow, route, host, refusal)
+            return
+        decision = self._rules.decide(flow.request.method, host, flow.request.path)
+        if not decision.allowed:
+            self._deny(flow, route, host, Refusal(FORBIDDEN, decision.reason))
+            return
+        flow.request.stream = True  # bodies are never buffered whole
+        if self._report_allowed:
+            self._audit(route, flow.request.method, host, flow.request.path, True, decision.reason)
+
+    def _request_host(self, flow: http.HTTPFlow, route: Route | None) -> tuple[str, Refusal | None]:
+        """The one host this request names, or why it does not name an allowed one."""
+        if route is None:
+            return "", Refusal(FORBIDDEN, "connection not steered by sandlock")
+        request = flow.request
+        if not flow.client_conn.tls and request.http_version.startswith("HTTP/2"):
+            return "", Refusal(FORBIDDEN, "HTTP/2 without TLS (h2c) is not allowed")
+        if "h2c" in request.headers.get("upgrade", "").lower():
+            return "", Refusal(FORBIDDEN, "upgrading to h2c is not allowed")
+        given = [request.authority] if request.authority else []
+        given += request.headers.get_all("host")
+        hosts = {_host_of(value) for value in given}
+        if len(hosts) != 1 or None in hosts:
+            why = "no Host header" if not given else "the request names several hosts or a bad one"
+            return "", Refusal(FORBIDDEN if not given else MISDIRECTED, why)
+        host = hosts.pop()
+        assert host is not None
+        if not _names(route, host):
+            return host, Refusal(MISDIRECTED, f"{host} is not a name pinned to {_where(route)}")
+        sni = flow.client_conn.sni
+        if flow.client_conn.tls and (not sni or normalise_host(sni) != host):
+            return host, Refusal(MISDIRECTED, f"Host {host} differs from the TLS server name {sni}")
+        return host, None
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None:
+            flow.response.stream = True  # a 100 MiB download keeps memory flat
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        if flow.websocket is not None:
+            flow.websocket.messages.clear()  # relayed, never retained
+
+    def tcp_start(self, flow: tcp.TCPFlow) -> None:
+        # Only bytes that are neither HTTP nor TLS get here (pass-through TLS is ignored
+        # before any flow exists): not allowed on an HTTP port.
+        route = self._routes.get(flow.client_conn.peername)
+        self._audit(route, "TCP", "", "", False, "not HTTP or TLS on an HTTP port")
+        flow.kill()
+
+    # --- reporting -------------------------------------------------------------------------
+
+    def _deny(self, flow: http.HTTPFlow, route: Route | None, host: str, refusal: Refusal) -> None:
+        request = flow.request
+        path = request.path.split("?", 1)[0]
+        shown = f"{request.method} {host or request.host}{path}"
+        text = f"sandlock: denied {shown}: {refusal.reason}\n"
+        flow.response = http.Response.make(
+            refusal.status, text.encode(),
+            {"Content-Type": "text/plain; charset=utf-8", DENIED_HEADER: _header_safe(refusal.reason),
+             "Connection": "close"},
+        )
+        self._audit(route, request.method, host or request.host, request.path, False, refusal.reason)
+
+    def _audit(self, route: Route | None, method: str, host: str, path: str, allowed: bool,
+               reason: str) -> None:
+        if allowed and not self._report_allowed:
+            return
+        self._report(
+            pid=route.pid if route else 0,
+            destination=f"{route.destination[0]}:{route.destination[1]}" if route else "",
+            method=method, host=host, path=path.split("?", 1)[0], allowed=allowed, reason=reason,
+        )
+
+
+def _names(route: Route, host: str) -> bool:
+    """Is ``host`` a name pinned to the route's destination (or that address itself)?"""
+    return host in route.names or host == _bare_ip(route.destination[0])
+
+
+def _where(route: Route) -> str:
+    names = ", ".join(route.names) or "no name"
+    return f"{route.destination[0]} ({names})"
+
+
+def _host_of(authority: str) -> str | None:
+    """The host part of a Host header or authority, normalised; None if malformed."""
+    authority = authority.strip()
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            return None
+        return _bare_ip(authority[1:end])
+    host, _, port = authority.partition(":")
+    if port and not port.isdigit():
+        return None
+    host = normalise_host(host)
+    return host or None
+
+
+def _bare_ip(text: str) -> str:
+    from ipaddress import ip_address
+
+    try:
+        return str(ip_address(text))
+    except ValueError:
+        return normalise_host(text)
+
+
+def _header_safe(text: str) -> str:
+    return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)

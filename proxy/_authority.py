@@ -1,0 +1,43 @@
+"""The proxy's CA: which one (ephemeral, persistent or the user's), made or loaded in
+this process only, and the command's trust bundle written from it.
+
+Runs first thing in the proxy process, while the command is held before exec: the
+command must find its trust bundle complete the moment it starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._protocol import ProxyConfig
+from ._rules import HttpRules
+
+
+@dataclass(frozen=True)
+class Authority:
+    mitmproxy_pem: bytes | None  # key PEM + certificate PEM; None: no inspection
+    error: str | None = None
+
+
+def prepare(config: ProxyConfig, rules: HttpRules) -> Authority:
+    if not config.ca:
+        return Authority(None)
+    try:
+        from sandlock import ca
+
+        authority = _load(ca, config.ca)
+        ca.prepare_trust(authority, config.run_dir)
+        return Authority(authority.mitmproxy_pem())
+    except Exception as exc:  # noqa: BLE001 - reported to sandlock, which fails the run
+        return Authority(None, f"sandbox CA: {exc}")
+
+
+def _load(ca, settings: dict):
+    source = settings["source"]
+    if source == "user":
+        return ca.load_user_ca(settings["cert"], settings["key"])
+    if source == "persistent":
+        found = ca.load_persistent()
+        if found is not None:
+            return found
+    return ca.ephemeral_ca(settings["hosts"])

@@ -1,0 +1,153 @@
+"""sandlock's side of the proxy: start its process, steer connections to it, hear back.
+
+The listening sockets are made here, before the process exists: their addresses are
+known at once, and a connection steered to them before the proxy accepts simply waits
+in the backlog (the first request waits for the proxy, nothing fails). The process is
+fed its configuration over a SOCK_SEQPACKET pair, and ends when that pair closes
+(sandlock gone or done). It never sees the command: it only learns routes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+from . import _protocol
+from ._protocol import ProxyConfig, Route
+
+_STOP_TIMEOUT = 2.0
+_BACKLOG = 1024
+
+
+class ProxyUnavailable(OSError):
+    """The proxy process is gone or its control channel is full: fail the connection."""
+
+
+class ProxyProcess:
+    """One run's proxy process. ``on_event`` receives its ``audit`` messages (on a
+    reader thread)."""
+
+    def __init__(self, config: ProxyConfig, on_event: Callable[[dict], None]) -> None:
+        self._on_event = on_event
+        self._trust = threading.Event()
+        self.trust_error: str | None = None
+        self._listeners = _listening_sockets()
+        self.addresses = {version: s.getsockname()[:2] for version, s in self._listeners.items()}
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._control = ours
+        try:
+            self._process = _spawn(theirs, self._listeners)
+        finally:
+            theirs.close()
+            for listener in self._listeners.values():
+                listener.close()  # the proxy holds them now: if it dies, connects are refused
+        self._control.sendall(_protocol.config_message(config))
+        self._control.setblocking(False)  # routes are sent from the supervisor: never wait
+        self._reader = threading.Thread(target=self._read, daemon=True, name="sandlock-proxy-events")
+        self._reader.start()
+
+    # --- used by the network engine ---------------------------------------------------
+
+    def address_for(self, local_ip: str) -> tuple[str, int]:
+        """The listener a socket bound to ``local_ip`` connects to (same IP version)."""
+        version = 6 if ":" in local_ip else 4
+        return self.addresses[version]
+
+    def route(self, route: Route) -> None:
+        """Tell the proxy about a connection before it is made (raises ProxyUnavailable)."""
+        try:
+            self._control.send(_protocol.route_message(route))
+        except OSError as exc:
+            raise ProxyUnavailable(exc.errno, f"proxy unavailable: {exc.strerror}") from None
+
+    def wait_for_trust(self, timeout: float) -> str | None:
+        """Wait until the command's trust bundle is written; the error if it was not."""
+        if not self._trust.wait(timeout):
+            return "the sandbox CA was not ready in time"
+        return self.trust_error
+
+    def close(self) -> None:
+        try:
+            self._control.shutdown(socket.SHUT_RDWR)  # the proxy reads EOF and exits
+        except OSError:
+            pass
+        try:
+            self._process.wait(_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._reader.join(_STOP_TIMEOUT)
+        self._control.close()
+
+    # --- events from the proxy ----------------------------------------------------------
+
+    def _read(self) -> None:
+        import select
+
+        poller = select.poll()
+        poller.register(self._control, select.POLLIN)
+        while True:
+            poller.poll()
+            try:
+                data = self._control.recv(_protocol.MAX_MESSAGE)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                break
+            try:
+                self._dispatch(_protocol.decode(data))
+            except (ValueError, KeyError, TypeError) as exc:
+                print(f"sandlock: warning: proxy message ignored: {exc}", file=sys.stderr)
+        if not self._trust.is_set():
+            self.trust_error = "the proxy exited before the sandbox CA was ready"
+            self._trust.set()
+
+    def _dispatch(self, message: dict) -> None:
+        kind = message["kind"]
+        if kind == _protocol.TRUST:
+            self.trust_error = message.get("error")
+            self._trust.set()
+        elif kind == _protocol.AUDIT:
+            self._on_event(message)
+
+
+def _listening_sockets() -> dict[int, socket.socket]:
+    listeners = {4: _listen(socket.AF_INET, "127.0.0.1")}
+    try:
+        listeners[6] = _listen(socket.AF_INET6, "::1")
+    except OSError:
+        pass  # no IPv6 loopback: IPv6 sockets use the v4-mapped route
+    return listeners
+
+
+def _listen(family: int, host: str) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, 0))
+        sock.listen(_BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _spawn(control: socket.socket, listeners: dict[int, socket.socket]) -> subprocess.Popen:
+    fds = [control.fileno(), *(s.fileno() for s in listeners.values())]
+    # The package this process runs from, wherever that is (installed or a checkout).
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
+    return subprocess.Popen(
+        [sys.executable, "-m", "sandlock.proxy._server", *map(str, fds)],
+        pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        start_new_session=True,  # the terminal's Ctrl-C is for the command, not the proxy
+        env=env,
+    )

@@ -1,0 +1,86 @@
+"""What sandlock and its proxy process say to each other, over one SOCK_SEQPACKET pair.
+
+sandlock -> proxy: ``config`` once, then a ``route`` before each connection it steers
+to the proxy (the original destination and the names pinned to it). The route is
+sent before the connect, so it is already queued when the proxy accepts.
+
+proxy -> sandlock: ``trust`` once the CA and the command's trust bundle are ready (or
+could not be made), ``listening`` once it accepts, and ``audit`` for request decisions.
+
+Messages are one JSON object each: ``{"kind": ..., ...}``. Small, and read by code
+that must never trust the other side blindly (the proxy checks types on receipt).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+MAX_MESSAGE = 1 << 20  # a config with thousands of rules still fits
+
+CONFIG = "config"
+ROUTE = "route"
+TRUST = "trust"
+LISTENING = "listening"
+AUDIT = "audit"
+
+
+@dataclass(frozen=True)
+class Route:
+    """One steered connection: who connects (as the proxy sees it), where it meant to go."""
+
+    peer: tuple[str, int]  # the child's socket address, bound by the supervisor
+    destination: tuple[str, int]  # the pinned address and port it connected to
+    names: tuple[str, ...]  # the names pinned to that address (Host and SNI must be one)
+    pid: int = 0  # the thread that connected, for the audit log
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    allow: tuple[str, ...]
+    deny: tuple[str, ...]
+    inspect: str  # "auto" | "on" | "off"
+    upstream_ca: tuple[str, ...] = ()  # extra CA files trusted for upstream servers
+    audit_allowed: bool = False  # also report allowed requests (an --audit log exists)
+    ca: dict = field(default_factory=dict)  # how to get the CA (see _authority)
+    run_dir: str = ""  # private per-run directory for the command's trust bundle
+
+
+def encode(kind: str, **payload: object) -> bytes:
+    return json.dumps({"kind": kind, **payload}, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> dict:
+    message = json.loads(data)
+    if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
+        raise ValueError("malformed control message")
+    return message
+
+
+def route_message(route: Route) -> bytes:
+    return encode(ROUTE, peer=route.peer, destination=route.destination, names=route.names,
+                  pid=route.pid)
+
+
+def route_from(message: dict) -> Route:
+    peer, destination, names = message["peer"], message["destination"], message["names"]
+    return Route(_address(peer), _address(destination), tuple(str(n) for n in names),
+                 int(message.get("pid", 0)))
+
+
+def config_message(config: ProxyConfig) -> bytes:
+    return encode(CONFIG, config=asdict(config))
+
+
+def config_from(message: dict) -> ProxyConfig:
+    raw = message["config"]
+    return ProxyConfig(
+        allow=tuple(raw["allow"]), deny=tuple(raw["deny"]), inspect=str(raw["inspect"]),
+        upstream_ca=tuple(raw["upstream_ca"]), audit_allowed=bool(raw["audit_allowed"]),
+        ca=dict(raw["ca"]), run_dir=str(raw["run_dir"]),
+    )
+
+
+def _address(value: object) -> tuple[str, int]:
+    host, port = value  # type: ignore[misc]
+    return str(host), int(port)

@@ -1,0 +1,320 @@
+"""HTTP rules: the grammar ``METHODS HOST[/PATH]`` and the request verdict. Pure: no I/O.
+
+Shared by Policy validation, the network engine (which hosts the rules cover), the
+proxy addon (the verdict on each request) and ``sandlock policy test``: one piece of
+code decides, wherever the question is asked.
+
+Matching is done on a normalised request path. Where the path could mean different
+things to different servers (an encoded ``/`` or ``\\``), every reading is checked and
+the request is allowed only if all of them are: deny when in doubt.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from ipaddress import ip_address
+
+ANY = "*"
+DEFAULT_PATH = "/*"
+ALLOW_FLAG = "--http-allow"
+DENY_FLAG = "--http-deny"
+
+_METHOD = re.compile(r"[A-Z][A-Z0-9_-]*")  # RFC 9110 tokens in practice; no odd bytes
+_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
+_HEX = frozenset("0123456789abcdefABCDEF")
+_STAR = "\ue000"  # a private-use character standing for '*' while a rule path is normalised
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+@dataclass(frozen=True)
+class HttpRule:
+    """One parsed rule. ``methods`` None: any method. ``host``: a lower-case name,
+    ``*.suffix``, an IP literal (compressed form) or ``*``."""
+
+    text: str
+    methods: frozenset[str] | None
+    host: str
+    path: str
+    _pattern: re.Pattern[str]
+
+    def matches(self, method: str, host: str, path: str) -> bool:
+        """``method`` upper-case, ``host`` normalised, ``path`` normalised."""
+        if self.methods is not None and method not in self.methods:
+            return False
+        return host_matches(self.host, host) and self._pattern.fullmatch(path) is not None
+
+    @property
+    def any_request_to_host(self) -> bool:
+        """Allows every method and path on its hosts (an HTTPS pass-through candidate)."""
+        return self.methods is None and self.path == DEFAULT_PATH
+
+    @property
+    def wildcard_host(self) -> bool:
+        return self.host == ANY or self.host.startswith("*.")
+
+
+def parse_rule(text: str) -> HttpRule:
+    """``METHODS HOST[/PATH]`` -> HttpRule; ValueError says what is wrong."""
+    parts = text.split()
+    if len(parts) != 2:
+        raise ValueError("expected 'METHODS HOST[/PATH]', e.g. 'GET api.github.com/repos/*'")
+    methods_text, target = parts
+    slash = target.find("/")
+    host_text, path = (target, DEFAULT_PATH) if slash < 0 else (target[:slash], target[slash:])
+    path = _rule_path(path)
+    return HttpRule(
+        text=" ".join(parts),
+        methods=_methods(methods_text),
+        host=_host_pattern(host_text),
+        path=path,
+        _pattern=re.compile(".*".join(map(re.escape, path.split("*"))), re.DOTALL),
+    )
+
+
+def _methods(text: str) -> frozenset[str] | None:
+    if text == ANY:
+        return None
+    methods = [m.strip().upper() for m in text.split(",")]
+    for method in methods:
+        if method == ANY:
+            raise ValueError("'*' cannot be mixed with named methods")
+        if not _METHOD.fullmatch(method):
+            raise ValueError(f"{method or 'empty'!r} is not an HTTP method")
+    return frozenset(methods)
+
+
+def _host_pattern(text: str) -> str:
+    if not text:
+        raise ValueError("missing host (use '*' for any host)")
+    if text == ANY:
+        return ANY
+    if text.startswith("["):
+        if not text.endswith("]"):
+            raise ValueError(f"{text!r}: unterminated IPv6 address")
+        return _ip_literal(text[1:-1], text)
+    if ":" in text:
+        if text.count(":") > 1:
+            return _ip_literal(text, text)
+        raise ValueError(f"{text!r}: no port here: HTTP ports come from --http-port")
+    if text.startswith("*."):
+        return "*." + _hostname(text[2:], text)
+    if "*" in text:
+        raise ValueError(f"{text!r}: '*' is only allowed as a whole first label ('*.example.com')")
+    try:
+        return str(ip_address(text))
+    except ValueError:
+        return _hostname(text, text)
+
+
+def _ip_literal(address: str, text: str) -> str:
+    try:
+        return str(ip_address(address))
+    except ValueError:
+        raise ValueError(f"{text!r}: not an IP address") from None
+
+
+def _hostname(name: str, text: str) -> str:
+    name = normalise_host(name)
+    labels = name.split(".")
+    if not name or len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(f"{text!r}: not a valid hostname")
+    return name
+
+
+def _rule_path(path: str) -> str:
+    if "?" in path or "#" in path:
+        raise ValueError(f"{path!r}: the query string is not matched; remove '?' and '#'")
+    # The glob's stars survive normalisation as a character no path can contain.
+    normal = normalise_path(path.replace("*", _STAR))
+    if normal is None:
+        raise ValueError(f"{path!r}: malformed path (bad %-escape or '..' above the root)")
+    return normal.replace(_STAR, "*")
+
+
+# --- request side --------------------------------------------------------------------
+
+
+def normalise_host(host: str) -> str:
+    """Hosts compare case-insensitively and without the trailing dot."""
+    return host.rstrip(".").lower()
+
+
+def host_matches(pattern: str, host: str) -> bool:
+    """``host`` normalised (``normalise_host``); IP literals in compressed form."""
+    if pattern == ANY:
+        return True
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:])  # a subdomain, never the apex itself
+    return host == pattern
+
+
+def normalise_path(target: str) -> str | None:
+    """The path of a request target as rules see it, or None when it is malformed.
+
+    The query is dropped; escapes of unreserved characters are decoded (``%7E`` is
+    ``~``, ``%2e`` is ``.``), other escapes kept with upper-case hex; dot-segments
+    are resolved and repeated slashes collapsed. A malformed escape, a NUL byte or a
+    ``..`` climbing above the root: None (the caller denies).
+    """
+    path = target.split("?", 1)[0].split("#", 1)[0]
+    if not path.startswith("/"):
+        return None
+    decoded = _decode_unreserved(path)
+    if decoded is None:
+        return None
+    return _resolve_segments(decoded)
+
+
+def readings(target: str) -> tuple[str, ...] | None:
+    """Every path a server could take ``target`` for: the normalised path, and the one
+    with encoded or backslash separators taken as ``/`` when there are any."""
+    normal = normalise_path(target)
+    if normal is None:
+        return None
+    if not any(sep in normal for sep in ("%2F", "%5C", "\\")):
+        return (normal,)
+    split = normal.replace("%2F", "/").replace("%5C", "/").replace("\\", "/")
+    other = _resolve_segments(split)
+    if other is None:
+        return None
+    return (normal, other) if other != normal else (normal,)
+
+
+def _decode_unreserved(path: str) -> str | None:
+    out: list[str] = []
+    i = 0
+    while i < len(path):
+        char = path[i]
+        if char == "\0":
+            return None
+        if char != "%":
+            out.append(char)
+            i += 1
+            continue
+        escape = path[i + 1 : i + 3]
+        if len(escape) != 2 or not set(escape) <= _HEX:
+            return None
+        decoded = chr(int(escape, 16))
+        if decoded == "\0":
+            return None
+        out.append(decoded if decoded in _UNRESERVED else "%" + escape.upper())
+        i += 3
+    return "".join(out)
+
+
+def _resolve_segments(path: str) -> str | None:
+    segments: list[str] = []
+    parts = path.split("/")[1:]
+    for part in parts:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not segments:
+                return None  # above the root: a server would clamp, a scanner probes
+            segments.pop()
+            continue
+        segments.append(part)
+    trailing = parts[-1] in ("", ".", "..") and bool(segments)
+    return "/" + "/".join(segments) + ("/" if trailing else "")
+
+
+# --- the verdict ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HttpDecision:
+    allowed: bool
+    reason: str  # the deciding rule ("--http-allow GET api.github.com/repos/*") or why not
+
+
+@dataclass(frozen=True)
+class HttpRules:
+    """The run's HTTP rules. Deny rules win; with any allow rule, a request must match
+    one; with deny rules only, everything else is allowed."""
+
+    allow: tuple[HttpRule, ...] = ()
+    deny: tuple[HttpRule, ...] = ()
+
+    @classmethod
+    def parse(cls, allow: tuple[str, ...], deny: tuple[str, ...]) -> HttpRules:
+        return cls(tuple(map(parse_rule, allow)), tuple(map(parse_rule, deny)))
+
+    def __bool__(self) -> bool:
+        return bool(self.allow or self.deny)
+
+    def decide(self, method: str, host: str, target: str) -> HttpDecision:
+        """``target``: the request's path with its query, as sent."""
+        method = method.upper()
+        host = normalise_host(host)
+        paths = readings(target)
+        if paths is None:
+            return HttpDecision(False, "malformed path (bad %-escape, NUL or '..' above the root)")
+        allowed_by: HttpRule | None = None
+        for path in paths:
+            decision, rule = self._decide_path(method, host, path)
+            if not decision.allowed:
+                return decision
+            allowed_by = allowed_by or rule
+        return HttpDecision(True, _reason(ALLOW_FLAG, allowed_by) if allowed_by else
+                            f"no {DENY_FLAG} rule matches")
+
+    def _decide_path(self, method: str, host: str, path: str) -> tuple[HttpDecision, HttpRule | None]:
+        for rule in self.deny:
+            if rule.matches(method, host, path):
+                return HttpDecision(False, _reason(DENY_FLAG, rule)), rule
+        if not self.allow:
+            return HttpDecision(True, f"no {DENY_FLAG} rule matches"), None
+        for rule in self.allow:
+            if rule.matches(method, host, path):
+                return HttpDecision(True, _reason(ALLOW_FLAG, rule)), rule
+        return HttpDecision(False, f"no {ALLOW_FLAG} rule matches"), None
+
+    # --- what the network engine and the proxy ask about hosts ---------------------
+
+    def concrete_hosts(self) -> frozenset[str]:
+        """Names the allow rules list outright: pinned at start (IP literals excluded)."""
+        return frozenset(rule.host for rule in self.allow
+                         if not rule.wildcard_host and not _is_ip(rule.host))
+
+    def allowed_ips(self) -> frozenset[str]:
+        """IP literals the allow rules name (reachable on the HTTP ports)."""
+        return frozenset(rule.host for rule in self.allow if _is_ip(rule.host))
+
+    def admits_name(self, name: str) -> bool:
+        """May the child resolve ``name`` (and reach it on the HTTP ports)?"""
+        host = normalise_host(name)
+        return any(host_matches(rule.host, host) for rule in self.allow)
+
+    def needs_inspection(self, inspect: str) -> bool:
+        """Could any HTTPS connection of this run be decrypted (so a CA is needed)?"""
+        if inspect != "auto":
+            return inspect == "on"
+        if self.deny:
+            return True
+        return not all(rule.any_request_to_host for rule in self.allow)
+
+    def refuses_host(self, host: str) -> bool:
+        """True when no request to ``host`` can be allowed (allow rules exist, none names
+        it): refused without looking inside."""
+        host = normalise_host(host)
+        return bool(self.allow) and not any(host_matches(r.host, host) for r in self.allow)
+
+    def passes_through(self, host: str) -> bool:
+        """True when every request to ``host`` would be allowed, whatever its method and
+        path: HTTPS to it needs no inspection."""
+        host = normalise_host(host)
+        if any(host_matches(rule.host, host) for rule in self.deny):
+            return False
+        if not self.allow:
+            return True
+        return any(rule.any_request_to_host and host_matches(rule.host, host)
+                   for rule in self.allow)
+
+
+def _reason(flag: str, rule: HttpRule) -> str:
+    return f"{flag} {rule.text}"
+
+
+def _is_ip(host: str) -> bool:
+    return ":" in host or host.replace(".", "").isdigit()

@@ -1,0 +1,128 @@
+"""sandlock's side of a run with HTTP rules: the proxy process and the command's trust.
+
+Started before the command is forked, so that the proxy (whose imports take a few
+hundred ms) comes up while the command starts. When HTTPS may be inspected, the
+command is held before exec until its trust bundle is written (by the proxy process,
+which alone ever holds the CA key): a TLS client may read the bundle at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+
+from ._errors import SetupError
+from ._policy import Policy
+from .proxy import HttpRules
+from .proxy._launcher import ProxyProcess, ProxyUnavailable
+from .proxy._protocol import ProxyConfig, Route
+
+TRUST_TIMEOUT = 30.0  # generating an EC CA takes ~50 ms; this only bounds a stuck proxy
+
+__all__ = ["HttpRun", "ProxyUnavailable", "Route"]
+
+
+class HttpRun:
+    def __init__(self, policy: Policy, env: Mapping[str, str], *, audited: bool) -> None:
+        """``env``: the command's environment (trust variables are added to ``env_updates``)."""
+        self.rules = HttpRules.parse(policy.http_allow, policy.http_deny)
+        self.inspects = self.rules.needs_inspection(policy.https_inspect)
+        self.run_dir: str | None = None
+        self.proxy: ProxyProcess | None = None
+        self.env_updates: dict[str, str] = {}
+        self._events: list[dict] = []
+        self._sink: Callable[[dict], None] | None = None
+        self._lock = threading.Lock()
+        ca: dict = {}
+        if self.inspects:
+            self.run_dir = tempfile.mkdtemp(prefix="sandlock-")
+            ca = _ca_settings(policy, self.rules, env)
+            if policy.ca_env:
+                from . import ca as _ca
+
+                self.env_updates = _ca.trust_environment(self.run_dir)
+        config = ProxyConfig(
+            allow=policy.http_allow, deny=policy.http_deny, inspect=policy.https_inspect,
+            upstream_ca=policy.upstream_ca, audit_allowed=audited, ca=ca,
+            run_dir=self.run_dir or "",
+        )
+        try:
+            self.proxy = ProxyProcess(config, self._on_event)
+        except BaseException:
+            self._remove_run_dir()
+            raise
+
+    @property
+    def readable_paths(self) -> tuple[str, ...]:
+        """What the command must be able to read whatever its filesystem policy."""
+        return (self.run_dir,) if self.run_dir else ()
+
+    def wait_for_trust(self) -> None:
+        """Before the command execs: its trust bundle must be complete."""
+        if not self.inspects:
+            return
+        error = self.proxy.wait_for_trust(TRUST_TIMEOUT)
+        if error is not None:
+            raise SetupError(f"HTTPS inspection: {error}")
+
+    def attach(self, sink: Callable[[dict], None]) -> None:
+        """Send the proxy's decisions to ``sink`` (the run's audit), earlier ones first."""
+        with self._lock:
+            self._sink = sink
+            pending, self._events = self._events, []
+        for event in pending:
+            sink(event)
+
+    def _on_event(self, event: dict) -> None:
+        with self._lock:
+            sink = self._sink
+            if sink is None:
+                self._events.append(event)
+                return
+        sink(event)
+
+    def close(self) -> None:
+        """Stop the proxy, remove the trust bundle (idempotent)."""
+        with self._lock:
+            proxy, self.proxy = self.proxy, None
+        if proxy is not None:
+            proxy.close()
+            self._remove_run_dir()
+
+    def _remove_run_dir(self) -> None:
+        if self.run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def _ca_settings(policy: Policy, rules: HttpRules, env: Mapping[str, str]) -> dict:
+    """Which CA the proxy uses: the user's, the persistent one, or an ephemeral one
+    name-constrained to what this run can reach."""
+    settings: dict = {"hosts": _reachable_hosts(policy, rules), "out": policy.http_ca_out}
+    if policy.http_ca is not None:
+        return {**settings, "source": "user", "cert": policy.http_ca, "key": policy.http_key}
+    from ._fspolicy import sandlock_ca_dir
+
+    persistent = sandlock_ca_dir(env, env.get("HOME") or os.path.expanduser("~"))
+    source = "persistent" if os.path.isdir(persistent) else "ephemeral"
+    return {**settings, "source": source}
+
+
+def _reachable_hosts(policy: Policy, rules: HttpRules) -> list[str]:
+    """The names (and addresses) a TLS server name of this run can be: ``["*"]`` when
+    any name can be reached. Networks (CIDR rules) are reached by address only, which a
+    TLS server name never is."""
+    if policy.net_deny:
+        return ["*"]
+    from . import _netspec
+
+    hosts = {rule.host for rule in rules.allow}
+    for spec in policy.net_allow:
+        rule = _netspec.parse_allow(spec)
+        if rule.any_host:
+            return ["*"]
+        if rule.host is not None:
+            hosts.add(rule.host)
+    return ["*"] if "*" in hosts else sorted(hosts)
