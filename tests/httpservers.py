@@ -1,0 +1,142 @@
+"""Real HTTP(S) upstream servers on loopback aliases, recording what reached them.
+
+``Upstream("127.0.0.2")`` serves every method: it answers ``<name> <METHOD> <path>``
+(``name`` tells which server answered), counts the body bytes it received, and keeps
+a log of (method, path, host header, body bytes). ``tls=`` a trustme CA makes it
+HTTPS with a certificate for the given names. A directory can be served as files
+under /files/ (for git's dumb HTTP protocol).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _any(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        received = 0
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            received = self._read_chunked()
+        else:
+            while received < length:
+                chunk = self.rfile.read(min(65536, length - received))
+                if not chunk:
+                    break
+                received += len(chunk)
+        self.server.log.append((self.command, self.path, self.headers.get("Host"), received))
+        if self.path.startswith("/files/") and self.server.files and self.command in ("GET", "HEAD"):
+            return self._file(self.path[len("/files/"):].split("?")[0])
+        if self.path.startswith("/big/"):
+            return self._big(int(self.path.split("/")[2]))
+        body = f"{self.server.name} {self.command} {self.path}\n".encode()
+        self._reply(200, body)
+
+    def _read_chunked(self) -> int:
+        total = 0
+        while True:
+            size = int(self.rfile.readline().split(b";")[0], 16)
+            if size == 0:
+                self.rfile.readline()
+                return total
+            total += len(self.rfile.read(size))
+            self.rfile.readline()
+
+    def _file(self, relative: str) -> None:
+        path = os.path.realpath(os.path.join(self.server.files, relative))
+        if not path.startswith(self.server.files) or not os.path.isfile(path):
+            return self._reply(404, b"not found\n")
+        with open(path, "rb") as file:
+            self._reply(200, file.read())
+
+    def _big(self, size: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        block = b"x" * 65536
+        while size > 0:
+            self.wfile.write(block[:size])
+            size -= len(block)
+
+    def _reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _any
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], name: str, files: str | None,
+                 context: ssl.SSLContext | None) -> None:
+        self.name = name
+        self.files = os.path.realpath(files) if files else None
+        self.log: list[tuple[str, str, str | None, int]] = []
+        self._context = context
+        super().__init__(address, _Handler)
+
+    def get_request(self):
+        connection, peer = super().get_request()
+        if self._context is not None:
+            connection = self._context.wrap_socket(connection, server_side=True,
+                                                   do_handshake_on_connect=False)
+        return connection, peer
+
+
+class Upstream:
+    def __init__(self, host: str, port: int = 0, *, name: str | None = None,
+                 files: str | None = None, tls=None, tls_names: tuple[str, ...] = ()) -> None:
+        context = None
+        if tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.issue_cert(*(tls_names or (host,))).configure_cert(context)
+        self.server = _Server((host, port), name or host, files, context)
+        self.host, self.port = self.server.server_address[:2]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def log(self) -> list[tuple[str, str, str | None, int]]:
+        return self.server.log
+
+    def paths(self) -> list[str]:
+        return [path for _, path, _, _ in self.log]
+
+    def __enter__(self) -> Upstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def free_port_on(*hosts: str) -> int:
+    """A TCP port free on every one of ``hosts`` (for servers sharing one HTTP port)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((hosts[0], 0))
+            port = probe.getsockname()[1]
+        try:
+            for host in hosts:
+                with socket.socket() as other:
+                    other.bind((host, port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no common free port")

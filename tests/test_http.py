@@ -1,0 +1,413 @@
+"""HTTP rules through the proxy, with real clients against real servers on loopback.
+
+api.test is 127.0.0.2 and other.test 127.0.0.3, both serving on one port that the
+runs govern with --http-port (an unprivileged port: the suite also runs as a user).
+Plain HTTP here; HTTPS is in test_https.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import sandlock
+from tests.httpservers import Upstream, free_port_on
+
+API, OTHER = "127.0.0.2", "127.0.0.3"
+
+
+@pytest.fixture(scope="module")
+def port():
+    return free_port_on(API, OTHER)
+
+
+@pytest.fixture
+def api(port):
+    with Upstream(API, port, name="api") as server:
+        yield server
+
+
+@pytest.fixture
+def other(port):
+    with Upstream(OTHER, port, name="other") as server:
+        yield server
+
+
+def run(port: int, *options: str, cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return sandlock("run", "--resolve", f"api.test={API}", "--resolve", f"other.test={OTHER}",
+                    "--http-port", str(port), "--https-inspect", "off", *options, "--", *cmd,
+                    **kwargs)
+
+
+def curl(*args: str) -> list[str]:
+    return ["curl", "-sS", "--max-time", "10", *args]
+
+
+PY_RAW = r"""
+import socket, sys
+host, port, payload = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode().decode("unicode_escape").encode("latin-1")
+s = socket.create_connection((host, port), timeout=10)
+s.sendall(payload)
+data = b""
+try:
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+except socket.timeout:
+    pass
+sys.stdout.write(data.decode("latin-1"))
+"""
+
+
+def raw(host: str, port: int, payload: str) -> list[str]:
+    """A python client sending ``payload`` (escapes allowed) as is, printing the reply."""
+    return [sys.executable, "-c", PY_RAW, host, str(port), payload]
+
+
+# --- the user's example ------------------------------------------------------------------
+
+
+def test_github_example_with_a_stand_in_host(api, other, port):
+    url = f"http://api.test:{port}"
+    result = run(port, "--http-allow", "GET api.test/repos/*", cmd=["sh", "-c", f"""
+        curl -sS -o /dev/null -w '%{{http_code}}\\n' {url}/repos/x/y
+        curl -sS -o /dev/null -w '%{{http_code}}\\n' {url}/user
+        curl -sS -o /dev/null -w '%{{http_code}}\\n' -X POST -d x=1 {url}/repos/x/y/issues
+        curl -sS -o /dev/null -w '%{{http_code}}\\n' http://other.test:{port}/ 2>&1 | tail -1
+    """])
+    lines = result.stdout.split()
+    assert lines[:3] == ["200", "403", "403"], result
+    assert lines[3] == "000"  # other.test: the connect itself is refused
+    assert api.log == [("GET", "/repos/x/y", f"api.test:{port}", 0)]
+    assert other.log == []
+    assert "sandlock: denied GET api.test/user (no --http-allow rule matches)" in result.stderr
+    assert "sandlock: denied POST api.test/repos/x/y/issues" in result.stderr
+    assert "denied connect to 127.0.0.3" in result.stderr
+
+
+def test_denied_request_says_why(api, port):
+    result = run(port, "--http-allow", "GET api.test/repos/*",
+                 cmd=curl("-i", f"http://api.test:{port}/user?token=1"))
+    head, _, body = result.stdout.partition("\n\n")  # text mode: \r\n read as \n
+    assert head.startswith("HTTP/1.1 403")
+    assert "X-Sandlock-Denied: no --http-allow rule matches" in head
+    assert body == "sandlock: denied GET api.test/user: no --http-allow rule matches\n"
+    assert api.log == []
+
+
+def test_deny_rules_win(api, port):
+    result = run(port, "--http-allow", "* api.test", "--http-deny", "* */admin/*", cmd=["sh", "-c", f"""
+        curl -sS http://api.test:{port}/x
+        curl -sS http://api.test:{port}/admin/b
+    """])
+    assert result.stdout.startswith("api GET /x\n")
+    assert "denied GET api.test/admin/b: --http-deny * */admin/*" in result.stdout
+    assert api.paths() == ["/x"]
+
+
+def test_deny_rules_alone_allow_everything_else(api, port):
+    result = run(port, "--net-allow", f"api.test:{port}", "--http-deny", "POST api.test",
+                 cmd=["sh", "-c", f"curl -sS http://api.test:{port}/a; "
+                                  f"curl -sS -d x http://api.test:{port}/b"])
+    assert result.stdout.startswith("api GET /a\n")
+    assert "denied POST api.test/b: --http-deny POST api.test" in result.stdout
+    assert api.paths() == ["/a"]
+
+
+def test_methods_are_case_insensitive_in_rules_and_requests(api, port):
+    request = f"post /x HTTP/1.1\\r\\nHost: api.test:{port}\\r\\nContent-Length: 0\\r\\nConnection: close\\r\\n\\r\\n"
+    result = run(port, "--http-allow", "* api.test", "--http-deny", "Post api.test",
+                 cmd=raw("api.test", port, request))
+    assert " 403 " in result.stdout.splitlines()[0], result
+    assert api.log == []
+
+
+def test_query_string_is_forwarded_not_matched(api, port):
+    result = run(port, "--http-allow", "GET api.test/search",
+                 cmd=curl(f"http://api.test:{port}/search?q=/admin/&x=1"))
+    assert result.stdout == "api GET /search?q=/admin/&x=1\n"
+
+
+def test_audit_log_records_requests(api, port, tmp_path):
+    log = tmp_path / "audit.jsonl"
+    run(port, "--audit", str(log), "--http-allow", "GET api.test/ok",
+        cmd=["sh", "-c", f"curl -sS http://api.test:{port}/ok; curl -sS http://api.test:{port}/no"])
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    http = [(r["method"], r["hostname"], r["path"], r["verdict"]) for r in records
+            if r["protocol"] == "http"]
+    assert ("GET", "api.test", "/ok", "allow") in http
+    assert ("GET", "api.test", "/no", "deny") in http
+    denied = next(r for r in records if r.get("path") == "/no")
+    assert denied["reason"] == "no --http-allow rule matches"
+    assert denied["destination"] == f"{API}:{port}"
+    redirects = [r for r in records if r["syscall"] == "connect" and r["verdict"] == "redirect"
+                 and r["protocol"] == "tcp"]
+    assert redirects and redirects[0]["destination"] == f"{API}:{port}"
+
+
+def test_quiet_suppresses_notices(api, port):
+    result = run(port, "-q", "--http-allow", "GET api.test/ok",
+                 cmd=curl(f"http://api.test:{port}/no"))
+    assert "403" not in result.stderr and result.stderr == ""
+
+
+# --- clients --------------------------------------------------------------------------
+
+
+def test_python_urllib_and_http_client(api, port):
+    code = f"""
+import http.client, urllib.request, urllib.error
+print(urllib.request.urlopen("http://api.test:{port}/repos/a").read().decode().strip())
+try:
+    urllib.request.urlopen("http://api.test:{port}/admin")
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers["X-Sandlock-Denied"])
+c = http.client.HTTPConnection("api.test", {port})
+for path in ("/repos/b", "/repos/c"):  # one keep-alive connection
+    c.request("GET", path)
+    print(c.getresponse().read().decode().strip())
+"""
+    result = run(port, "--http-allow", "GET api.test/repos/*", cmd=[sys.executable, "-c", code])
+    assert result.stdout.splitlines() == [
+        "api GET /repos/a", "403 no --http-allow rule matches", "api GET /repos/b", "api GET /repos/c",
+    ], result
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_node_fetch_and_http(api, port):
+    code = f"""
+const http = require('http');
+(async () => {{
+  let r = await fetch('http://api.test:{port}/repos/a');
+  console.log(r.status, (await r.text()).trim());
+  r = await fetch('http://api.test:{port}/nope', {{method: 'POST', body: 'x'}});
+  console.log(r.status, r.headers.get('x-sandlock-denied'));
+  http.get('http://api.test:{port}/repos/b', res => {{
+    let body = ''; res.on('data', d => body += d); res.on('end', () => console.log(res.statusCode, body.trim()));
+  }});
+}})();
+"""
+    result = run(port, "--http-allow", "GET api.test/repos/*", cmd=["node", "-e", code])
+    assert result.stdout.splitlines() == [
+        "200 api GET /repos/a", "403 no --http-allow rule matches", "200 api GET /repos/b",
+    ], result
+
+
+@pytest.mark.skipif(shutil.which("wget") is None, reason="wget is not installed")
+def test_wget(api, port, tmp_path):
+    result = run(port, "-w", str(tmp_path), "-r", "/", "--http-allow", "GET api.test/repos/*",
+                 cmd=["sh", "-c", f"cd {tmp_path} && wget -q -O - http://api.test:{port}/repos/a; "
+                                  f"wget -q -O - http://api.test:{port}/x; echo $?"])
+    assert result.stdout.splitlines() == ["api GET /repos/a", "8"], result  # 8: server error response
+
+
+def test_git_clone_over_http(port, tmp_path):
+    repo = tmp_path / "srv" / "repo.git"
+    work = tmp_path / "work"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    subprocess.run(["git", "-C", str(work), "-c", "user.email=a@b", "-c", "user.name=a",
+                    "commit", "-q", "--allow-empty", "-m", "hello"], check=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "update-server-info"], check=True)
+    clone = tmp_path / "clone"
+    with Upstream(API, port, files=str(tmp_path / "srv")) as server:
+        result = run(port, "--http-allow", "GET api.test/files/repo.git/*",
+                     cmd=["git", "clone", "-q", f"http://api.test:{port}/files/repo.git", str(clone)])
+        assert result.returncode == 0, result.stderr
+        log = subprocess.run(["git", "-C", str(clone), "log", "--format=%s"], capture_output=True,
+                             text=True)
+        assert log.stdout == "hello\n"
+        push = run(port, "--http-allow", "GET api.test/files/repo.git/*",
+                   cmd=["git", "-C", str(clone), "push", "-q", "origin", "HEAD:refs/heads/x"])
+        assert push.returncode != 0
+        assert all(method == "GET" for method, *_ in server.log)
+
+
+# --- attacks ------------------------------------------------------------------------------
+
+
+def test_host_header_spoofing(api, other, port):
+    result = run(port, "--http-allow", "GET api.test", "--http-allow", "GET other.test/public/*",
+                 cmd=curl("-i", "-H", "Host: other.test", f"http://api.test:{port}/secret"))
+    assert result.stdout.startswith("HTTP/1.1 421"), result
+    assert api.log == [] and other.log == []
+
+
+def test_absolute_form_request_to_another_host(api, other, port):
+    request = (f"GET http://other.test:{port}/x HTTP/1.1\\r\\nHost: api.test:{port}\\r\\n"
+               "Connection: close\\r\\n\\r\\n")
+    result = run(port, "--http-allow", "GET api.test", "--http-allow", "GET other.test",
+                 cmd=raw("api.test", port, request))
+    assert " 421 " in result.stdout.splitlines()[0], result
+    assert api.log == [] and other.log == []
+
+
+def test_keep_alive_connection_reused_for_a_second_host(api, other, port):
+    request = (f"GET /a HTTP/1.1\\r\\nHost: api.test:{port}\\r\\n\\r\\n"
+               f"GET /b HTTP/1.1\\r\\nHost: other.test:{port}\\r\\nConnection: close\\r\\n\\r\\n")
+    result = run(port, "--http-allow", "GET api.test", "--http-allow", "GET other.test",
+                 cmd=raw("api.test", port, request))
+    assert "api GET /a" in result.stdout
+    assert "421" in result.stdout
+    assert api.paths() == ["/a"] and other.log == []
+
+
+@pytest.mark.parametrize("path", [
+    "/public/../admin", "/public/%2e%2e/admin", "/public/%2E%2e/admin", "//admin",
+    "/public/./../admin", "/public%2F..%2Fadmin", "/public/..%2Fadmin", "/ADMIN/../admin",
+    "/public/%zz", "/public/\\..\\admin",
+])
+def test_path_tricks(api, port, path):
+    result = run(port, "--http-allow", "GET api.test/public/*", "--http-deny", "* api.test/admin*",
+                 cmd=curl("--path-as-is", "-o", "/dev/null", "-w", "%{http_code}",
+                          f"http://api.test:{port}{path}"))
+    assert result.stdout in ("403", "400"), (path, result)
+    assert api.log == []
+
+
+def test_encoded_slash_allowed_when_every_reading_is(api, port):
+    result = run(port, "--http-allow", "GET api.test/projects/*",
+                 cmd=curl(f"http://api.test:{port}/projects/group%2Fname"))
+    assert result.stdout == "api GET /projects/group%2Fname\n"
+
+
+def test_denied_large_post_never_reaches_upstream(api, port, tmp_path):
+    body = tmp_path / "body"
+    body.write_bytes(b"x" * (8 << 20))
+    result = run(port, "-r", "/", "--http-allow", "GET api.test",
+                 cmd=curl("-o", "/dev/null", "-w", "%{http_code}", "--data-binary", f"@{body}",
+                          f"http://api.test:{port}/upload"))
+    assert result.stdout == "403", result
+    assert api.log == []
+
+
+def test_allowed_large_upload_streams(api, port, tmp_path):
+    body = tmp_path / "body"
+    body.write_bytes(b"x" * (20 << 20))
+    result = run(port, "-r", "/", "--http-allow", "PUT api.test/upload",
+                 cmd=curl("-T", str(body), f"http://api.test:{port}/upload"))
+    assert result.stdout == "api PUT /upload\n", result
+    assert api.log == [("PUT", "/upload", f"api.test:{port}", 20 << 20)]
+
+
+def test_request_smuggling_conflicting_lengths(api, port):
+    smuggled = f"GET /admin HTTP/1.1\\r\\nHost: api.test:{port}\\r\\n\\r\\n"
+    request = (f"POST /public HTTP/1.1\\r\\nHost: api.test:{port}\\r\\nContent-Length: 4\\r\\n"
+               f"Transfer-Encoding: chunked\\r\\nConnection: close\\r\\n\\r\\n0\\r\\n\\r\\n{smuggled}")
+    run(port, "--http-allow", "* api.test/public", cmd=raw("api.test", port, request))
+    assert "/admin" not in api.paths()
+
+
+def test_connect_method_refused(api, port):
+    request = f"CONNECT other.test:{port} HTTP/1.1\\r\\nHost: other.test:{port}\\r\\n\\r\\n"
+    result = run(port, "--http-allow", "* api.test", cmd=raw("api.test", port, request))
+    assert result.stdout.split()[1] in ("400", "403"), result  # mitmproxy's 400 comes first
+    assert api.log == []
+
+
+def test_h2c_upgrade_refused(api, port):
+    result = run(port, "--http-allow", "* api.test",
+                 cmd=curl("-o", "/dev/null", "-w", "%{http_code}", "--http2",
+                          f"http://api.test:{port}/x"))
+    assert result.stdout == "403", result
+    assert api.log == []
+
+
+def test_non_http_bytes_on_an_http_port(api, port):
+    result = run(port, "--http-allow", "* api.test",
+                 cmd=raw("api.test", port, "SSH-2.0-OpenSSH_9.2\\r\\n\\x00\\x01\\x02"))
+    assert "api" not in result.stdout
+    assert api.log == []
+
+
+def test_direct_connection_to_the_proxy_is_refused(api, port):
+    # The child finds every listening TCP socket on loopback (the proxy's included, from
+    # /proc/net/tcp), connects to each and speaks HTTP: nothing may answer as the proxy.
+    code = r"""
+import socket
+ports = set()
+for table, family, host in (("/proc/net/tcp", socket.AF_INET, "127.0.0.1"),
+                            ("/proc/net/tcp6", socket.AF_INET6, "::1")):
+    for line in open(table).read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A":
+            ports.add((family, host, int(local.split(":")[1], 16)))
+for family, host, port in ports:
+    s = socket.socket(family)
+    s.settimeout(3)
+    try:
+        s.connect((host, port))
+        s.sendall(b"GET / HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n")
+        if b"sandlock" in s.recv(4096).lower():
+            print("PROXY REACHED", port)
+    except OSError as e:
+        print("refused", port, e.errno)
+"""
+    result = run(port, "--net-allow", "127.0.0.1", "--net-allow", "[::1]", "--http-allow", "* api.test",
+                 cmd=[sys.executable, "-c", code])
+    assert "PROXY REACHED" not in result.stdout, result
+    assert "refused" in result.stdout, result
+    assert "sandlock's own service port" in result.stderr
+
+
+def test_quic_udp_443_is_refused_unless_allowed(port):
+    code = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.sendto(b"q", ("127.0.0.2", %d)); print("sent")
+except OSError as e:
+    print(e.errno)
+""" % port
+    result = run(port, "--http-allow", "* api.test", cmd=[sys.executable, "-c", code])
+    assert result.stdout.strip() == "13", result
+    allowed = run(port, "--http-allow", "* api.test", "--net-allow", f"udp://api.test:{port}",
+                  cmd=[sys.executable, "-c", code])
+    assert allowed.stdout.strip() == "sent", allowed
+
+
+def test_wildcard_host_pinned_when_resolved(port):
+    from tests.dnsserver import FakeDns
+
+    with FakeDns({"a.svc.test": [API], "b.elsewhere.test": [OTHER]}) as dns, \
+            Upstream(API, port, name="api") as server:
+        host, dns_port = dns.address
+        result = sandlock(
+            "run", "--dns-server", f"{host}:{dns_port}", "--dns-allow-private",
+            "--http-port", str(port), "--https-inspect", "off", "--http-allow", "GET *.svc.test",
+            "--", "sh", "-c",
+            f"curl -sS http://a.svc.test:{port}/x; curl -sS http://b.elsewhere.test:{port}/y 2>&1",
+        )
+        assert result.stdout.startswith("api GET /x\n"), result
+        assert "Could not resolve host: b.elsewhere.test" in result.stdout
+        assert dns.asked("b.elsewhere.test") == []
+        assert server.paths() == ["/x"]
+
+
+def test_http_rules_imply_no_other_port(api, port):
+    result = run(port, "--http-allow", "* api.test", cmd=[sys.executable, "-c", """
+import socket
+try:
+    socket.create_connection(("api.test", 22), timeout=5); print("connected")
+except OSError as e:
+    print(e.errno)
+"""])
+    assert result.stdout.strip() == "13", result
+
+
+def test_bad_rules_are_exit_2():
+    for rule, message in [("GET", "expected 'METHODS HOST[/PATH]'"),
+                          ("GET host:80/x", "no port here"),
+                          ("G@T host", "is not an HTTP method"),
+                          ("GET a.*.com", "only allowed as a whole first label")]:
+        result = sandlock("run", "--http-allow", rule, "--", "true")
+        assert result.returncode == 2, rule
+        assert result.stderr.startswith(f"sandlock: error: --http-allow: '{rule}': "), result.stderr
+        assert message in result.stderr
