@@ -340,18 +340,21 @@ for table, family, host in (("/proc/net/tcp", socket.AF_INET, "127.0.0.1"),
         if state == "0A":
             ports.add((family, host, int(local.split(":")[1], 16)))
 for family, host, port in ports:
+    if port == HTTP_PORT:
+        continue  # steered to the proxy the proper way, with a route
     s = socket.socket(family)
     s.settimeout(3)
     try:
         s.connect((host, port))
         s.sendall(b"GET / HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n")
-        if b"sandlock" in s.recv(4096).lower():
-            print("PROXY REACHED", port)
+        reply = s.recv(4096)
+        if b"sandlock" in reply.lower():
+            print("PROXY REACHED", port, reply)
     except OSError as e:
         print("refused", port, e.errno)
 """
     result = run(port, "--net-allow", "127.0.0.1", "--net-allow", "[::1]", "--http-allow", "* api.test",
-                 cmd=[sys.executable, "-c", code])
+                 cmd=[sys.executable, "-c", f"HTTP_PORT = {port}\n" + code])
     assert "PROXY REACHED" not in result.stdout, result
     assert "refused" in result.stdout, result
     assert "sandlock's own service port" in result.stderr
