@@ -85,6 +85,17 @@ for name in sys.argv[1:]:
         print("unresolved")
 """
 
+_HTTP_GET = """
+import sys, urllib.request, urllib.error
+for url in sys.argv[1:]:
+    try:
+        print(urllib.request.urlopen(url, timeout=10).status)
+    except urllib.error.HTTPError as e:
+        print(e.code, e.headers.get("X-Sandlock-Denied"))
+    except OSError as e:
+        print(getattr(e, "reason", e))
+"""
+
 PTRACE, IO_URING_SETUP, UNSHARE = 101, 425, 272
 CLONE_NEWUSER = 0x10000000
 
@@ -188,6 +199,18 @@ class Selftest:
                                   _CONNECT, path)
         return (denied, allowed) == ("Permission denied", "connected"), f"{denied}; with --unix-allow: {allowed}"
 
+    def http_rules(self) -> tuple[bool, str]:
+        with _HttpServer() as port:
+            name = "selftest.sandlock.test"
+            sandbox = self.allowlist(resolve=(f"{name}=127.0.0.1",), http_ports=(port,),
+                                     http_allow=(f"GET {name}/allowed/*",), https_inspect="off")
+            out = self.python(sandbox, _HTTP_GET, f"http://{name}:{port}/allowed/x",
+                              f"http://{name}:{port}/other", f"http://127.0.0.1:{port + 1}/")
+        lines = out.splitlines()
+        passed = (len(lines) == 3 and lines[0] == "200" and lines[1].startswith("403 ")
+                  and "Permission denied" in lines[2])
+        return passed, out.replace("\n", "; ")
+
     def dies_with_sandlock(self) -> tuple[bool, str]:
         script = "sleep 300 & echo $!; wait"
         cli = [PY, "-m", "sandlock", "run", "-q", "--", "sh", "-c", script]
@@ -220,6 +243,7 @@ CHECKS: list[tuple[str, Callable[[Selftest], tuple[bool, str]]]] = [
     ("--net-allow opens exactly one host and port", Selftest.network_allowed),
     ("DNS answers pinned names only", Selftest.dns_pinned),
     ("a host daemon's unix socket needs --unix-allow", Selftest.unix_daemon),
+    ("--http-allow allows one path, denies others with 403", Selftest.http_rules),
 ]
 
 
@@ -266,6 +290,31 @@ class _LocalServer:
 
     def __exit__(self, *exc: object) -> None:
         self._socket.close()
+
+
+class _HttpServer:
+    """An HTTP server on 127.0.0.1 answering 200 to every GET, for the HTTP checks."""
+
+    def __enter__(self) -> int:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Ok(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self._server.server_address[1]
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
 
 def _mkdir(parent: str, name: str) -> str:
