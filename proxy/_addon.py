@@ -21,6 +21,7 @@ from ._routes import RouteTable
 from ._rules import HttpRules, normalise_host
 
 DENIED_HEADER = "X-Sandlock-Denied"
+DENIED = "sandlock_denied"  # flow metadata: its request body is dropped (see _mitm)
 MISDIRECTED = 421
 FORBIDDEN = 403
 
@@ -157,6 +158,8 @@ class Enforcer:
 
     def _deny(self, flow: http.HTTPFlow, route: Route | None, host: str, refusal: Refusal) -> None:
         request = flow.request
+        flow.metadata[DENIED] = True
+        request.headers.pop("expect", None)  # no "100 Continue": the body is not wanted
         path = request.path.split("?", 1)[0]
         shown = f"{request.method} {host or request.host}{path}"
         text = f"sandlock: denied {shown}: {refusal.reason}\n"

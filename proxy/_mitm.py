@@ -8,7 +8,10 @@ What is changed from a stock mitmproxy, and why:
 * the original destination of a connection is the route sandlock sent
   (``platform.original_addr`` is replaced), never SO_ORIGINAL_DST or DNS;
 * the CA comes from memory (TlsConfig would otherwise create or read ~/.mitmproxy);
-* only the addons enforcement needs: core, proxyserver, next_layer, tlsconfig.
+* only the addons enforcement needs: core, proxyserver, next_layer, tlsconfig;
+* the body of a denied request is read and dropped, not buffered: mitmproxy sends a
+  response set at request headers only after consuming the whole request body, which
+  it would otherwise keep in memory (a denied 10 GB upload must not cost 10 GB).
 """
 
 from __future__ import annotations
@@ -39,7 +42,23 @@ from mitmproxy import certs, master, options, platform  # noqa: E402
 from mitmproxy.addons import core, next_layer, proxyserver, tlsconfig  # noqa: E402
 from mitmproxy.proxy import mode_servers  # noqa: E402
 
-from ._addon import Enforcer  # noqa: E402
+from ._addon import DENIED, Enforcer  # noqa: E402
+
+
+def _drop_denied_request_bodies() -> None:
+    from mitmproxy.proxy.layers.http import HttpStream, RequestData
+
+    consume = HttpStream.state_consume_request_body
+
+    def state_consume_request_body(self, event):
+        if isinstance(event, RequestData) and self.flow.metadata.get(DENIED):
+            return  # read from the client, never kept, never forwarded
+        yield from consume(self, event)
+
+    HttpStream.state_consume_request_body = state_consume_request_body
+
+
+_drop_denied_request_bodies()
 
 
 class MemoryTlsConfig(tlsconfig.TlsConfig):

@@ -278,14 +278,21 @@ def test_encoded_slash_allowed_when_every_reading_is(api, port):
     assert result.stdout == "api GET /projects/group%2Fname\n"
 
 
-def test_denied_large_post_never_reaches_upstream(api, port, tmp_path):
+def test_denied_large_post_never_reaches_upstream_nor_fills_memory(api, port, tmp_path):
     body = tmp_path / "body"
-    body.write_bytes(b"x" * (8 << 20))
-    result = run(port, "-r", "/", "--http-allow", "GET api.test",
-                 cmd=curl("-o", "/dev/null", "-w", "%{http_code}", "--data-binary", f"@{body}",
-                          f"http://api.test:{port}/upload"))
-    assert result.stdout == "403", result
+    body.write_bytes(b"x" * (200 << 20))
+    script = f"""
+curl -sS -o /dev/null -w '%{{http_code}}\\n' --data-binary @{body} http://api.test:{port}/upload &
+sleep 0.3
+proxy=$(pgrep -f sandlock.proxy._server | head -1)
+wait
+grep VmHWM /proc/$proxy/status
+"""
+    result = run(port, "-r", "/", "--http-allow", "GET api.test", cmd=["sh", "-c", script])
+    code, peak = result.stdout.splitlines()
+    assert code == "403", result
     assert api.log == []
+    assert int(peak.split()[1]) < 150_000, peak  # kB: the 200 MiB body was never kept
 
 
 def test_allowed_large_upload_streams(api, port, tmp_path):
