@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from tests.conftest import sandlock
-from tests.httpservers import Upstream, free_port_on
+from conftest import sandlock
+from httpservers import Upstream, free_port_on
 
 API, OTHER = "127.0.0.2", "127.0.0.3"
 
@@ -384,7 +384,7 @@ except OSError as e:
 
 
 def test_wildcard_host_pinned_when_resolved(port):
-    from tests.dnsserver import FakeDns
+    from dnsserver import FakeDns
 
     with FakeDns({"a.svc.test": [API], "b.elsewhere.test": [OTHER]}) as dns, \
             Upstream(API, port, name="api") as server:

@@ -100,3 +100,17 @@ def test_network_policy_unprivileged(as_nobody):
                         script, str(server.port), cwd="/tmp")
         assert result.stdout.split() == ["ok", "13"], result.stderr
         assert server.accepted == 1
+
+
+def test_http_rules_unprivileged(as_nobody):
+    """The proxy process, the route handoff and the 403 path as an ordinary user."""
+    from httpservers import Upstream
+
+    with Upstream("127.0.0.2") as server:
+        url = f"http://api.test:{server.port}"
+        result = run_as(as_nobody, "run", "--resolve", "api.test=127.0.0.2", "--https-inspect", "off",
+                        "--http-port", str(server.port), "--http-allow", "GET api.test/ok/*", "--",
+                        "sh", "-c", f"curl -sS {url}/ok/1; curl -sS -o /dev/null -w '%{{http_code}}' {url}/no",
+                        cwd="/tmp")
+        assert result.stdout == "127.0.0.2 GET /ok/1\n403", result.stderr
+        assert server.paths() == ["/ok/1"]
