@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from ._authority import CertificateAuthority
     from ._errors import CAError, NeedsPrivilege
     from ._generate import EPHEMERAL_LIFETIME, PERSISTENT_LIFETIME, ephemeral_ca
+    from ._load import load_user_ca
+    from ._store import ca_directory, init_persistent, load_persistent
 
 # public name -> the private module defining it
 _EXPORTS = {
@@ -31,6 +33,10 @@ _EXPORTS = {
     "EPHEMERAL_LIFETIME": "_generate",
     "PERSISTENT_LIFETIME": "_generate",
     "ephemeral_ca": "_generate",
+    "load_user_ca": "_load",
+    "ca_directory": "_store",
+    "init_persistent": "_store",
+    "load_persistent": "_store",
 }
 
 __all__ = [
@@ -39,7 +45,11 @@ __all__ = [
     "CAError",
     "CertificateAuthority",
     "NeedsPrivilege",
+    "ca_directory",
     "ephemeral_ca",
+    "init_persistent",
+    "load_persistent",
+    "load_user_ca",
 ]
 
 

@@ -106,6 +106,15 @@ def make_ca(
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+def data_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """An environment whose CA directory is inside tmp_path."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != TRUST_ROOT}
+    env.update({"HOME": str(home), "XDG_DATA_HOME": str(tmp_path / "data"), **extra})
+    return env
+
+
 # --- the ephemeral CA -----------------------------------------------------------------
 
 
@@ -235,6 +244,210 @@ def test_mitmproxy_reads_the_ca_from_its_pem_file(tmp_path):
     assert store.default_ca.fingerprint().hex(":").upper() == authority.fingerprint
     leaf = store.get_cert("www.example.com", [x509.DNSName("www.example.com")]).cert.to_pem()
     assert openssl_verify(write_ca_file(authority, tmp_path), leaf, tmp_path).returncode == 0
+
+
+# --- the persistent CA ----------------------------------------------------------------
+
+
+def test_ca_directory_is_the_one_every_sandbox_is_denied(tmp_path):
+    from sandlock._fspolicy import protected_paths
+
+    env = {"HOME": "/h", "XDG_DATA_HOME": str(tmp_path)}
+    assert ca.ca_directory(env) == tmp_path / "sandlock" / "ca"
+    assert str(ca.ca_directory(env)) in protected_paths("/h", env)
+    assert ca.ca_directory({"HOME": "/h", "XDG_DATA_HOME": "relative"}) == Path("/h/.local/share/sandlock/ca")
+
+
+def test_init_creates_a_private_directory_and_key(tmp_path):
+    env = data_env(tmp_path)
+    old_umask = os.umask(0)  # the modes must not depend on the caller's umask
+    try:
+        authority = ca.init_persistent(env=env)
+    finally:
+        os.umask(old_umask)
+    directory = ca.ca_directory(env)
+    for path in (tmp_path / "data", tmp_path / "data" / "sandlock", directory):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    assert stat.S_IMODE((directory / "ca-key.pem").stat().st_mode) == 0o600
+    assert stat.S_IMODE((directory / "ca-cert.pem").stat().st_mode) == 0o644
+    assert sorted(os.listdir(directory)) == ["ca-cert.pem", "ca-key.pem"]
+    assert authority.origin == "persistent" and authority.name_constraints is None
+    assert authority.not_after - authority.not_before == ca.PERSISTENT_LIFETIME + timedelta(hours=1)
+    assert ca.load_persistent(env) == authority
+
+
+def test_the_key_file_is_created_0600_exclusively(tmp_path, monkeypatch):
+    """Never readable by others, not even between creation and a chmod."""
+    env = data_env(tmp_path)
+    opened: list[tuple[str, int, int]] = []
+    real_open = os.open
+
+    def spy(path, flags, mode=0o777, *args, **kwargs):
+        opened.append((os.fspath(path), flags, mode))
+        return real_open(path, flags, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    ca.init_persistent(env=env)
+    monkeypatch.undo()
+    created = [(path, flags, mode) for path, flags, mode in opened if flags & os.O_CREAT]
+    key_files = [entry for entry in created if "ca-key" in entry[0]]
+    assert key_files, created
+    for path, flags, mode in key_files:
+        assert flags & os.O_EXCL and flags & os.O_NOFOLLOW and mode == 0o600, path
+
+
+def test_init_refuses_to_replace_without_force(tmp_path):
+    env = data_env(tmp_path)
+    first = ca.init_persistent(env=env)
+    with pytest.raises(CAError, match="already exists.*--force"):
+        ca.init_persistent(env=env)
+    second = ca.init_persistent(force=True, env=env)
+    assert second.fingerprint != first.fingerprint
+    assert ca.load_persistent(env) == second
+
+
+def test_init_refuses_to_replace_an_installed_ca(tmp_path):
+    env = data_env(tmp_path)
+    ca.init_persistent(env=env)
+    (ca.ca_directory(env) / "installed.json").write_text(
+        json.dumps({"installed": [{"target": "nss", "location": "sql:/x", "alias": "sandlock-ca"}]}))
+    with pytest.raises(CAError, match="uninstall"):
+        ca.init_persistent(force=True, env=env)
+
+
+def test_no_persistent_ca_is_none(tmp_path):
+    assert ca.load_persistent(data_env(tmp_path)) is None
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda d: os.chmod(d / "ca-key.pem", 0o640), "accessible to others (mode 0640)"),
+    (lambda d: os.chmod(d / "ca-key.pem", 0o604), "accessible to others (mode 0604)"),
+    (lambda d: os.chmod(d, 0o770), "writable by others"),
+    (lambda d: (d / "ca-key.pem").unlink(), "ca-key.pem is missing"),
+    (lambda d: (d / "ca-cert.pem").unlink(), "ca-cert.pem is missing"),
+    (lambda d: (d / "ca-key.pem").write_bytes(b"garbage"), "not a PEM private key"),
+    (lambda d: (d / "ca-cert.pem").write_bytes(b"garbage"), "not a PEM certificate"),
+    (lambda d: (d / "ca-cert.pem").write_bytes(make_ca()[0]), "do not match"),
+], ids=["key-group-readable", "key-world-readable", "dir-group-writable", "no-key", "no-cert",
+        "corrupt-key", "corrupt-cert", "mismatch"])
+def test_an_unsafe_or_broken_persistent_ca_is_refused(tmp_path, damage, message):
+    env = data_env(tmp_path)
+    ca.init_persistent(env=env)
+    damage(ca.ca_directory(env))
+    with pytest.raises(CAError, match=re.escape(message)) as info:
+        ca.load_persistent(env)
+    assert "\n" not in str(info.value)
+
+
+def test_a_symlinked_key_is_refused(tmp_path):
+    env = data_env(tmp_path)
+    ca.init_persistent(env=env)
+    key = ca.ca_directory(env) / "ca-key.pem"
+    elsewhere = tmp_path / "key.pem"
+    key.rename(elsewhere)
+    key.symlink_to(elsewhere)
+    with pytest.raises(CAError, match="ca-key.pem"):
+        ca.load_persistent(env)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the directory away")
+def test_a_directory_of_another_user_is_refused(tmp_path):
+    env = data_env(tmp_path)
+    ca.init_persistent(env=env)
+    os.chown(ca.ca_directory(env), 65534, 65534)
+    with pytest.raises(CAError, match="belongs to uid 65534"):
+        ca.load_persistent(env)
+    with pytest.raises(CAError, match="belongs to uid 65534"):
+        ca.init_persistent(force=True, env=env)
+
+
+def test_an_expired_persistent_ca_is_refused(tmp_path):
+    env = data_env(tmp_path)
+    ca.init_persistent(env=env)
+    now = datetime.now(UTC)
+    cert, key = make_ca(not_before=now - timedelta(days=400), not_after=now - timedelta(days=35))
+    directory = ca.ca_directory(env)
+    (directory / "ca-cert.pem").write_bytes(cert)
+    (directory / "ca-key.pem").write_bytes(key)
+    with pytest.raises(CAError, match=r"expired on \d{4}-\d\d-\d\d"):
+        ca.load_persistent(env)
+
+
+def test_init_in_an_impossible_place_says_where(tmp_path):
+    (tmp_path / "file").write_text("")
+    env = data_env(tmp_path, XDG_DATA_HOME=str(tmp_path / "file" / "data"))
+    with pytest.raises(CAError, match="cannot create .*file/data: Not a directory"):
+        ca.init_persistent(env=env)
+
+
+# --- a CA the user brings -------------------------------------------------------------
+
+
+def test_load_user_ca(tmp_path):
+    cert, key = make_ca()
+    (tmp_path / "ca.pem").write_bytes(cert + make_ca()[0])  # a chain: the first one counts
+    rsa_key = serialization.load_pem_private_key(key, None)
+    (tmp_path / "ca.key").write_bytes(rsa_key.private_bytes(  # type: ignore[union-attr]
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption()))
+    authority = ca.load_user_ca(tmp_path / "ca.pem", str(tmp_path / "ca.key"))
+    assert authority.origin == "user"
+    assert authority.cert_pem == cert
+    assert authority.key_pem.startswith(b"-----BEGIN PRIVATE KEY-----")  # normalised
+
+
+def _expired() -> tuple[bytes, bytes]:
+    now = datetime.now(UTC)
+    return make_ca(not_before=now - timedelta(days=10), not_after=now - timedelta(days=1))
+
+
+def _not_yet() -> tuple[bytes, bytes]:
+    now = datetime.now(UTC)
+    return make_ca(not_before=now + timedelta(days=1), not_after=now + timedelta(days=10))
+
+
+def _encrypted() -> tuple[bytes, bytes]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert, _ = make_ca(key=key)
+    return cert, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                   serialization.BestAvailableEncryption(b"secret"))
+
+
+def _mismatch() -> tuple[bytes, bytes]:
+    return make_ca()[0], make_ca()[1]
+
+
+@pytest.mark.parametrize(("build", "blame", "message"), [
+    (lambda: (b"junk", make_ca()[1]), "ca.pem", "not a PEM certificate"),
+    (lambda: (make_ca()[0], b"junk"), "ca.key", "not a PEM private key"),
+    (lambda: make_ca(is_ca=False), "ca.pem", r"not a CA certificate \(basicConstraints"),
+    (lambda: make_ca(key_cert_sign=False), "ca.pem", "keyUsage does not allow signing"),
+    (_mismatch, "ca.key", "is not the private key of"),
+    (_expired, "ca.pem", "expired on"),
+    (_not_yet, "ca.pem", "not valid until"),
+    (_encrypted, "ca.key", "encrypted; sandlock needs it unencrypted"),
+    (lambda: make_ca(key=ed25519.Ed25519PrivateKey.generate()), "ca.key", "unsupported private key"),
+    (lambda: make_ca(key=rsa.generate_private_key(65537, 1024)), "ca.key", "at least 2048 bits"),
+], ids=["corrupt-cert", "corrupt-key", "not-ca", "no-keycertsign", "mismatch", "expired",
+        "not-yet-valid", "encrypted-key", "ed25519", "rsa-1024"])
+def test_user_ca_errors_name_the_file(tmp_path, build, blame, message):
+    cert, key = build()
+    (tmp_path / "ca.pem").write_bytes(cert)
+    (tmp_path / "ca.key").write_bytes(key)
+    with pytest.raises(CAError, match=message) as info:
+        ca.load_user_ca(tmp_path / "ca.pem", tmp_path / "ca.key")
+    text = str(info.value)
+    assert text.startswith(str(tmp_path / blame)) and "\n" not in text
+
+
+def test_user_ca_unreadable_files(tmp_path):
+    cert, key = make_ca()
+    (tmp_path / "ca.key").write_bytes(key)
+    with pytest.raises(CAError, match=r"ca.pem: cannot read: No such file"):
+        ca.load_user_ca(tmp_path / "ca.pem", tmp_path / "ca.key")
+    (tmp_path / "ca.pem").write_bytes(cert)
+    with pytest.raises(CAError, match=r": cannot read: Is a directory"):
+        ca.load_user_ca(tmp_path / "ca.pem", tmp_path)
 
 
 def test_errors_carry_the_usage_exit_status():
