@@ -24,6 +24,13 @@ if TYPE_CHECKING:
     from ._generate import EPHEMERAL_LIFETIME, PERSISTENT_LIFETIME, ephemeral_ca
     from ._load import load_user_ca
     from ._store import ca_directory, init_persistent, load_persistent
+    from ._trust import (
+        TRUST_VARIABLES,
+        TrustInjection,
+        TrustVariable,
+        prepare_trust,
+        system_bundle,
+    )
 
 # public name -> the private module defining it
 _EXPORTS = {
@@ -37,19 +44,29 @@ _EXPORTS = {
     "ca_directory": "_store",
     "init_persistent": "_store",
     "load_persistent": "_store",
+    "TRUST_VARIABLES": "_trust",
+    "TrustInjection": "_trust",
+    "TrustVariable": "_trust",
+    "prepare_trust": "_trust",
+    "system_bundle": "_trust",
 }
 
 __all__ = [
     "EPHEMERAL_LIFETIME",
     "PERSISTENT_LIFETIME",
+    "TRUST_VARIABLES",
     "CAError",
     "CertificateAuthority",
     "NeedsPrivilege",
+    "TrustInjection",
+    "TrustVariable",
     "ca_directory",
     "ephemeral_ca",
     "init_persistent",
     "load_persistent",
     "load_user_ca",
+    "prepare_trust",
+    "system_bundle",
 ]
 
 

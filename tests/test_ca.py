@@ -457,6 +457,182 @@ def test_errors_carry_the_usage_exit_status():
     assert CAError("x").exit_code == EXIT_USAGE
 
 
+# --- trust injection ------------------------------------------------------------------
+
+
+def test_prepare_trust_writes_bundle_ca_and_wgetrc(tmp_path):
+    authority = ca.ephemeral_ca(["example.com"])
+    base = tmp_path / "base.pem"
+    base.write_bytes(make_ca()[0].rstrip(b"\n"))  # no final newline: still two certificates
+    run = tmp_path / "run"
+    run.mkdir()
+    trust = ca.prepare_trust(authority, run, base_bundle=base)
+    assert trust.base_bundle == base
+    bundle = x509.load_pem_x509_certificates(trust.bundle.read_bytes())
+    assert [c.subject for c in bundle] == [x509.load_pem_x509_certificate(base.read_bytes()).subject,
+                                            authority.certificate.subject]
+    assert trust.ca_file.read_bytes() == authority.cert_pem
+    assert f"ca_certificate = {trust.bundle}\n" in trust.wgetrc.read_text()
+    for path in (trust.bundle, trust.ca_file, trust.wgetrc):
+        assert path.parent == run and stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert list(trust.env) == [v.name for v in ca.TRUST_VARIABLES]
+    assert trust.env["NODE_EXTRA_CA_CERTS"] == str(trust.ca_file)  # node adds, never replaces
+    assert trust.env["SSL_CERT_FILE"] == trust.env["GIT_SSL_CAINFO"] == str(trust.bundle)
+    assert trust.env["SYSTEM_WGETRC"] == str(trust.wgetrc)
+    assert "SSL_CERT_DIR" not in trust.env
+    with pytest.raises(CAError, match="cannot write"):  # never over existing files
+        ca.prepare_trust(authority, run, base_bundle=base)
+
+
+def test_the_bundle_starts_from_the_users_store(tmp_path):
+    from sandlock.ca._trust import SYSTEM_BUNDLES
+
+    custom = tmp_path / "corporate.pem"
+    custom.write_bytes(make_ca()[0])
+    assert ca.system_bundle({"SSL_CERT_FILE": str(custom)}) == custom
+    assert ca.system_bundle({"SSL_CERT_FILE": str(tmp_path / "missing")}) in (
+        *(Path(p) for p in SYSTEM_BUNDLES), None,
+        Path(ssl.get_default_verify_paths().openssl_cafile))
+    run = tmp_path / "run"
+    run.mkdir()
+    trust = ca.prepare_trust(ca.ephemeral_ca(["a.test"]), run, env={"SSL_CERT_FILE": str(custom)})
+    assert trust.bundle.read_bytes().startswith(custom.read_bytes())
+
+
+def test_wgetrc_keeps_the_system_settings(tmp_path):
+    system = tmp_path / "wgetrc"
+    system.write_text("passive_ftp = on")
+    run = tmp_path / "run"
+    run.mkdir()
+    trust = ca.prepare_trust(ca.ephemeral_ca(["a.test"]), run, env={"SYSTEM_WGETRC": str(system)})
+    assert trust.wgetrc.read_text().startswith("passive_ftp = on\n")
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with 200 and remembers the path: a client that sent its
+    request got past certificate verification."""
+
+    protocol_version = "HTTP/1.0"
+    seen: ClassVar[set[str]] = set()
+
+    def do_GET(self) -> None:
+        self.seen.add(self.path)
+        body = b"<html>hello</html>\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def tls_server(authority: CertificateAuthority, name: str, bind: str, tmp: Path) -> Iterator[int]:
+    """An HTTPS server on ``bind`` with a leaf for ``name`` minted from ``authority``
+    and sent with the CA, as mitmproxy sends its chain."""
+    chain, key = tmp / f"chain-{name}.pem", tmp / f"key-{name}.pem"
+    chain.write_bytes(mint(authority, name) + authority.cert_pem)
+    key.write_bytes(authority.key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(chain, key)
+    server = http.server.ThreadingHTTPServer((bind, 0), _Recorder)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """One ephemeral CA for a DNS name and an IPv4 address, a server for each, and
+    the run's trust files."""
+    tmp = tmp_path_factory.mktemp("trust")
+    authority = ca.ephemeral_ca(["localhost", "127.0.0.7"])
+    run = tmp / "run"
+    run.mkdir()
+    trust = ca.prepare_trust(authority, run)
+    home = tmp / "home"
+    home.mkdir()
+    with tls_server(authority, "localhost", "127.0.0.1", tmp) as dns_port, \
+            tls_server(authority, "127.0.0.7", "127.0.0.7", tmp) as ip_port:
+        yield {"localhost": dns_port, "127.0.0.7": ip_port, "trust": trust, "home": home, "tmp": tmp}
+
+
+def _node_fetch(url: str) -> list[str]:
+    script = f"fetch({url!r}).then(r => r.text(), e => {{ console.error(e.cause || e); process.exit(1) }})"
+    return ["node", "-e", script]
+
+
+def _node_https(url: str) -> list[str]:
+    script = (f"require('https').get({url!r}, r => r.resume())"
+              ".on('error', e => { console.error(e.message); process.exit(1) })")
+    return ["node", "-e", script]
+
+
+def _s_client(url: str) -> list[str]:
+    """openssl s_client sending one request; -verify_return_error makes a failed
+    verification end the handshake (by default s_client only reports it)."""
+    host, port = url.split("/")[2].rsplit(":", 1)
+    path = "/" + url.split("/", 3)[3]
+    address = "127.0.0.1" if host == "localhost" else host
+    request = f"GET {path} HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n"
+    command = (f"printf '{request}' | openssl s_client -quiet -verify_return_error "
+               f"-connect {address}:{port} -servername {host} -verify_hostname {host}")
+    return ["sh", "-c", command]
+
+
+# client -> (argv for a URL, the words its verification failure contains)
+CLIENTS = {
+    "curl": (lambda url: ["curl", "-sS", "-o", "/dev/null", url], "SSL certificate problem"),
+    "wget": (lambda url: ["wget", "-O", "/dev/null", url], "certificate"),
+    "python-urllib": (lambda url: [sys.executable, "-c",
+                                   f"import urllib.request; urllib.request.urlopen({url!r})"],
+                      "CERTIFICATE_VERIFY_FAILED"),
+    "requests": (lambda url: [sys.executable, "-c",
+                              f"from pip._vendor import requests; requests.get({url!r})"],
+                 "CERTIFICATE_VERIFY_FAILED"),
+    "pip": (lambda url: [sys.executable, "-m", "pip", "download", "--no-deps", "--retries", "0",
+                         "--no-cache-dir", "-d", "/nonexistent-dl", "--index-url", url, "nothing"],
+            "CERTIFICATE_VERIFY_FAILED"),
+    "node-fetch": (_node_fetch, "SELF_SIGNED_CERT_IN_CHAIN"),
+    "node-https": (_node_https, "self-signed certificate"),
+    "git": (lambda url: ["git", "ls-remote", url], "server certificate verification failed"),
+    "openssl-s_client": (_s_client, "verify error"),
+}
+_TOOL = {"requests": sys.executable, "pip": sys.executable, "python-urllib": sys.executable,
+         "node-fetch": "node", "node-https": "node", "openssl-s_client": "openssl"}
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.7"])
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_clients_trust_the_ca_through_the_variables_alone(servers, client, host):
+    tool = _TOOL.get(client, client)
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+    argv_for, failure = CLIENTS[client]
+    trust: ca.TrustInjection = servers["trust"]
+    base = {"PATH": "/usr/bin:/bin", "HOME": str(servers["home"]), "LANG": "C.UTF-8"}
+
+    def attempt(env: dict[str, str]) -> tuple[bool, str]:
+        probe = f"/probe-{uuid.uuid4().hex}/"
+        url = f"https://{host}:{servers[host]}{probe}"
+        result = subprocess.run(argv_for(url), env=env, capture_output=True, text=True, timeout=60,
+                                stdin=subprocess.DEVNULL, cwd=servers["tmp"])
+        reached = any(path.startswith(probe) for path in _Recorder.seen)
+        return reached, result.stdout + result.stderr
+
+    reached, output = attempt({**base, **trust.env})
+    assert reached, output
+    reached, output = attempt(base)
+    assert not reached and failure in output, output
+
+
 # --- import hygiene -------------------------------------------------------------------
 
 
