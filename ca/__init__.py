@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._authority import CertificateAuthority
     from ._errors import CAError, NeedsPrivilege
     from ._generate import EPHEMERAL_LIFETIME, PERSISTENT_LIFETIME, ephemeral_ca
+    from ._install import TARGETS, Installation, install, installed, uninstall
     from ._load import load_user_ca
     from ._store import ca_directory, init_persistent, load_persistent
     from ._trust import (
@@ -40,6 +41,11 @@ _EXPORTS = {
     "EPHEMERAL_LIFETIME": "_generate",
     "PERSISTENT_LIFETIME": "_generate",
     "ephemeral_ca": "_generate",
+    "TARGETS": "_install",
+    "Installation": "_install",
+    "install": "_install",
+    "installed": "_install",
+    "uninstall": "_install",
     "load_user_ca": "_load",
     "ca_directory": "_store",
     "init_persistent": "_store",
@@ -54,19 +60,24 @@ _EXPORTS = {
 __all__ = [
     "EPHEMERAL_LIFETIME",
     "PERSISTENT_LIFETIME",
+    "TARGETS",
     "TRUST_VARIABLES",
     "CAError",
     "CertificateAuthority",
+    "Installation",
     "NeedsPrivilege",
     "TrustInjection",
     "TrustVariable",
     "ca_directory",
     "ephemeral_ca",
     "init_persistent",
+    "install",
+    "installed",
     "load_persistent",
     "load_user_ca",
     "prepare_trust",
     "system_bundle",
+    "uninstall",
 ]
 
 

@@ -633,6 +633,105 @@ def test_clients_trust_the_ca_through_the_variables_alone(servers, client, host)
     assert not reached and failure in output, output
 
 
+# --- install and uninstall ------------------------------------------------------------
+
+
+def _debian_root(tmp_path: Path) -> Path:
+    """A scratch Debian trust store: the real CA list, an empty local directory."""
+    root = tmp_path / "root"
+    (root / "usr" / "local" / "share" / "ca-certificates").mkdir(parents=True)
+    (root / "etc" / "ssl" / "certs").mkdir(parents=True)
+    (root / "usr" / "share").mkdir(parents=True, exist_ok=True)
+    (root / "usr" / "share" / "ca-certificates").symlink_to("/usr/share/ca-certificates")
+    if os.path.exists("/etc/ca-certificates.conf"):
+        shutil.copy("/etc/ca-certificates.conf", root / "etc")
+    for path in (root, *root.rglob("*")):
+        if path.is_dir() and not path.is_symlink():
+            os.chmod(path, 0o755)
+    return root
+
+
+needs_debian_store = pytest.mark.skipif(UPDATE_CA_CERTIFICATES is None, reason="not a Debian-like system")
+
+
+@needs_debian_store
+def test_a_system_file_removed_by_hand_is_no_longer_installed(tmp_path):
+    # As after running the `sudo rm ... && sudo update-ca-certificates` uninstall printed.
+    root = _debian_root(tmp_path)
+    env = data_env(tmp_path, **{TRUST_ROOT: str(root)})
+    ca.init_persistent(env=env)
+    [done] = ca.install(ca.ca_directory(env) / "ca-cert.pem", ["system"], env=env)
+    assert ca.installed(env) == [done]
+    os.unlink(done.location)
+    assert ca.installed(env) == []
+    assert ca.uninstall(env) == []
+    assert not (ca.ca_directory(env) / "installed.json").exists()
+
+
+@pytest.mark.skipif(shutil.which("keytool") is None, reason="keytool (a JDK) is not installed")
+def test_java_install_into_a_scratch_copy_of_cacerts(tmp_path):
+    from sandlock.ca._install import java_cacerts
+
+    keytool = shutil.which("keytool")
+    real = java_cacerts(keytool, {})
+    root = tmp_path / "root"
+    copy = root / str(real).lstrip("/")
+    copy.parent.mkdir(parents=True)
+    shutil.copy(real, copy)
+    env = data_env(tmp_path, **{TRUST_ROOT: str(root)})
+    authority = ca.init_persistent(env=env)
+    cert = ca.ca_directory(env) / "ca-cert.pem"
+    done = ca.install(cert, ["java"], env=env)
+    assert [(d.target, d.location, d.alias) for d in done] == [("java", str(copy), "sandlock-ca")]
+    listed = subprocess.run([keytool, "-list", "-keystore", str(copy), "-storepass", "changeit",
+                             "-alias", "sandlock-ca"], capture_output=True, text=True)
+    assert listed.returncode == 0 and authority.fingerprint in listed.stdout
+    assert ca.install(cert, ["java"], env=env) == done  # again: replaced, not duplicated
+    assert ca.installed(env) == done
+    assert ca.uninstall(env) == done
+    listed = subprocess.run([keytool, "-list", "-keystore", str(copy), "-storepass", "changeit",
+                             "-alias", "sandlock-ca"], capture_output=True, text=True)
+    assert listed.returncode != 0
+
+
+@pytest.mark.skipif(shutil.which("certutil") is None, reason="certutil (libnss3-tools) is not installed")
+def test_nss_install_into_the_browsers_databases(tmp_path):
+    env = data_env(tmp_path)
+    home = Path(env["HOME"])
+    databases = [home / ".pki" / "nssdb", home / ".mozilla" / "firefox" / "abcd.default-release"]
+    for database in databases:
+        database.mkdir(parents=True)
+        subprocess.run(["certutil", "-N", "--empty-password", "-d", f"sql:{database}"], check=True)
+    ca.init_persistent(env=env)
+    done = ca.install(ca.ca_directory(env) / "ca-cert.pem", ["nss"], env=env)
+    assert [d.location for d in done] == [f"sql:{d}" for d in databases]
+    for database in databases:
+        listed = subprocess.run(["certutil", "-L", "-d", f"sql:{database}"], capture_output=True, text=True)
+        assert "sandlock-ca" in listed.stdout and "C,," in listed.stdout
+    assert ca.uninstall(env) == list(reversed(done))
+    for database in databases:
+        listed = subprocess.run(["certutil", "-L", "-d", f"sql:{database}"], capture_output=True, text=True)
+        assert "sandlock-ca" not in listed.stdout
+
+
+def test_install_refuses_what_it_cannot_do(tmp_path):
+    from sandlock.ca._install import TRUST_ROOT_VARIABLE
+
+    assert TRUST_ROOT_VARIABLE == TRUST_ROOT
+    env = data_env(tmp_path, PATH="/nonexistent")
+    ca.init_persistent(env=env)
+    cert = ca.ca_directory(env) / "ca-cert.pem"
+    with pytest.raises(CAError, match="unknown trust store 'bogus'"):
+        ca.install(cert, ["bogus"], env=env)
+    with pytest.raises(CAError, match="no NSS database found|certutil not found"):
+        ca.install(cert, ["nss"], env=env)
+    empty_root = tmp_path / "empty"
+    empty_root.mkdir()
+    with pytest.raises(CAError, match="no system trust store found"):
+        ca.install(cert, ["system"], env={**env, TRUST_ROOT: str(empty_root)})
+    assert ca.installed(env) == []
+
+
 # --- import hygiene -------------------------------------------------------------------
 
 
