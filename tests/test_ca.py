@@ -654,6 +654,52 @@ def _debian_root(tmp_path: Path) -> Path:
 needs_debian_store = pytest.mark.skipif(UPDATE_CA_CERTIFICATES is None, reason="not a Debian-like system")
 
 
+@needs_openssl
+@needs_debian_store
+def test_cli_round_trip_in_a_scratch_trust_root(tmp_path):
+    root = _debian_root(tmp_path)
+    env = data_env(tmp_path, **{TRUST_ROOT: str(root)})
+    bundle = root / "etc" / "ssl" / "certs" / "ca-certificates.crt"
+
+    shown = sandlock("ca", "show", env=env)
+    assert shown.returncode == 1 and shown.stderr.startswith("sandlock: error: ca show: no CA in ")
+    created = sandlock("ca", "init", env=env)
+    assert created.returncode == 0, created.stderr
+    authority = ca.load_persistent(env)
+    assert authority is not None and authority.fingerprint in created.stdout
+    shown = sandlock("ca", "show", env=env)
+    assert shown.returncode == 0
+    for text in (authority.fingerprint, authority.subject, "ca-key.pem", "installed    nowhere"):
+        assert text in shown.stdout
+
+    exported = subprocess.run([*SANDLOCK, "ca", "export"], env=env, capture_output=True)
+    assert exported.returncode == 0 and exported.stdout == authority.cert_pem
+    der = tmp_path / "ca.der"
+    assert sandlock("ca", "export", "--der", str(der), env=env).returncode == 0
+    assert der.read_bytes() == authority.cert_der()
+
+    leaf = mint(authority, "anything.example")
+    installed = sandlock("ca", "install", env=env)
+    assert installed.returncode == 0, installed.stderr
+    anchor = root / "usr" / "local" / "share" / "ca-certificates" / "sandlock-ca.crt"
+    assert f"installed in system: {anchor}" in installed.stdout
+    assert anchor.read_bytes() == authority.cert_pem
+    assert openssl_verify(bundle, leaf, tmp_path).returncode == 0
+    assert f"system: {anchor}" in sandlock("ca", "show", env=env).stdout
+    refused = sandlock("ca", "init", "--force", env=env)
+    assert refused.returncode == 1 and "uninstall" in refused.stderr
+
+    removed = sandlock("ca", "uninstall", env=env)
+    assert removed.returncode == 0 and f"removed from system: {anchor}" in removed.stdout
+    assert not anchor.exists()
+    assert not [p for p in (root / "etc" / "ssl" / "certs").iterdir() if p.is_symlink() and not p.exists()]
+    assert openssl_verify(bundle, leaf, tmp_path).returncode != 0
+    assert "installed    nowhere" in sandlock("ca", "show", env=env).stdout
+    assert not (ca.ca_directory(env) / "installed.json").exists()
+    again = sandlock("ca", "uninstall", env=env)
+    assert again.returncode == 0 and "not installed anywhere" in again.stdout
+
+
 @needs_debian_store
 def test_a_system_file_removed_by_hand_is_no_longer_installed(tmp_path):
     # As after running the `sudo rm ... && sudo update-ca-certificates` uninstall printed.
@@ -732,6 +778,196 @@ def test_install_refuses_what_it_cannot_do(tmp_path):
     assert ca.installed(env) == []
 
 
+@needs_debian_store
+def test_without_root_the_exact_sudo_commands_are_given(tmp_path, as_nobody, world_tmp):
+    """As a user: install prints the commands; running them (as root here) installs
+    exactly what sandlock would have; show sees it and uninstall gives the reverse."""
+    root = _debian_root(world_tmp)
+    data = world_tmp / "data"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(world_tmp), "XDG_DATA_HOME": str(data),
+           TRUST_ROOT: str(root)}
+    cwd = "/"
+
+    def as_user(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(as_nobody([*SANDLOCK, *args]), env={**env, "PYTHONPATH": str(REPO)},
+                              capture_output=True, text=True, cwd=cwd)
+
+    assert as_user("ca", "init").returncode == 0
+    refused = as_user("ca", "install", "--system")
+    assert refused.returncode == 1
+    line = refused.stderr.strip()
+    assert "\n" not in line and line.startswith(
+        "sandlock: error: ca install: installing into the system trust store needs root: run sudo install -m 644 ")
+    commands = line.split(": run ", 1)[1]
+    assert "&& sudo " in commands and "update-ca-certificates" in commands
+    subprocess.run(commands.replace("sudo ", ""), shell=True, check=True, capture_output=True)
+    anchor = root / "usr" / "local" / "share" / "ca-certificates" / "sandlock-ca.crt"
+    assert anchor.exists()
+    assert f"system: {anchor}" in as_user("ca", "show").stdout
+
+    refused = as_user("ca", "uninstall")
+    assert refused.returncode == 1 and "removing from the system trust store needs root" in refused.stderr
+    commands = refused.stderr.strip().split(": run ", 1)[1]
+    assert commands.startswith(f"sudo rm -f {anchor} && sudo ") and "--fresh" in commands
+    subprocess.run(commands.replace("sudo ", ""), shell=True, check=True, capture_output=True)
+    assert not anchor.exists()
+    assert "installed    nowhere" in as_user("ca", "show").stdout
+
+
+def test_unwritable_ca_directory_is_a_clear_error(tmp_path, as_nobody, world_tmp):
+    locked = world_tmp / "locked"
+    locked.mkdir(mode=0o755)  # root's: nobody cannot create anything in it
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(world_tmp), "XDG_DATA_HOME": str(locked / "data"),
+           "PYTHONPATH": str(REPO)}
+    result = subprocess.run(as_nobody([*SANDLOCK, "ca", "init"]), env=env, capture_output=True,
+                            text=True, cwd="/")
+    assert result.returncode == 1
+    assert result.stderr == f"sandlock: error: ca init: cannot create {locked}/data: Permission denied\n"
+
+
+# --- the real system store (root on a Debian machine: CI) ---------------------------------
+
+_SYSTEM_PLACES = ("/etc/ssl/certs", "/usr/local/share/ca-certificates", "/var/lib/ca-certificates-java")
+_Entry = tuple[str, "bytes | str | None", int]  # kind, content or link target, mode
+
+
+class _SystemState:
+    """Everything under some directories, read once, to be put back exactly: entries,
+    contents, modes and times (update-ca-certificates --fresh recreates every link)."""
+
+    def __init__(self, places: tuple[str, ...]) -> None:
+        self.places = places
+        self.entries = self.read()
+        self.times = {path: (info.st_atime_ns, info.st_mtime_ns)
+                      for path in (*self.entries, *places) for info in (os.lstat(path),)}
+
+    def read(self) -> dict[str, _Entry]:
+        state: dict[str, _Entry] = {}
+        for place in self.places:
+            for directory, dirnames, filenames in os.walk(place):
+                for name in dirnames + filenames:
+                    path = os.path.join(directory, name)
+                    mode = os.lstat(path).st_mode
+                    if stat.S_ISLNK(mode):
+                        state[path] = ("link", os.readlink(path), 0)
+                    elif stat.S_ISDIR(mode):
+                        state[path] = ("dir", None, stat.S_IMODE(mode))
+                    else:
+                        state[path] = ("file", Path(path).read_bytes(), stat.S_IMODE(mode))
+        return state
+
+    def restore(self) -> None:
+        now = self.read()
+        changed = sorted(p for p in self.entries.keys() | now.keys() if self.entries.get(p) != now.get(p))
+        for path in reversed(changed):  # children before their directories
+            if path in now and now[path][0] != "dir":
+                os.unlink(path)
+            elif path in now and path not in self.entries:
+                shutil.rmtree(path)
+        for path in changed:
+            if path not in self.entries:
+                continue
+            kind, content, mode = self.entries[path]
+            if kind == "dir":
+                os.makedirs(path, exist_ok=True)
+                os.chmod(path, mode)
+            elif kind == "link":
+                os.symlink(content, path)  # type: ignore[arg-type]
+            else:
+                Path(path).write_bytes(content)  # type: ignore[arg-type]
+                os.chmod(path, mode)
+        # deepest first: setting a child's times leaves its directory's alone
+        for path in sorted(self.times, key=lambda p: p.count("/"), reverse=True):
+            if os.path.lexists(path):
+                os.utime(path, ns=self.times[path], follow_symlinks=False)
+
+    def changed(self) -> list[str]:
+        """Paths whose entry or modification time differs from the first reading."""
+        now = self.read()
+        paths = self.entries.keys() | now.keys() | set(self.places)
+        return sorted(p for p in paths if self.entries.get(p) != now.get(p)
+                      or self.times.get(p, (0, 0))[1] != _mtime(p))
+
+
+def _mtime(path: str) -> int | None:
+    return os.lstat(path).st_mtime_ns if os.path.lexists(path) else None
+
+
+@needs_openssl
+@needs_debian_store
+@pytest.mark.skipif(os.geteuid() != 0, reason="installing into the real system store needs root")
+@pytest.mark.skipif(not os.path.isdir("/usr/local/share/ca-certificates"), reason="not a Debian store")
+def test_install_into_the_real_debian_store_and_back(tmp_path):
+    env = data_env(tmp_path)
+    clean = {"PATH": "/usr/bin:/bin"}  # openssl's compiled-in default store only
+    before = _SystemState(_SYSTEM_PLACES)
+    try:
+        assert sandlock("ca", "init", env=env).returncode == 0
+        authority = ca.load_persistent(env)
+        assert authority is not None
+        leaf = mint(authority, "anything.example")
+        assert openssl_verify(None, leaf, tmp_path, env=clean).returncode != 0
+        installed = sandlock("ca", "install", "--system", env=env, timeout=300)
+        assert installed.returncode == 0, installed.stderr
+        assert "installed in system: /usr/local/share/ca-certificates/sandlock-ca.crt" in installed.stdout
+        assert openssl_verify(None, leaf, tmp_path, env=clean).returncode == 0
+        removed = sandlock("ca", "uninstall", env=env, timeout=300)
+        assert removed.returncode == 0, removed.stderr
+        # everything install reported, its Java copy included, is reported removed
+        for line in installed.stdout.splitlines():
+            assert line.replace("installed in", "removed from") in removed.stdout
+        assert openssl_verify(None, leaf, tmp_path, env=clean).returncode != 0
+        assert not [p for p in os.listdir("/etc/ssl/certs") if "sandlock" in p]
+        assert authority.cert_pem not in Path("/etc/ssl/certs/ca-certificates.crt").read_bytes()
+        if shutil.which("keytool") and os.path.exists("/etc/ssl/certs/java/cacerts"):
+            listed = subprocess.run(["keytool", "-list", "-keystore", "/etc/ssl/certs/java/cacerts",
+                                     "-storepass", "changeit"], capture_output=True, text=True)
+            assert authority.fingerprint not in listed.stdout
+    finally:
+        before.restore()
+    assert before.changed() == []
+
+
+# --- the key stays out of every sandbox -----------------------------------------------
+
+
+@needs_openssl
+@pytest.mark.parametrize("policy", ["default", "read-home", "read-ca-dir", "read-root"])
+def test_confined_programs_cannot_read_the_persistent_key(tmp_path, policy):
+    env = data_env(tmp_path)
+    env.pop("XDG_DATA_HOME")  # the default place: ~/.local/share/sandlock/ca
+    home = Path(env["HOME"])
+    assert sandlock("ca", "init", env=env).returncode == 0
+    directory = ca.ca_directory(env)
+    key = directory / "ca-key.pem"
+    assert key.exists()
+    (home / "notes.txt").write_text("readable")
+    system = ["-r", "/usr", "-r", "/lib", "-r", "/lib64", "-r", "/etc", "-r", sys.prefix,
+              "-r", os.path.realpath(sys.executable)]
+    options = {
+        "default": [],
+        "read-home": [*system, "-r", str(home)],
+        "read-ca-dir": [*system, "-r", str(home), "-r", str(directory), "-r", str(key)],
+        "read-root": ["-r", "/"],
+    }[policy]
+    secret = key.read_text().splitlines()[1]
+    readers = {
+        "cat": ["cat", str(key)],
+        "python": [sys.executable, "-c", f"print(open({str(key)!r}).read())"],
+        "openssl": ["openssl", "pkey", "-in", str(key)],
+        "ls": ["ls", str(directory)],
+    }
+    for name, argv in readers.items():
+        result = sandlock("run", *options, "--", *argv, env=env)
+        output = result.stdout + result.stderr
+        assert secret not in output and "PRIVATE KEY" not in output, (name, output)
+        if name != "ls":  # the names inside a denied directory stay listable
+            assert result.returncode != 0, (name, output)
+            assert "ermission denied" in output, (name, output)
+    readable = sandlock("run", *options, "--", "cat", str(home / "notes.txt"), env=env)
+    assert readable.stdout == "readable"
+
+
 # --- import hygiene -------------------------------------------------------------------
 
 
@@ -739,3 +975,18 @@ def test_importing_sandlock_ca_loads_nothing_heavy():
     code = "import sys, sandlock.ca; print('cryptography' in sys.modules, 'sandlock.ca._authority' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.stdout.split() == ["False", "False"], result.stderr
+
+
+def test_a_run_without_http_rules_never_imports_the_ca():
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "sandlock", "run", "--", "true"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert "sandlock.ca" not in result.stderr and "cryptography" not in result.stderr
+
+
+def test_sandlock_help_lists_ca_and_bad_actions_are_usage_errors():
+    assert " ca " in sandlock("--help").stdout
+    bad = sandlock("ca", "frobnicate")
+    assert bad.returncode == 2 and bad.stderr.startswith("sandlock: error: ")
+    assert len(bad.stderr.strip().splitlines()) == 1
+    assert sandlock("ca", "export", "a", "b").returncode == 2
