@@ -508,6 +508,12 @@ def test_wgetrc_keeps_the_system_settings(tmp_path):
     assert trust.wgetrc.read_text().startswith("passive_ftp = on\n")
 
 
+def test_docs_list_every_trust_variable():
+    text = (REPO / "docs" / "ca.md").read_text()
+    for variable in ca.TRUST_VARIABLES:
+        assert f"`{variable.name}`" in text, variable.name
+
+
 class _Recorder(http.server.BaseHTTPRequestHandler):
     """Answers every GET with 200 and remembers the path: a client that sent its
     request got past certificate verification."""
