@@ -8,6 +8,7 @@ for bad arguments, 1 when the CA cannot be created, read, exported or installed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -56,6 +57,9 @@ def main(argv: Sequence[str]) -> int:
         return handler(args)
     except CAError as exc:
         _fail(f"ca {args.action}: {exc}", EXIT_FAILURE)
+    except BrokenPipeError:  # `sandlock ca show | head -1`: the reader has all it wants
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return EXIT_FAILURE
     return EXIT_FAILURE  # not reached: _fail exits
 
 

@@ -990,6 +990,14 @@ def test_a_run_without_http_rules_never_imports_the_ca():
     assert "sandlock.ca" not in result.stderr and "cryptography" not in result.stderr
 
 
+def test_a_closed_pipe_is_not_a_traceback(tmp_path):
+    env = data_env(tmp_path)
+    assert sandlock("ca", "init", env=env).returncode == 0
+    command = f"{' '.join(SANDLOCK)} ca show | head -c 1 >/dev/null"
+    result = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, cwd=REPO)
+    assert result.stderr == ""
+
+
 def test_sandlock_help_lists_ca_and_bad_actions_are_usage_errors():
     assert " ca " in sandlock("--help").stdout
     bad = sandlock("ca", "frobnicate")
