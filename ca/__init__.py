@@ -1,4 +1,94 @@
-"""Sandbox certificate authority (generation, trust injection, install helper).
+"""Sandbox certificate authority: generation, trust injection, install helper.
 
-Installed as ``sandlock.ca``. Built by the sandbox CA issue.
+Installed as ``sandlock.ca``. A run without HTTP rules never imports it, and importing
+it costs nothing until a name is used: each public name below is loaded from its
+private module on first access (cryptography alone takes ~40 ms to import).
+
+    from sandlock import ca
+
+    authority = ca.ephemeral_ca(["api.github.com", "*.pypi.org"])  # per run, in memory
+    authority = ca.load_persistent() or authority                   # `sandlock ca init`
+    authority = ca.load_user_ca("ca.pem", "key.pem")                 # --http-ca/--http-key
+    trust = ca.prepare_trust(authority, run_directory)               # bundle + env vars
+    child_env.update(trust.env)
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._authority import CertificateAuthority
+    from ._errors import CAError, NeedsPrivilege
+    from ._generate import EPHEMERAL_LIFETIME, PERSISTENT_LIFETIME, ephemeral_ca
+    from ._install import TARGETS, Installation, install, installed, uninstall
+    from ._load import load_user_ca
+    from ._store import ca_directory, init_persistent, load_persistent
+    from ._trust import (
+        TRUST_VARIABLES,
+        TrustInjection,
+        TrustVariable,
+        prepare_trust,
+        system_bundle,
+    )
+
+# public name -> the private module defining it
+_EXPORTS = {
+    "CertificateAuthority": "_authority",
+    "CAError": "_errors",
+    "NeedsPrivilege": "_errors",
+    "EPHEMERAL_LIFETIME": "_generate",
+    "PERSISTENT_LIFETIME": "_generate",
+    "ephemeral_ca": "_generate",
+    "TARGETS": "_install",
+    "Installation": "_install",
+    "install": "_install",
+    "installed": "_install",
+    "uninstall": "_install",
+    "load_user_ca": "_load",
+    "ca_directory": "_store",
+    "init_persistent": "_store",
+    "load_persistent": "_store",
+    "TRUST_VARIABLES": "_trust",
+    "TrustInjection": "_trust",
+    "TrustVariable": "_trust",
+    "prepare_trust": "_trust",
+    "system_bundle": "_trust",
+}
+
+__all__ = [
+    "EPHEMERAL_LIFETIME",
+    "PERSISTENT_LIFETIME",
+    "TARGETS",
+    "TRUST_VARIABLES",
+    "CAError",
+    "CertificateAuthority",
+    "Installation",
+    "NeedsPrivilege",
+    "TrustInjection",
+    "TrustVariable",
+    "ca_directory",
+    "ephemeral_ca",
+    "init_persistent",
+    "install",
+    "installed",
+    "load_persistent",
+    "load_user_ca",
+    "prepare_trust",
+    "system_bundle",
+    "uninstall",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -38,6 +38,9 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_VersionAction, nargs=0, help="show the version")
     commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     _add_run_parser(commands)
+    # Listed for --help only: `sandlock ca` is handed to sandlock.ca before this parser.
+    commands.add_parser("ca", help="manage sandlock's persistent CA (init, show, export, "
+                        "install, uninstall)")
     commands.add_parser("check", help="show which kernel features sandlock can use")
     commands.add_parser("selftest", help="run real confined programs and check each protection")
     return parser
@@ -238,6 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["ca"]:  # its own parser; cryptography is never imported for a run
+        from .ca._cli import main as ca
+
+        return ca(argv[1:])
     args = _build_parser().parse_args(argv)
     if args.subcommand == "run":
         return _run(args)

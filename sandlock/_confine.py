@@ -154,8 +154,11 @@ def _grants(
     homes = _user_homes(env)
     # Credential stores and the CA are denied in every policy, for the home the
     # command is told about *and* the user's real one: a scratch HOME given to an
-    # agent must not unprotect ~/.ssh.
-    protected = [path for home, environ in homes for path in _fspolicy.protected_paths(home, environ)]
+    # agent must not unprotect ~/.ssh. The CA directory is computed from both the
+    # command's environment and sandlock's own, whose XDG_DATA_HOME locates the key
+    # sandlock uses: --env XDG_DATA_HOME=... or --clean-env must not move the deny.
+    protected = [path for home, _ in homes for environ in (env, os.environ)
+                 for path in _fspolicy.protected_paths(home, environ)]
     # A CA key the user brings (--http-key) is as secret as sandlock's own.
     deny = [*policy.fs_deny, *protected, *filter(None, (policy.http_key,))]
     if policy.uses_default_workspace:

@@ -282,6 +282,24 @@ def test_default_workspace_protects_credentials(tmp_path):
     assert denied.returncode != 0 and not os.path.exists("/etc/sandlock-test")
 
 
+@pytest.mark.parametrize("options", [
+    [],
+    ["--clean-env"],
+    ["--env", "XDG_DATA_HOME=/nonexistent-data"],
+    ["-r", "/", "--env", "XDG_DATA_HOME=/nonexistent-data"],
+], ids=["default", "clean-env", "env-xdg", "explicit-env-xdg"])
+def test_sandlocks_own_ca_dir_is_denied_whatever_the_commands_environment(tmp_path, options):
+    # The CA sandlock would use is located by sandlock's XDG_DATA_HOME; the command's
+    # own (changed or dropped) must not decide what is protected.
+    ca = tmp_path / "data" / "sandlock" / "ca"
+    ca.mkdir(parents=True)
+    (ca / "ca-key.pem").write_text("secret")
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+    result = sandlock("run", *options, "--", "cat", str(ca / "ca-key.pem"), env=env)
+    assert result.returncode != 0 and "secret" not in result.stdout
+    assert "Permission denied" in result.stderr
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_git_commit_inside_a_writable_directory(tmp_path):
     repo = tmp_path / "repo"
