@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         TrustVariable,
         prepare_trust,
         system_bundle,
+        trust_environment,
     )
 
 # public name -> the private module defining it
@@ -55,6 +56,7 @@ _EXPORTS = {
     "TrustVariable": "_trust",
     "prepare_trust": "_trust",
     "system_bundle": "_trust",
+    "trust_environment": "_trust",
 }
 
 __all__ = [

@@ -101,7 +101,7 @@ def prepare_trust(
     system = _read(base) if base is not None else b""
     if system and not system.endswith(b"\n"):
         system += b"\n"
-    paths = {"bundle": directory / BUNDLE_FILE, "ca": directory / CA_FILE, "wgetrc": directory / WGETRC_FILE}
+    paths = _paths(directory)
     _write(paths["ca"], ca.cert_pem)
     _write(paths["bundle"], system + ca.cert_pem)
     _write(paths["wgetrc"], _wgetrc(paths["bundle"], env))
@@ -111,8 +111,19 @@ def prepare_trust(
         ca_file=paths["ca"],
         wgetrc=paths["wgetrc"],
         base_bundle=base,
-        env={variable.name: str(paths[variable.file]) for variable in TRUST_VARIABLES},
+        env=trust_environment(directory),
     )
+
+
+def trust_environment(directory: str | os.PathLike[str]) -> dict[str, str]:
+    """The variables ``prepare_trust`` will return for ``directory``, known before the
+    files exist (the command's environment is fixed before the CA is made)."""
+    paths = _paths(Path(directory))
+    return {variable.name: str(paths[variable.file]) for variable in TRUST_VARIABLES}
+
+
+def _paths(directory: Path) -> dict[FileKind, Path]:
+    return {"bundle": directory / BUNDLE_FILE, "ca": directory / CA_FILE, "wgetrc": directory / WGETRC_FILE}
 
 
 def system_bundle(env: Mapping[str, str] = os.environ) -> Path | None:

@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 import types
+from pathlib import Path
 
 from ._routes import RouteTable
 
@@ -71,6 +72,15 @@ class MemoryTlsConfig(tlsconfig.TlsConfig):
     def configure(self, updated: set[str]) -> None:
         pass  # the stock one builds a CertStore from confdir on start
 
+    def get_cert(self, conn_context) -> certs.CertStoreEntry:
+        """A leaf for the server name only. The stock one also names the upstream's
+        address, which a name-constrained CA may not sign for (and clients then refuse
+        the whole certificate). Connections without a server name never get here."""
+        from cryptography import x509
+
+        name = conn_context.client.sni
+        return self.certstore.get_cert(name, [x509.DNSName(name)], None)
+
 
 def certstore_from_pem(key_and_cert_pem: bytes) -> certs.CertStore:
     """A CertStore for a CA given as key PEM + certificate PEM, without touching disk."""
@@ -79,7 +89,8 @@ def certstore_from_pem(key_and_cert_pem: bytes) -> certs.CertStore:
 
     key = load_pem_private_key(key_and_cert_pem, None)
     ca = certs.Cert(load_pem_x509_certificates(key_and_cert_pem)[0])
-    return certs.CertStore(key, ca, None, certs.CertStore.load_dhparam(_memory_file(certs.DEFAULT_DHPARAM)))
+    dhparams = certs.CertStore.load_dhparam(Path(_memory_file(certs.DEFAULT_DHPARAM)))
+    return certs.CertStore(key, ca, None, dhparams)
 
 
 def _memory_file(data: bytes) -> str:

@@ -34,6 +34,10 @@ def main(argv: list[str]) -> int:
         asyncio.run(_serve(config, rules, authority, control, listeners))
     except KeyboardInterrupt:
         pass
+    except Exception as exc:  # noqa: BLE001 - one line for the user; connections now fail closed
+        print(f"sandlock: error: the HTTP proxy stopped: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

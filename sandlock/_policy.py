@@ -71,6 +71,8 @@ class Policy:
         if (self.http_ca is None) != (self.http_key is None):
             missing = "http_key" if self.http_key is None else "http_ca"
             raise PolicyError(missing, "--http-ca and --http-key go together (give both)")
+        if self.http_ca is not None:
+            _check_user_ca(self.http_ca, self.http_key)
 
     @property
     def uses_default_workspace(self) -> bool:
@@ -183,6 +185,17 @@ def _specs(parse_name: str) -> object:
         return specs
 
     return normalise
+
+
+def _check_user_ca(cert: str, key: str) -> None:
+    """A CA the user brings must be usable (readable, a CA, matching, valid) before
+    anything starts: its problems are bad input, not a failed run."""
+    from .ca import CAError, load_user_ca  # cryptography: only for runs given --http-ca
+
+    try:
+        load_user_ca(cert, key)
+    except CAError as exc:
+        raise PolicyError("http_ca", str(exc)) from None
 
 
 def _http_rules(name: str, value: object) -> tuple[str, ...]:

@@ -147,6 +147,7 @@ class _NetworkLauncher:
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         self._lock = threading.Lock()
         self._network: object | None = None
+        self._building = False  # an engine is being built: its builder closes what it owns
         self._closed = False
 
     def take_listener(self, pid: int, fd: int) -> None:
@@ -163,6 +164,8 @@ class _NetworkLauncher:
             except BaseException:
                 os.close(listener)
                 raise
+        with self._lock:
+            self._building = True
         threading.Thread(target=self._start, args=(listener,), daemon=True,
                          name="sandlock-network-start").start()
 
@@ -174,6 +177,8 @@ class _NetworkLauncher:
                               http=self._http)
         except BaseException as exc:
             os.close(listener)  # fail closed: the command's network calls now fail (ENOSYS)
+            if self._http is not None:
+                self._http.close()
             print(f"sandlock: error: the network supervisor could not start: {exc}",
                   file=sys.stderr, flush=True)
             return
@@ -189,10 +194,10 @@ class _NetworkLauncher:
         """End the network engine; its denial summary, if it ran and denied anything."""
         with self._lock:
             self._closed = True
-            network = self._network
+            network, building = self._network, self._building
         if network is None:  # not (yet) built: whoever builds it closes it
-            if self._http is not None:
-                self._http.close()
+            if not building and self._http is not None:
+                self._http.close()  # the command never handed its listener over
             return None
         return network.close()
 

@@ -167,9 +167,9 @@ def test_client_ignoring_the_environment_fails_closed(https, api, port):
 
 
 def test_no_ca_env_leaves_clients_alone(https, api, port):
-    result = https("--no-ca-env", *ALLOW, cmd=["sh", "-c", "env | grep -c SSL_CERT_FILE; "
+    result = https("--no-ca-env", *ALLOW, cmd=["sh", "-c", "env | grep -c '=.*/sandlock-'; "
                                                            f"curl -sS https://api.test:{port}/repos/a"])
-    assert result.stdout.startswith("0\n")
+    assert result.stdout.startswith("0\n"), result  # no variable names a sandlock run's file
     assert api.log == []
 
 
@@ -253,7 +253,7 @@ def test_upstream_certificate_is_verified(port, api, tmp_path):
 
 def test_pass_through_shows_the_real_server(https, api, port, upstream_ca):
     result = https("--http-allow", "* api.test",
-                   cmd=["sh", "-c", f"env | grep -c '^SSL_CERT_FILE='; curl -sS --cacert {upstream_ca[1]} "
+                   cmd=["sh", "-c", f"env | grep -c '=.*/sandlock-'; curl -sS --cacert {upstream_ca[1]} "
                                     f"https://api.test:{port}/anything"])
     assert result.stdout == "0\napi GET /anything\n", result  # no CA needed, none injected
 
@@ -282,11 +282,10 @@ def test_persistent_ca_is_used_when_it_exists(https, api, port, tmp_path):
 
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
     assert sandlock("ca", "init", env=env).returncode == 0
-    exported = sandlock("ca", "export", env=env).stdout
-    result = https(*ALLOW, "--no-ca-env", env=env, cmd=["sh", "-c", f"""
-        printf '%s' '{exported}' > {tmp_path}/persistent.pem
-        curl -sS --cacert {tmp_path}/persistent.pem https://api.test:{port}/repos/a
-    """])
+    exported = tmp_path / "persistent.pem"
+    assert sandlock("ca", "export", str(exported), env=env).returncode == 0
+    result = https(*ALLOW, "--no-ca-env", env=env,
+                   cmd=curl("--cacert", str(exported), f"https://api.test:{port}/repos/a"))
     assert result.stdout == "api GET /repos/a\n", result
 
 
@@ -309,3 +308,14 @@ def test_user_ca_and_its_key_stays_unreadable(https, api, port, tmp_path):
 def test_http_ca_flags_are_checked(options, message):
     result = sandlock("run", *options, *ALLOW, "--", "true")
     assert result.returncode == 2 and message in result.stderr
+
+
+def test_mismatched_user_ca_is_exit_2(tmp_path):
+    one, two = trustme.CA(), trustme.CA()
+    cert, key = tmp_path / "one.pem", tmp_path / "two.key"
+    one.cert_pem.write_to_path(str(cert))
+    two.private_key_pem.write_to_path(str(key))
+    result = sandlock("run", "--http-ca", str(cert), "--http-key", str(key), *ALLOW, "--", "true")
+    assert result.returncode == 2, result
+    assert result.stderr.startswith("sandlock: error: --http-ca: "), result.stderr
+    assert len(result.stderr.splitlines()) == 1
