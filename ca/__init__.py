@@ -79,6 +79,7 @@ __all__ = [
     "load_user_ca",
     "prepare_trust",
     "system_bundle",
+    "trust_environment",
     "uninstall",
 ]
 
