@@ -71,16 +71,12 @@ class ProxyProcess:
         return self.trust_error
 
     def close(self) -> None:
-        try:
-            self._control.shutdown(socket.SHUT_RDWR)  # the proxy reads EOF and exits
-        except OSError:
-            pass
-        try:
-            self._process.wait(_STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-        self._reader.join(_STOP_TIMEOUT)
+        """End the proxy now. It keeps nothing worth a graceful stop, and may still be
+        importing mitmproxy (a run that made no request must not wait for that).
+        Decisions it already reported are still read: they sit in the socket buffer."""
+        self._process.kill()
+        self._process.wait()
+        self._reader.join(_STOP_TIMEOUT)  # reads what was queued, then EOF
         self._control.close()
 
     # --- events from the proxy ----------------------------------------------------------

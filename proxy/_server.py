@@ -8,7 +8,6 @@ sandlock hangs up.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import sys
 
@@ -30,6 +29,8 @@ def main(argv: list[str]) -> int:
     authority = prepare(config, rules)
     control.send(_protocol.encode(_protocol.TRUST, error=authority.error))
     control.setblocking(False)
+    import asyncio  # only now: the command may be waiting for the trust message above
+
     try:
         asyncio.run(_serve(config, rules, authority, control, listeners))
     except KeyboardInterrupt:

@@ -2,12 +2,32 @@
 
     from sandlock import Sandbox, Policy
     result = Sandbox(Policy(fs_write=("/tmp/work",), fs_read=("/usr", "/etc"))).run(["ls", "/"])
+
+The public names load from their private modules on first use: the proxy process
+imports ``sandlock.proxy`` and ``sandlock.ca`` without paying for the sandbox itself.
 """
 
-from ._errors import PolicyError, SandlockError, SetupError
-from ._policy import Policy
-from ._process import SandboxedProcess, TimeoutExpired
-from ._sandbox import Result, Sandbox
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._errors import PolicyError, SandlockError, SetupError
+    from ._policy import Policy
+    from ._process import SandboxedProcess, TimeoutExpired
+    from ._sandbox import Result, Sandbox
+
+_EXPORTS = {
+    "PolicyError": "_errors",
+    "SandlockError": "_errors",
+    "SetupError": "_errors",
+    "Policy": "_policy",
+    "SandboxedProcess": "_process",
+    "TimeoutExpired": "_process",
+    "Result": "_sandbox",
+    "Sandbox": "_sandbox",
+}
 
 __all__ = [
     "Policy",
@@ -19,3 +39,16 @@ __all__ = [
     "SetupError",
     "TimeoutExpired",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -82,10 +82,14 @@ class Network(Services):
 
     def serve(self, listener_fd: int) -> None:
         """Answer the command's calls (``listener_fd``: its seccomp listener, owned from
-        now on); pin the policy's names meanwhile."""
-        self._supervisor.serve(listener_fd)
+        now on); pin the policy's names meanwhile.
+
+        Pinning starts first: a call the supervisor reads at once must find it under
+        way (``wait_for_pins``), or an IP destination would be judged without the pins.
+        """
         if self._rules.hostnames() or self._policy.resolve:
             self._start_dns()
+        self._supervisor.serve(listener_fd)
 
     # --- Services (for the supervisor) ---------------------------------------------
 

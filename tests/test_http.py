@@ -337,6 +337,7 @@ def test_direct_connection_to_the_proxy_is_refused(api, port):
     # The child finds every listening TCP socket on loopback (the proxy's included, from
     # /proc/net/tcp), connects to each and speaks HTTP: nothing may answer as the proxy.
     code = r"""
+import socket
 ports = set()
 for table, family, host in (("/proc/net/tcp", socket.AF_INET, "127.0.0.1"),
                             ("/proc/net/tcp6", socket.AF_INET6, "::1")):
@@ -367,6 +368,7 @@ for family, host, port in ports:
 
 def test_quic_udp_443_is_refused_unless_allowed(port):
     code = """
+import socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 try:
     s.sendto(b"q", ("127.0.0.2", %d)); print("sent")
@@ -400,6 +402,7 @@ def test_wildcard_host_pinned_when_resolved(port):
 
 def test_http_rules_imply_no_other_port(api, port):
     result = run(port, "--http-allow", "* api.test", cmd=[sys.executable, "-c", """
+import socket
 try:
     socket.create_connection(("api.test", 22), timeout=5); print("connected")
 except OSError as e:
