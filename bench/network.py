@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Network overheads: on-behalf connect latency, a served port's throughput, start-up.
 
-Usage: python bench/network.py [--connects N] [--requests N] [--runs N]
+Usage: python bench/network.py [--connects N] [--requests N] [--runs N] [--only PART]
 
 1. connect latency: a Python client inside and outside the sandbox times N connects
    to a loopback listener (per-connect median, in-process timing, so interpreter
@@ -149,8 +149,18 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=40000)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3, help="median over this many rounds")
+    parser.add_argument("--only", choices=("connect", "server", "startup"), help="measure only this part")
     args = parser.parse_args()
+    if args.only in (None, "connect"):
+        _report_connect(args)
+    if args.only in (None, "server"):
+        _report_server(args)
+    if args.only in (None, "startup"):
+        _report_startup(args)
+    return 0
 
+
+def _report_connect(args: argparse.Namespace) -> None:
     latencies = [connect_latency(args.connects) for _ in range(args.repeat)]
     bare = statistics.median(b for b, _ in latencies)
     boxed = statistics.median(s for _, s in latencies)
@@ -159,6 +169,8 @@ def main() -> int:
     print(f"| bare | {bare:.1f} µs |\n| sandboxed (on-behalf) | {boxed:.1f} µs |")
     print(f"| added | {boxed - bare:.1f} µs |\n")
 
+
+def _report_server(args: argparse.Namespace) -> None:
     bare_rps = statistics.median(server_throughput(args.requests, []) for _ in range(args.repeat))
     boxed_rps = statistics.median(server_throughput(
         args.requests, [*SANDLOCK, "run", "-q", "--net-allow-bind", "*", "--"]) for _ in range(args.repeat))
@@ -166,13 +178,14 @@ def main() -> int:
     print("| | requests/s |\n| --- | --- |")
     print(f"| bare | {bare_rps:,.0f} |\n| sandboxed | {boxed_rps:,.0f} ({boxed_rps / bare_rps:.1%}) |\n")
 
+
+def _report_startup(args: argparse.Namespace) -> None:
     plain, named = startup(args.runs)
     print(f"## start-up ({args.runs} runs)\n")
     print("| | median |\n| --- | --- |")
     print(f"| `sandlock run -- /bin/true` | {plain:.1f} ms |")
     print(f"| `sandlock run --net-allow api.example.test:443 ... -- /bin/true` | {named:.1f} ms "
           f"({named - plain:+.1f} ms) |")
-    return 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,11 @@ class Audit:
         self._lock = threading.Lock()
         self.denied = 0
 
+    @property
+    def logs_allowed(self) -> bool:
+        """Whether allowed operations are recorded at all (only in an audit log)."""
+        return self._file is not None
+
     def record(self, *, pid: int, syscall: str, protocol: str, address: SockAddress,
                verdict: Verdict, redirected: bool = False) -> None:
         allowed = verdict.allowed

@@ -22,7 +22,7 @@ from . import _sockaddr
 from ._libc import PR_SET_NO_NEW_PRIVS, IoVec, prctl, syscall
 from ._materialize import Message, Socket
 from ._seccomp import MSG_FASTOPEN
-from ._sockaddr import SockAddress, UnixAddress
+from ._sockaddr import InetAddress, SockAddress, UnixAddress
 from ._syscalls import nr
 
 Outcome = tuple[int, int]  # (return value, errno): errno 0 means success
@@ -109,6 +109,9 @@ def _until_done(gone: int, attempt: Callable[[], Outcome], *, fd: int = -1,
 
 
 def _connect_now(fd: int, address: SockAddress) -> Outcome:
+    if isinstance(address, InetAddress):  # the common case: no file to open
+        raw = _sockaddr.encode(address)
+        return _outcome(_libc.connect(fd, raw, len(raw)))
     with _kernel_address(address) as raw:
         if isinstance(raw, int):
             return -1, raw
@@ -131,6 +134,8 @@ def _completed(fd: int, timeout_ms: int, gone: int = -1) -> Outcome | None:
         return None
     if gone >= 0 and gone in events:
         return -1, errno.EINTR
+    if events.get(fd) == select.POLLOUT:  # no POLLERR: no error is pending, it connected
+        return 0, 0
     error = socket_error(fd)
     return (-1, error) if error else (0, 0)
 

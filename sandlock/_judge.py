@@ -70,6 +70,38 @@ class SandboxSockets:
         return address.bound_socket is not None and address.bound_socket in self.sockets
 
 
+class InetDecisions:
+    """Decisions about IP endpoints, kept while what they depend on stays the same.
+
+    Such a decision is a function of the transport, the address (all its fields),
+    whether it is a bind, and of the run: the policy (immutable), the pins (which only
+    grow: ``PinTable.version``) and sandlock's own listeners (set as they start). All
+    entries are dropped as soon as pins or listeners differ from when they were made.
+    Used from the supervisor thread.
+    """
+
+    LIMIT = 4096  # distinct endpoints; past it, start over
+
+    def __init__(self) -> None:
+        self._state: tuple[object, ...] = ()
+        self._decisions: dict[tuple[str, InetAddress, bool], Decision] = {}
+
+    def decide(self, protocol: str, address: InetAddress, ctx: RunContext, binding: bool) -> Decision:
+        listeners = ctx.listeners
+        # Read before judging: a pin made meanwhile makes the next call start over.
+        state = (ctx.pins.version, listeners.dns_udp, listeners.dns_tcp, listeners.others)
+        key = (protocol, address, binding)
+        if state == self._state:
+            decision = self._decisions.get(key)
+            if decision is not None:
+                return decision
+        if state != self._state or len(self._decisions) >= self.LIMIT:
+            self._decisions = {}
+            self._state = state
+        decision = self._decisions[key] = _judge_inet(protocol, address, ctx, binding)
+        return decision
+
+
 @dataclass(frozen=True)
 class RunContext:
     policy: NetPolicy
@@ -77,6 +109,7 @@ class RunContext:
     listeners: OwnListeners
     ipc_scoped: bool  # abstract unix sockets outside the sandbox are off limits
     own_sockets: SandboxSockets = field(default_factory=SandboxSockets)
+    inet_decisions: InetDecisions = field(default_factory=InetDecisions, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -118,7 +151,10 @@ def judge_destination(sock: Socket, address: SockAddress | None, ctx: RunContext
         # A send on a connected socket: its peer was judged when it connected.
         return Decision(True, None, _ALLOWED_UNGOVERNED, "")
     if isinstance(address, InetAddress):
-        return _judge_inet(sock, address, ctx, binding)
+        protocol = sock.transport
+        if not protocol:  # an IP address on a unix/netlink socket: the kernel refuses it
+            return Decision(False, None, Verdict(False, "address family mismatch"), "", errno.EAFNOSUPPORT)
+        return ctx.inet_decisions.decide(protocol, address, ctx, binding)
     if isinstance(address, UnixAddress):
         return _judge_unix(address, ctx, binding)
     return _judge_other(address, binding)
@@ -147,10 +183,7 @@ def judge_listen(sock: Socket, local: SockAddress, ctx: RunContext) -> Decision:
     return Decision(verdict.allowed, local, verdict, "tcp")
 
 
-def _judge_inet(sock: Socket, address: InetAddress, ctx: RunContext, binding: bool) -> Decision:
-    protocol = sock.transport
-    if not protocol:  # an IP address on a unix/netlink socket: the kernel refuses it
-        return Decision(False, None, Verdict(False, "address family mismatch"), "", errno.EAFNOSUPPORT)
+def _judge_inet(protocol: str, address: InetAddress, ctx: RunContext, binding: bool) -> Decision:
     endpoint = Endpoint(protocol, canonical_address(address.address), address.port)
     if binding:
         verdict = ctx.policy.bind(endpoint)

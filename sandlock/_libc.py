@@ -8,7 +8,9 @@ and errno handling are written once.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
+from collections.abc import Callable
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -45,6 +47,37 @@ def syscall(nr: int, *args: object) -> int:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return result
+
+
+def _raise_on_failure(result: int, function: object, args: object) -> int:
+    """ctypes errcheck: -1 means failure, with errno saying why."""
+    if result == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
+def syscall_function(nr: int, *argtypes: type) -> Callable[..., int]:
+    """Syscall ``nr`` as a function of fixed argument types, for the supervisor's hot
+    path: ctypes converts the arguments itself, no marshalling per call. Raises OSError
+    like ``syscall``."""
+    prototype = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, *argtypes, use_errno=True)
+    function = prototype(("syscall", _libc))
+    function.errcheck = _raise_on_failure
+    return functools.partial(function, nr)
+
+
+_getsockopt = _libc.getsockopt
+
+
+def socket_option(fd: int, level: int, option: int) -> int:
+    """getsockopt() of an int option on a bare descriptor; raises OSError."""
+    value = ctypes.c_int(0)
+    size = ctypes.c_uint32(ctypes.sizeof(value))
+    if _getsockopt(fd, level, option, ctypes.byref(value), ctypes.byref(size)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return value.value
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:

@@ -49,9 +49,11 @@ class Listener:
         self._lock = threading.Lock()
         self._buffer = bytearray(_NOTIF.size)
         try:
-            fcntl.ioctl(fd, IOCTL_SET_FLAGS, _ID.pack(SET_FLAG_SYNC_WAKE_UP))
+            # The flags are the ioctl's argument itself, not a pointer to them.
+            fcntl.ioctl(fd, IOCTL_SET_FLAGS, SET_FLAG_SYNC_WAKE_UP)
+            self.sync_wake_up = True
         except OSError:
-            pass  # older kernels: only a latency optimisation
+            self.sync_wake_up = False  # before Linux 6.6: only a latency optimisation
 
     def receive(self) -> Notification | None:
         """The next notification; None if it vanished before we got it."""

@@ -21,6 +21,7 @@ class PinTable:
         self._lock = threading.Lock()
         self._addresses: dict[str, tuple[IPAddress, ...]] = {}
         self._names: dict[IPAddress, frozenset[str]] = {}
+        self.version = 0  # counts pins: what was judged with an older table may differ
 
     def pin(self, name: str, addresses: tuple[IPAddress, ...]) -> tuple[IPAddress, ...]:
         """Pin ``name`` unless already pinned; returns the pinned addresses either way."""
@@ -32,6 +33,7 @@ class PinTable:
             self._addresses[name] = addresses
             for address in addresses:
                 self._names[address] = self._names.get(address, frozenset()) | {name}
+            self.version += 1  # after the table changed: a reader of the new version sees it
             return addresses
 
     def addresses(self, name: str) -> tuple[IPAddress, ...] | None:

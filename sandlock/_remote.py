@@ -11,11 +11,16 @@ import errno
 import os
 import struct
 
-from ._libc import IoVec, syscall
+from ._libc import IoVec, syscall, syscall_function
 from ._syscalls import nr
 
 PIDFD_THREAD = os.O_EXCL  # pidfd_open flag (Linux 6.9): a pidfd for a thread, not a leader
 MAX_COPY = 1 << 26  # refuse to copy more than 64 MiB for one syscall (the kernel's limit is larger)
+
+# The supervisor's per-call syscalls, with their argument types bound once.
+_process_vm_readv = syscall_function(nr("process_vm_readv"), ctypes.c_long, ctypes.c_void_p, ctypes.c_ulong,
+                                     ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong)
+_pidfd_getfd = syscall_function(nr("pidfd_getfd"), ctypes.c_long, ctypes.c_long, ctypes.c_ulong)
 
 
 class Fault(OSError):
@@ -32,10 +37,10 @@ def read_memory(pid: int, address: int, length: int) -> bytes:
     if length < 0 or length > MAX_COPY:
         raise OSError(errno.EMSGSIZE, os.strerror(errno.EMSGSIZE))
     buffer = ctypes.create_string_buffer(length)
-    local = IoVec(ctypes.addressof(buffer), length)
-    remote = IoVec(address, length)
+    vectors = (ctypes.c_size_t * 4)(ctypes.addressof(buffer), length, address, length)  # local, remote iovec
+    local = ctypes.addressof(vectors)
     try:
-        done = syscall(nr("process_vm_readv"), pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        done = _process_vm_readv(pid, local, 1, local + ctypes.sizeof(IoVec), 1, 0)
     except OSError as exc:
         if exc.errno == errno.EFAULT:
             raise Fault from None
@@ -74,7 +79,7 @@ def _thread_group(tid: int) -> int:
 
 def duplicate_fd(pidfd: int, fd: int) -> int:
     """Our own descriptor for the child's open file ``fd`` (close-on-exec)."""
-    return syscall(nr("pidfd_getfd"), pidfd, fd, 0)
+    return _pidfd_getfd(pidfd, fd, 0)
 
 
 def cwd_of(tid: int) -> str:

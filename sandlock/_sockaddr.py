@@ -58,7 +58,23 @@ class BadAddress(ValueError):
     """Too short or malformed for its family: the kernel would answer EINVAL."""
 
 
+_PARSED_LIMIT = 1024
+_parsed: dict[bytes, InetAddress] = {}  # raw sockaddr_in/in6 -> its (immutable) value
+
+
 def parse(raw: bytes) -> SockAddress:
+    address = _parsed.get(raw)
+    if address is not None:
+        return address  # the same destination as before: same value, and one object
+    address = _parse(raw)
+    if isinstance(address, InetAddress):
+        if len(_parsed) >= _PARSED_LIMIT:
+            _parsed.clear()
+        _parsed[raw] = address
+    return address
+
+
+def _parse(raw: bytes) -> SockAddress:
     if len(raw) < _FAMILY.size:
         raise BadAddress("sockaddr too short")
     (family,) = _FAMILY.unpack_from(raw)

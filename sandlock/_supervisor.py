@@ -358,6 +358,8 @@ class Supervisor:
         return address
 
     def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:
+        if decision.allowed and not self._audit.logs_allowed:
+            return  # the hot path: nothing to write, nothing to say
         if decision.audited and address is not None:
             self._audit.record(
                 pid=request.notification.pid, syscall=request.syscall, protocol=decision.protocol,

@@ -163,6 +163,31 @@ def test_a_supervisor_bug_refuses_the_call_and_keeps_serving(monkeypatch, capfd)
     assert "internal error in the network supervisor" in capfd.readouterr().err
 
 
+def test_a_default_socket_timeout_in_sandlock_does_not_reach_the_commands_sockets():
+    """The supervisor looks at the command's socket through its own duplicate: a socket
+    object made of it under socket.setdefaulttimeout() would make the command's socket
+    non-blocking, and its blocking connect would fail with EINPROGRESS."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        socket.setdefaulttimeout(5)
+        try:
+            script = (
+                "import os, socket\n"
+                "s = socket.socket()\n"
+                f"s.connect(('127.0.0.1', {port}))\n"
+                "print(os.get_blocking(s.fileno()))\n"
+            )
+            result = Sandbox(Policy(net_allow=(f"127.0.0.1:{port}",)), quiet=True).run(
+                [PY, "-c", script], timeout=20)
+        finally:
+            socket.setdefaulttimeout(None)
+    assert (result.exit_code, result.stdout) == (0, b"True\n")
+
+
 def test_runs_leak_no_descriptors():
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(10):

@@ -1134,6 +1134,29 @@ def test_verdict_refuses_source_routing_ancillary_data(kind):
                          _context()).allowed
 
 
+def test_remembered_verdicts_follow_new_pins_and_listeners():
+    """Decisions about IP destinations are reused, but never past a pin (a name the rule
+    allows now means this address) or one of sandlock's listeners starting there."""
+    from ipaddress import ip_address
+
+    from sandlock._judge import judge_destination
+    from sandlock._sockaddr import InetAddress
+
+    ctx = _context("api.example.test:443", "127.0.0.1:5353")
+    api = InetAddress(socket.AF_INET, ip_address("192.0.2.7"), 443)
+    stream = _socket(kind=socket.SOCK_STREAM)
+    assert not judge_destination(stream, api, ctx).allowed
+    assert not judge_destination(stream, api, ctx).allowed  # remembered
+    ctx.pins.pin("api.example.test", (ip_address("192.0.2.7"),))
+    assert judge_destination(stream, api, ctx).allowed
+    responder = InetAddress(socket.AF_INET, ip_address("127.0.0.1"), 5353)
+    assert judge_destination(_socket(), responder, ctx).allowed
+    ctx.listeners.dns_udp = responder  # the DNS responder came up on that port
+    assert not judge_destination(_socket(), responder, ctx).allowed
+    # the socket's transport is part of what is remembered
+    assert judge_destination(_socket(socket.AF_UNIX), api, ctx).error == errno.EAFNOSUPPORT
+
+
 def test_own_socket_recognition_cannot_be_raced_onto_a_host_socket(tmp_path):
     """Bind a socket, and race a hard link to a host daemon's socket over its path while
     sandlock records what the sandbox bound: the daemon must never be reached. (The
