@@ -741,14 +741,16 @@ def swap():  # app.sock: a hard link to the allowed service, then a symlink to t
 
 os.symlink(DAEMON, app)  # (renaming a hard link over another link of it would do nothing)
 threading.Thread(target=swap, daemon=True).start()
-results = {}
+results, tried = {}, 0
 deadline = time.monotonic() + 10
-for _ in range(ATTEMPTS):
-    if time.monotonic() > deadline:
-        break
+# ATTEMPTS, and up to three times that until both phases of the swap were met: a fast
+# supervisor can otherwise answer every attempt between two swaps.
+while time.monotonic() < deadline and (tried < ATTEMPTS or (len(results) < 2 and tried < 3 * ATTEMPTS)):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     count(results, attempt(s.connect, app))
     s.close()
+    tried += 1
+    time.sleep(0)  # let the swapping thread run
 stop = True
 report(**results)
 """
