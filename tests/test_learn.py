@@ -45,7 +45,7 @@ def test_http_paths_collapse_where_siblings_share_a_parent():
                 http("GET", "api.test", "/rate_limit?x=1"), http("GET", "other.test", "/")]
     learned = learn(records, collapse=3)
     assert learned.http_allow == (
-        "GET,POST api.test/repos/o/*", "GET api.test/rate_limit", "GET api.test/user",
+        "GET api.test/rate_limit", "GET,POST api.test/repos/o/*", "GET api.test/user",
         "GET other.test/",
     )
 
