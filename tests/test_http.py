@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -420,3 +421,83 @@ def test_bad_rules_are_exit_2():
         assert result.returncode == 2, rule
         assert result.stderr.startswith(f"sandlock: error: --http-allow: '{rule}': "), result.stderr
         assert message in result.stderr
+
+
+# --- WebSocket ----------------------------------------------------------------------------
+
+WS_CLIENT = r"""
+import base64, os, socket, sys
+host, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.create_connection((host, port), timeout=10)
+key = base64.b64encode(os.urandom(16)).decode()
+s.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+print(head.split(b"\r\n")[0].decode())
+if b" 101 " in head.split(b"\r\n")[0]:
+    payload, mask = b"hello", os.urandom(4)
+    s.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    frame = s.recv(2 + len(payload))
+    print(frame[2:].decode())
+"""
+
+
+class _WsEcho:
+    """A WebSocket echo server (one text frame) built on the RFC's handshake."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.sock.listen()
+        self.paths: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import base64
+        import hashlib
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+                lines = head.decode().split("\r\n")
+                self.paths.append(lines[0].split()[1])
+                key = next(line.split(":", 1)[1].strip() for line in lines
+                           if line.lower().startswith("sec-websocket-key"))
+                accept = base64.b64encode(hashlib.sha1(
+                    (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+                conn.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                              f"Connection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n").encode())
+                frame = conn.recv(2 + 4 + 5)
+                mask, data = frame[2:6], frame[6:]
+                conn.sendall(bytes([0x81, len(data)]) + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_websocket_upgrade_is_checked_as_a_request(port):
+    server = _WsEcho(API, port)
+    try:
+        allowed = run(port, "--http-allow", "GET api.test/ws/*",
+                      cmd=[sys.executable, "-c", WS_CLIENT, "api.test", str(port), "/ws/chat"])
+        assert allowed.stdout.splitlines() == ["HTTP/1.1 101 Switching Protocols", "hello"], allowed
+        denied = run(port, "--http-allow", "GET api.test/ws/*",
+                     cmd=[sys.executable, "-c", WS_CLIENT, "api.test", str(port), "/admin/ws"])
+        assert denied.stdout.splitlines()[0].startswith("HTTP/1.1 403"), denied
+        assert server.paths == ["/ws/chat"]
+    finally:
+        server.close()
