@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import os
 import shutil
 import ssl
@@ -71,28 +70,12 @@ def serve(port: int, tls_port: int, certdir: str) -> None:
 
 
 def make_certs(certdir: str) -> None:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+    """The upstream's CA and its certificate for api.test."""
+    from sandlock import ca
 
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key, leaf_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench upstream CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(1).not_valid_before(now)
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    leaf = (x509.CertificateBuilder().subject_name(x509.Name([]))
-            .issuer_name(ca_name).public_key(leaf_key.public_key()).serial_number(2)
-            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(NAME)]), critical=True)
-            .sign(ca_key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    for name, data in (("ca.pem", ca.public_bytes(pem)), ("leaf.pem", leaf.public_bytes(pem)),
-                       ("leaf.key", leaf_key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                                           serialization.NoEncryption()))):
+    upstream = ca.ephemeral_ca([NAME])
+    cert, key = ca.server_certificate(upstream, NAME)
+    for name, data in (("ca.pem", upstream.cert_pem), ("leaf.pem", cert), ("leaf.key", key)):
         with open(os.path.join(certdir, name), "wb") as file:
             file.write(data)
 

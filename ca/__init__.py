@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._authority import CertificateAuthority
     from ._errors import CAError, NeedsPrivilege
-    from ._generate import EPHEMERAL_LIFETIME, PERSISTENT_LIFETIME, ephemeral_ca
+    from ._generate import EPHEMERAL_LIFETIME, PERSISTENT_LIFETIME, ephemeral_ca, server_certificate
     from ._install import TARGETS, Installation, install, installed, uninstall
     from ._load import load_user_ca
     from ._store import ca_directory, init_persistent, load_persistent
@@ -42,6 +42,7 @@ _EXPORTS = {
     "EPHEMERAL_LIFETIME": "_generate",
     "PERSISTENT_LIFETIME": "_generate",
     "ephemeral_ca": "_generate",
+    "server_certificate": "_generate",
     "TARGETS": "_install",
     "Installation": "_install",
     "install": "_install",
@@ -78,6 +79,7 @@ __all__ = [
     "load_persistent",
     "load_user_ca",
     "prepare_trust",
+    "server_certificate",
     "system_bundle",
     "trust_environment",
     "uninstall",

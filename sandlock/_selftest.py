@@ -211,6 +211,19 @@ class Selftest:
                   and "Permission denied" in lines[2])
         return passed, out.replace("\n", "; ")
 
+    def https_rules(self) -> tuple[bool, str]:
+        name = "selftest.sandlock.test"
+        with _HttpServer(tls_name=name) as (port, upstream_ca):
+            ca_file = os.path.join(self.scratch, "upstream-ca.pem")
+            _write(ca_file, upstream_ca.decode())
+            sandbox = self.allowlist(resolve=(f"{name}=127.0.0.1",), http_ports=(port,),
+                                     http_allow=(f"GET {name}/allowed/*",), upstream_ca=(ca_file,))
+            out = self.python(sandbox, _HTTP_GET, f"https://{name}:{port}/allowed/x",
+                              f"https://{name}:{port}/other")
+        lines = out.splitlines()
+        passed = len(lines) == 2 and lines[0] == "200" and lines[1].startswith("403 ")
+        return passed, out.replace("\n", "; ")
+
     def dies_with_sandlock(self) -> tuple[bool, str]:
         script = "sleep 300 & echo $!; wait"
         cli = [PY, "-m", "sandlock", "run", "-q", "--", "sh", "-c", script]
@@ -244,6 +257,7 @@ CHECKS: list[tuple[str, Callable[[Selftest], tuple[bool, str]]]] = [
     ("DNS answers pinned names only", Selftest.dns_pinned),
     ("a host daemon's unix socket needs --unix-allow", Selftest.unix_daemon),
     ("--http-allow allows one path, denies others with 403", Selftest.http_rules),
+    ("HTTPS is inspected with the sandbox CA, denied paths get 403", Selftest.https_rules),
 ]
 
 
@@ -293,9 +307,13 @@ class _LocalServer:
 
 
 class _HttpServer:
-    """An HTTP server on 127.0.0.1 answering 200 to every GET, for the HTTP checks."""
+    """An HTTP server on 127.0.0.1 answering 200 to every GET, for the HTTP checks;
+    with ``tls_name``, HTTPS with a certificate for that name (and its CA's PEM)."""
 
-    def __enter__(self) -> int:
+    def __init__(self, tls_name: str | None = None) -> None:
+        self._tls_name = tls_name
+
+    def __enter__(self):
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -309,8 +327,27 @@ class _HttpServer:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+        port = self._server.server_address[1]
+        authority = self._tls_name and self._serve_tls()
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self._server.server_address[1]
+        return (port, authority) if self._tls_name else port
+
+    def _serve_tls(self) -> bytes:
+        import ssl
+
+        from . import ca
+
+        upstream = ca.ephemeral_ca([self._tls_name])
+        cert, key = ca.server_certificate(upstream, self._tls_name)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        with tempfile.TemporaryDirectory() as directory:
+            paths = [os.path.join(directory, n) for n in ("cert.pem", "key.pem")]
+            for path, data in zip(paths, (cert, key)):
+                with open(path, "wb") as file:
+                    file.write(data)
+            context.load_cert_chain(*paths)
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        return upstream.cert_pem
 
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
