@@ -83,9 +83,11 @@ class Network(Services):
     def serve(self, listener_fd: int) -> None:
         """Answer the command's calls (``listener_fd``: its seccomp listener, owned from
         now on); pin the policy's names meanwhile."""
-        self._supervisor.serve(listener_fd)
+        # Pinning starts first: a call the kernel already holds is answered as soon as
+        # the supervisor runs, and its verdict must wait for the pins.
         if self._rules.hostnames() or self._policy.resolve:
             self._start_dns()
+        self._supervisor.serve(listener_fd)
 
     # --- Services (for the supervisor) ---------------------------------------------
 
