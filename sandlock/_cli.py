@@ -1,5 +1,5 @@
 """Command line: a thin layer that turns policy files and options into a Policy and runs
-a Sandbox (or prints it; profiles: ``_policycli``).
+a Sandbox (or prints or tests the policy: ``_policycli``).
 
 Errors follow one contract: ``sandlock: error: OPTION: what is wrong`` (or
 ``FILE:LINE: key: what is wrong``) on one line and exit status 2 for bad input, 125
@@ -48,6 +48,7 @@ def _build_parser() -> argparse.ArgumentParser:
     commands.add_parser("check", help="show which kernel features sandlock can use")
     commands.add_parser("selftest", help="run real confined programs and check each protection")
     _add_profile_parser(commands)
+    _add_policy_parser(commands)
     return parser
 
 
@@ -177,6 +178,28 @@ def _add_profile_parser(commands: argparse._SubParsersAction) -> None:
     validate.add_argument("files", nargs="+", metavar="FILE")
 
 
+def _add_policy_parser(commands: argparse._SubParsersAction) -> None:
+    policy = commands.add_parser("policy", help="test what a policy allows")
+    actions = policy.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser,
+                                    required=True)
+    test = actions.add_parser(
+        "test",
+        help="ALLOW or DENY, and the deciding rule, for each request or connection",
+        usage="sandlock policy test [POLICY OPTIONS] [METHOD] URL... [--net ENDPOINT]...",
+        description="Decide each request, then each --net connection, as a run with this "
+        "policy would, and print ALLOW or DENY with the rule that decided. Nothing is "
+        "resolved or sent. Exit status: 0 if everything is allowed, 1 if anything is "
+        "denied, 2 for invalid input.",
+    )
+    _add_policy_options(test)
+    test.add_argument("--net", action="append", default=[], metavar="ENDPOINT",
+                      help="a connection to test: [tcp://|udp://|icmp://]HOST[:PORT] "
+                      "(repeatable; no scheme: TCP)")
+    test.add_argument("requests", nargs="*", metavar="REQUEST",
+                      help="'[METHOD] URL', e.g. 'POST https://api.github.com/repos/x/y/issues' "
+                      "(no METHOD: GET)")
+
+
 class _VersionAction(argparse.Action):
     """--version, looked up only when asked (importlib.metadata costs ~20 ms to import)."""
 
@@ -296,7 +319,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(argv: Sequence[str] | None) -> int:
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    # Known args, so that `policy test` takes requests after --net too (argparse stops
+    # filling a positional list at the first option); anything else unknown is an error.
+    args, extra = parser.parse_known_args(argv)
+    if extra and (getattr(args, "requests", None) is None or extra[0].startswith("-")):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.subcommand == "run":
         return _run(args)
     if args.subcommand == "check":
@@ -309,6 +336,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return selftest()
     if args.subcommand == "profile":
         return _profile(args)
+    if args.subcommand == "policy":
+        from ._policycli import policy_test
+
+        return policy_test(_policy_of(args), [*args.requests, *extra], args.net)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 

@@ -1,5 +1,5 @@
-"""`sandlock profile list|show|validate`: policies read, shown and checked, without
-running anything."""
+"""`sandlock profile list|show|validate` and `sandlock policy test`: policies read,
+shown, checked and tested, without running anything."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from . import _policyfile, _profiles
 from ._errors import EXIT_USAGE, SandlockError, error_line
+from ._policy import Policy
 from ._policysources import merge
 
 
@@ -57,3 +58,26 @@ def _load_whole(path: str) -> _policyfile.PolicyFile:
     loaded = _policyfile.load(path)
     merge([loaded.settings])
     return loaded
+
+
+def policy_test(policy: Policy, requests: Sequence[str], endpoints: Sequence[str]) -> int:
+    """One line per request, then per endpoint: exit 0 if all are allowed, else 1."""
+    from ._policytest import PolicyTester, parse_endpoint, parse_request
+
+    probes = []
+    for texts, parse in ((requests, parse_request), (endpoints, parse_endpoint)):
+        for text in texts:
+            try:
+                probes.append(parse(text))
+            except ValueError as exc:
+                print(error_line(f"{text!r}: {exc}"), file=sys.stderr)
+                return EXIT_USAGE
+    if not probes:
+        print(error_line("policy test: nothing to test: give requests ('GET https://...') "
+                         "or --net ENDPOINT"), file=sys.stderr)
+        return EXIT_USAGE
+    tester = PolicyTester(policy)
+    outcomes = [tester.test(probe) for probe in probes]
+    for probe, outcome in zip(probes, outcomes):
+        print(outcome.line(probe))
+    return 0 if all(outcome.allowed for outcome in outcomes) else 1
