@@ -175,11 +175,12 @@ def _keys_and_values(data: dict, where: _Locator) -> Iterable[tuple[Key, object]
 
 
 def _unknown_section(name: str, value: object) -> str:
-    if not isinstance(value, dict):  # a key at the top: say which section it belongs in
-        homes = [f"[{key.section}]" for key in KEYS if key.name == name]
-        if homes:
-            return f"'{name}' belongs in a section: {' or '.join(homes)}"
-    return f"unknown section [{name}]{did_you_mean(name, (*SECTIONS, DESCRIPTION))}"
+    if isinstance(value, dict):
+        return f"unknown section [{name}]{did_you_mean(name, SECTIONS)}"
+    homes = [f"[{key.section}]" for key in KEYS if key.name == name]
+    if homes:  # a section's key written at the top
+        return f"'{name}' belongs in a section: {' or '.join(homes)}"
+    return f"unknown top-level key '{name}'{did_you_mean(name, (DESCRIPTION, *SECTIONS))}"
 
 
 def _unknown_key(section: str, name: str) -> str:

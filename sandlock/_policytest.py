@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from ._dns import DnsSettings
 from ._netpolicy import Endpoint, NetPolicy, Verdict
-from ._netspec import DEFAULT_PROTOCOLS, ICMP, TCP, IPAddress, parse_allow
+from ._netspec import DEFAULT_PROTOCOLS, ICMP, TCP, IPAddress, NetRule, parse_allow
 from ._network import compile_policy
 from ._pins import PinTable
 from ._policy import Policy
@@ -99,7 +99,8 @@ def parse_endpoint(text: str) -> Probe:
     return Probe(f"{protocol}://{_bracketed(host)}:{port}", protocol, host, port)
 
 
-def _host(rule: object) -> str:
+def _host(rule: NetRule) -> str:
+    """The one host or address a rule names (what a probe connects to)."""
     if rule.host is not None:
         return rule.host
     if rule.network is None or rule.network.num_addresses != 1:

@@ -133,6 +133,8 @@ def test_relative_paths_are_the_files_directory_and_tilde_is_home(tmp_path):
     ("[process]\nfoo = 1\n", "p.toml:2: unknown key 'foo' in [process] (expected one of: env, "
                              "clean_env, cwd, timeout)"),
     ('allow = ["x"]\n', "p.toml:1: 'allow' belongs in a section: [network] or [http]"),
+    ("descripton = 'x'\n", "p.toml:1: unknown top-level key 'descripton': did you mean "
+                           "'description'?"),
     ("[process]\ntimeout = 'soon'\n", "p.toml:2: process.timeout: expected a number, got a string"),
     ("[network]\nallow = 'github.com'\n",
      "p.toml:2: network.allow: expected a list of strings, got a string"),
