@@ -13,6 +13,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import re
 import shlex
 import shutil
@@ -104,6 +105,33 @@ def test_console_blocks_show_what_sandlock_prints(doc, text):
         assert argv[0] == "sandlock"
         result = subprocess.run([*SANDLOCK, *argv[1:]], capture_output=True, text=True, cwd=ROOT)
         assert result.stdout + result.stderr == expected, command
+
+
+def documented_commands() -> list[str]:
+    """The sandlock commands shown with the example policies: in the sh blocks of the docs
+    and in the examples' own comments (continuation lines joined)."""
+    texts = [block for _, block in blocks("sh")]
+    texts += [re.sub(r"^#   ?", "", line) for path in sorted(EXAMPLES.glob("*.toml"))
+              for line in path.read_text().splitlines() if line.startswith("#   ")]
+    lines = "\n".join(texts).replace("\\\n", " ").splitlines()
+    return [line.strip() for line in lines
+            if (line.startswith(("sandlock run", "sandlock policy")) and "docs/examples/" in line)
+            or line.startswith("sandlock run -p")]
+
+
+@pytest.mark.parametrize("command", documented_commands())
+def test_documented_commands_take_their_policy(tmp_path, command):
+    """Each parses as shown (run: with --print-policy added, so nothing runs); -p pip is
+    the profile the docs make from the pip example."""
+    profiles = tmp_path / "sandlock" / "profiles"
+    profiles.mkdir(parents=True)
+    shutil.copy(EXAMPLES / "pip-install.toml", profiles / "pip.toml")
+    argv = shlex.split(command)[1:]
+    if argv[0] == "run":
+        argv.insert(1, "--print-policy")
+    result = subprocess.run([*SANDLOCK, *argv], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)})
+    assert result.returncode in ((0,) if argv[0] == "run" else (0, 1)), result.stderr
 
 
 def assert_prints_back(path: Path, tmp_path: Path) -> None:
