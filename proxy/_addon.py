@@ -18,7 +18,7 @@ from mitmproxy.proxy import server_hooks
 
 from ._protocol import Route
 from ._routes import RouteTable
-from ._rules import HttpRules, normalise_host
+from ._rules import PASS, REFUSE, HttpRules, TlsDecision, normalise_host
 
 DENIED_HEADER = "X-Sandlock-Denied"
 DENIED = "sandlock_denied"  # flow metadata: its request body is dropped (see _mitm)
@@ -53,34 +53,23 @@ class Enforcer:
         client = data.context.client
         route = self._routes.get(client.peername)
         sni = data.client_hello.sni
-        why = self._tls_refusal(route, sni)
-        if why is None and self._passes_through(sni):
+        decision = self._tls_decision(route, sni)
+        if decision.action == PASS:
             data.ignore_connection = True  # relayed untouched: every request is allowed
-            self._audit(route, "TLS", sni, "", True, "pass-through: every request to this host is allowed")
-            return
-        if why is None and not self._can_inspect:
-            why = (f"rules for {sni} constrain the method or path, which needs HTTPS inspection"
-                   " (--https-inspect is off)")
-        if why is not None:
+            self._audit(route, "TLS", sni, "", True, decision.reason)
+        elif decision.action == REFUSE:
             # Refused before anything reaches the upstream: the connection is relayed as
             # raw bytes, whose upstream connect then fails (lazy connection strategy).
             data.ignore_connection = True
-            self._refused[client.id] = why
-            self._audit(route, "TLS", sni or "", "", False, why)
+            self._refused[client.id] = decision.reason
+            self._audit(route, "TLS", sni or "", "", False, decision.reason)
 
-    def _tls_refusal(self, route: Route | None, sni: str | None) -> str | None:
+    def _tls_decision(self, route: Route | None, sni: str | None) -> TlsDecision:
         if route is None:
-            return "connection not steered by sandlock"
-        if not sni:
-            return "TLS without SNI (server name indication)"
-        if not _names(route, normalise_host(sni)):
-            return f"SNI {sni} is not a name pinned to {_where(route)}"
-        if self._rules.refuses_host(sni):
-            return f"no --http-allow rule for {normalise_host(sni)}"
-        return None
-
-    def _passes_through(self, sni: str | None) -> bool:
-        return self._inspect != "on" and sni is not None and self._rules.passes_through(sni)
+            return TlsDecision(REFUSE, "connection not steered by sandlock")
+        if sni and not _names(route, normalise_host(sni)):
+            return TlsDecision(REFUSE, f"SNI {sni} is not a name pinned to {_where(route)}")
+        return self._rules.tls_decision(sni, self._inspect, self._can_inspect)
 
     def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         why = self._refused.get(data.client.id)

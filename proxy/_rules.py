@@ -1,8 +1,8 @@
 """HTTP rules: the grammar ``METHODS HOST[/PATH]`` and the request verdict. Pure: no I/O.
 
 Shared by Policy validation, the network engine (which hosts the rules cover), the
-proxy addon (the verdict on each request) and ``sandlock policy test``: one piece of
-code decides, wherever the question is asked.
+proxy addon (the verdict on each TLS connection and request) and ``sandlock policy
+test``: one piece of code decides, wherever the question is asked.
 
 Matching is done on a normalised request path. Where the path could mean different
 things to different servers (an encoded ``/`` or ``\\``), every reading is checked and
@@ -228,6 +228,18 @@ class HttpDecision:
     reason: str  # the deciding rule ("--http-allow GET api.github.com/repos/*") or why not
 
 
+PASS, INSPECT, REFUSE = "pass", "inspect", "refuse"
+
+
+@dataclass(frozen=True)
+class TlsDecision:
+    """What becomes of a TLS connection at its ClientHello: relayed untouched (``PASS``),
+    terminated so that each request is checked (``INSPECT``), or ``REFUSE``d."""
+
+    action: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class HttpRules:
     """The run's HTTP rules. Deny rules win; with any allow rule, a request must match
@@ -299,6 +311,21 @@ class HttpRules:
         it): refused without looking inside."""
         host = normalise_host(host)
         return bool(self.allow) and not any(host_matches(r.host, host) for r in self.allow)
+
+    def tls_decision(self, sni: str | None, inspect: str, can_inspect: bool) -> TlsDecision:
+        """What the proxy does with a TLS connection whose server name is ``sni`` (the
+        caller has checked it is a name pinned to the destination). ``can_inspect``: the
+        run has a CA (``needs_inspection``)."""
+        if not sni:
+            return TlsDecision(REFUSE, "TLS without SNI (server name indication)")
+        if self.refuses_host(sni):
+            return TlsDecision(REFUSE, f"no {ALLOW_FLAG} rule for {normalise_host(sni)}")
+        if inspect != "on" and self.passes_through(sni):
+            return TlsDecision(PASS, "pass-through: every request to this host is allowed")
+        if not can_inspect:
+            return TlsDecision(REFUSE, f"rules for {sni} constrain the method or path, which "
+                               "needs HTTPS inspection (--https-inspect is off)")
+        return TlsDecision(INSPECT, "inspected: each request is checked")
 
     def passes_through(self, host: str) -> bool:
         """True when every request to ``host`` would be allowed, whatever its method and

@@ -1,7 +1,9 @@
-"""Command line: a thin layer that turns options into a Policy and runs a Sandbox.
+"""Command line: a thin layer that turns policy files and options into a Policy and runs
+a Sandbox (or prints or tests the policy: ``_policycli``).
 
-Errors follow one contract: ``sandlock: error: OPTION: what is wrong`` on one line and
-exit status 2 for bad input, 125 when the sandbox cannot be set up.
+Errors follow one contract: ``sandlock: error: OPTION: what is wrong`` (or
+``FILE:LINE: key: what is wrong``) on one line and exit status 2 for bad input, 125
+when the sandbox cannot be set up.
 """
 
 from __future__ import annotations
@@ -11,10 +13,15 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 
-from ._errors import EXIT_TIMEOUT, EXIT_USAGE, PolicyError, SandlockError
+from ._errors import EXIT_TIMEOUT, EXIT_USAGE, PolicyError, SandlockError, error_line
 from ._libc import PR_SET_DUMPABLE, prctl
-from ._policy import DEFAULT_HTTP_PORTS, HTTPS_INSPECT_MODES, Policy, flag_of
+from ._policy import HTTPS_INSPECT_MODES, Policy, flag_of
+
+TYPE_CHECKING = False  # typing itself costs ~2 ms to import; checkers honour this spelling
+if TYPE_CHECKING:
+    from ._policyfile import PolicyFile
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -26,7 +33,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
     """Print the one-line error and exit (raises SystemExit)."""
-    print(f"sandlock: error: {message}", file=sys.stderr)
+    print(error_line(message), file=sys.stderr)
     raise SystemExit(code)
 
 
@@ -43,6 +50,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "install, uninstall)")
     commands.add_parser("check", help="show which kernel features sandlock can use")
     commands.add_parser("selftest", help="run real confined programs and check each protection")
+    _add_profile_parser(commands)
+    _add_policy_parser(commands)
     return parser
 
 
@@ -55,71 +64,143 @@ def _add_run_parser(commands: argparse._SubParsersAction) -> None:
         "signal N, 124 on timeout, 125 if the sandbox could not be set up, 126 if COMMAND "
         "cannot be executed, 127 if it is not found, 2 for invalid options.",
     )
-    fs = run.add_argument_group("filesystem (with any -r/-w, nothing else is reachable)")
-    fs.add_argument("-r", "--fs-read", action="append", default=[], metavar="PATH",
-                    help="allow reading PATH (repeatable)")
-    fs.add_argument("-w", "--fs-write", action="append", default=[], metavar="PATH",
-                    help="allow reading and writing PATH (repeatable)")
-    fs.add_argument("--fs-deny", action="append", default=[], metavar="PATH",
-                    help="deny PATH even inside an allowed one (repeatable)")
-    net = run.add_argument_group("network (default: none)")
-    net.add_argument("--net-allow", action="append", default=[], metavar="SPEC",
-                     help="allow [tcp://|udp://|icmp://]TARGET[:PORTS]; TARGET: host, IP, CIDR, "
-                     "[IPv6], * or empty; PORTS: 22,443,8000-8100 or * (repeatable)")
-    net.add_argument("--net-deny", action="append", default=[], metavar="SPEC",
-                     help="allow everything but IP/CIDR[:PORTS] (repeatable; not with --net-allow)")
-    net.add_argument("--net-allow-bind", action="append", default=[], metavar="PORTS",
-                     help="ports COMMAND may bind and listen on, or * (repeatable)")
-    net.add_argument("--unix-allow", action="append", default=[], metavar="PATH",
-                     help="a host's pathname unix socket COMMAND may connect to (repeatable; "
-                     "sockets the sandbox binds itself need none)")
-    net.add_argument("--dns-server", action="append", default=[], metavar="IP[:PORT]",
-                     help="resolve policy names with this server (default: /etc/resolv.conf)")
-    net.add_argument("--resolve", action="append", default=[], metavar="HOST=IP[,IP...]",
-                     help="pin HOST to these addresses without asking DNS (repeatable)")
-    net.add_argument("--dns-allow-private", action="store_true",
-                     help="let DNS answers pin loopback and private-range addresses")
-    http = run.add_argument_group("HTTP(S) through sandlock's proxy (see docs/http.md)")
-    http.add_argument("--http-allow", action="append", default=[], metavar="RULE",
-                      help="allow requests matching 'METHODS HOST[/PATH]', e.g. "
-                      "'GET api.github.com/repos/*'; implies reaching HOST on the HTTP ports "
-                      "(repeatable)")
-    http.add_argument("--http-deny", action="append", default=[], metavar="RULE",
-                      help="deny requests matching 'METHODS HOST[/PATH]'; wins over "
-                      "--http-allow (repeatable)")
-    http.add_argument("--http-port", action="append", metavar="PORT",
-                      help="a port HTTP rules govern (repeatable; default: 80 and 443)")
-    http.add_argument("--https-inspect", choices=HTTPS_INSPECT_MODES, default="auto",
-                      help="auto: decrypt HTTPS only for hosts whose rules need the method "
-                      "or path; on: always; off: never (SNI checks only)")
-    http.add_argument("--upstream-ca", action="append", default=[], metavar="FILE",
-                      help="also trust these CA certificates for upstream servers")
-    http.add_argument("--http-ca", metavar="CERT", help="sign with this CA (with --http-key)")
-    http.add_argument("--http-key", metavar="KEY", help="the key of --http-ca")
-    http.add_argument("--no-ca-env", dest="ca_env", action="store_false",
-                      help="do not point the command's TLS clients at the sandbox CA")
-    http.add_argument("--http-ca-out", metavar="PATH",
-                      help="write the sandbox CA certificate (never its key) to PATH")
-    net.add_argument("--audit", metavar="FILE",
-                     help="append one JSON line per network decision to FILE")
-    confine = run.add_argument_group("confinement")
-    confine.add_argument("--allow-ipc", action="store_true",
-                         help="allow abstract unix sockets and signals to processes outside")
-    confine.add_argument("--allow-syscall", action="append", default=[], metavar="NAME",
-                         help="DANGEROUS: lift sandlock's restriction on syscall NAME")
-    confine.add_argument("--best-effort", action="store_true",
-                         help="run without Landlock or IPC scoping if the kernel lacks them, "
-                         "with a warning (seccomp stays required)")
-    proc = run.add_argument_group("process")
-    proc.add_argument("--env", action="append", default=[], metavar="K=V",
-                      help="set an environment variable (repeatable)")
-    proc.add_argument("--clean-env", action="store_true",
-                      help="keep only PATH HOME TERM LANG USER SHELL from the environment")
-    proc.add_argument("--cwd", metavar="DIR", help="run COMMAND in DIR")
-    proc.add_argument("-t", "--timeout", type=float, metavar="SECONDS",
-                      help="kill COMMAND and everything it started after SECONDS (exit 124)")
-    proc.add_argument("-q", "--quiet", action="store_true", help="no notices on stderr")
+    groups = _add_policy_options(run)
+    groups["files"].add_argument("--print-policy", action="store_true",
+                                 help="print the effective policy as a policy file (TOML) "
+                                 "and exit without running anything")
+    groups["network"].add_argument("--audit", metavar="FILE",
+                                   help="append one JSON line per network decision to FILE")
+    groups["process"].add_argument("-q", "--quiet", action="store_true",
+                                   help="no notices on stderr")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARG...]")
+
+
+def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """Policy files and profiles, then one option per Policy field (its ``dest`` is the
+    field, its flag the field's own): only options given are set, so that they add to
+    or override the files (docs/policy.md)."""
+    files = parser.add_argument_group("policy files (docs/policy.md; options add to them)")
+    files.add_argument("--policy", action=_SourceAction, const="file", metavar="FILE",
+                       help="read the policy from FILE (repeatable: later ones add to or "
+                       "override earlier ones)")
+    files.add_argument("-p", "--profile", action=_SourceAction, const="profile",
+                       metavar="NAME", help="read the profile NAME, "
+                       "$XDG_CONFIG_HOME/sandlock/profiles/NAME.toml (repeatable)")
+    fs = parser.add_argument_group("filesystem (with any -r/-w, nothing else is reachable)")
+    _option(fs, "fs_read", "-r", action="append", metavar="PATH",
+            help="allow reading PATH (repeatable)")
+    _option(fs, "fs_write", "-w", action="append", metavar="PATH",
+            help="allow reading and writing PATH (repeatable)")
+    _option(fs, "fs_deny", action="append", metavar="PATH",
+            help="deny PATH even inside an allowed one (repeatable)")
+    net = parser.add_argument_group("network (default: none)")
+    _option(net, "net_allow", action="append", metavar="SPEC",
+            help="allow [tcp://|udp://|icmp://]TARGET[:PORTS]; TARGET: host, IP, CIDR, "
+            "[IPv6], * or empty; PORTS: 22,443,8000-8100 or * (repeatable)")
+    _option(net, "net_deny", action="append", metavar="SPEC",
+            help="allow everything but IP/CIDR[:PORTS] (repeatable; not with --net-allow)")
+    _option(net, "net_allow_bind", action="append", metavar="PORTS",
+            help="ports COMMAND may bind and listen on, or * (repeatable)")
+    _option(net, "unix_allow", action="append", metavar="PATH",
+            help="a host's pathname unix socket COMMAND may connect to (repeatable; "
+            "sockets the sandbox binds itself need none)")
+    _option(net, "dns_servers", action="append", metavar="IP[:PORT]",
+            help="resolve policy names with this server (default: /etc/resolv.conf)")
+    _option(net, "resolve", action="append", metavar="HOST=IP[,IP...]",
+            help="pin HOST to these addresses without asking DNS (repeatable)")
+    _option(net, "dns_allow_private", action="store_true",
+            help="let DNS answers pin loopback and private-range addresses")
+    http = parser.add_argument_group("HTTP(S) through sandlock's proxy (see docs/http.md)")
+    _option(http, "http_allow", action="append", metavar="RULE",
+            help="allow requests matching 'METHODS HOST[/PATH]', e.g. "
+            "'GET api.github.com/repos/*'; implies reaching HOST on the HTTP ports "
+            "(repeatable)")
+    _option(http, "http_deny", action="append", metavar="RULE",
+            help="deny requests matching 'METHODS HOST[/PATH]'; wins over "
+            "--http-allow (repeatable)")
+    _option(http, "http_ports", action="append", metavar="PORT",
+            help="a port HTTP rules govern (repeatable; default: 80 and 443)")
+    _option(http, "https_inspect", choices=HTTPS_INSPECT_MODES,
+            help="auto (default): decrypt HTTPS only for hosts whose rules need the method "
+            "or path; on: always; off: never (SNI checks only)")
+    _option(http, "upstream_ca", action="append", metavar="FILE",
+            help="also trust these CA certificates for upstream servers")
+    _option(http, "http_ca", metavar="CERT", help="sign with this CA (with --http-key)")
+    _option(http, "http_key", metavar="KEY", help="the key of --http-ca")
+    _option(http, "ca_env", action="store_false",
+            help="do not point the command's TLS clients at the sandbox CA")
+    _option(http, "http_ca_out", metavar="PATH",
+            help="write the sandbox CA certificate (never its key) to PATH")
+    confine = parser.add_argument_group("confinement")
+    _option(confine, "allow_ipc", action="store_true",
+            help="allow abstract unix sockets and signals to processes outside")
+    _option(confine, "allow_syscalls", action="append", metavar="NAME",
+            help="DANGEROUS: lift sandlock's restriction on syscall NAME")
+    _option(confine, "best_effort", action="store_true",
+            help="run without Landlock or IPC scoping if the kernel lacks them, "
+            "with a warning (seccomp stays required)")
+    proc = parser.add_argument_group("process")
+    _option(proc, "env", action="append", metavar="K=V",
+            help="set an environment variable (repeatable)")
+    _option(proc, "clean_env", action="store_true",
+            help="keep only PATH HOME TERM LANG USER SHELL from the environment")
+    _option(proc, "cwd", metavar="DIR", help="run COMMAND in DIR")
+    _option(proc, "timeout", "-t", type=float, metavar="SECONDS",
+            help="kill COMMAND and everything it started after SECONDS (exit 124)")
+    return {"files": files, "network": net, "process": proc}
+
+
+def _option(group: argparse._ArgumentGroup, field: str, *short: str, **kwargs: object) -> None:
+    """The option of Policy ``field``; absent from the parsed namespace unless given."""
+    group.add_argument(*short, flag_of(field), dest=field, default=argparse.SUPPRESS, **kwargs)
+
+
+class _SourceAction(argparse.Action):
+    """--policy FILE and --profile NAME, in one list (``sources``) in the order given."""
+
+    def __init__(self, option_strings: list[str], dest: str, const: str, **kwargs: object) -> None:
+        super().__init__(option_strings, "sources", const=const, default=[], **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 value: object, option_string: str | None = None) -> None:
+        namespace.sources = [*namespace.sources, (self.const, value)]
+
+
+def _add_profile_parser(commands: argparse._SubParsersAction) -> None:
+    profile = commands.add_parser("profile", help="list, show or validate policy profiles",
+                                  description="Profiles are policy files by name: "
+                                  "$XDG_CONFIG_HOME/sandlock/profiles/NAME.toml "
+                                  "(default ~/.config/...), used with run -p NAME.")
+    actions = profile.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser,
+                                     required=True)
+    actions.add_parser("list", help="the profiles there are, with their descriptions")
+    show = actions.add_parser("show", help="print a profile's file")
+    show.add_argument("name", metavar="NAME")
+    validate = actions.add_parser("validate", help="check policy files (exit 2 if any is "
+                                  "invalid)")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+
+
+def _add_policy_parser(commands: argparse._SubParsersAction) -> None:
+    policy = commands.add_parser("policy", help="test what a policy allows")
+    actions = policy.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser,
+                                    required=True)
+    test = actions.add_parser(
+        "test",
+        help="ALLOW or DENY, and the deciding rule, for each request or connection",
+        usage="sandlock policy test [POLICY OPTIONS] [METHOD] URL... [--net ENDPOINT]...",
+        description="Decide each request, then each --net connection, as a run with this "
+        "policy would, and print ALLOW or DENY with the rule that decided. Nothing is "
+        "resolved or sent. Exit status: 0 if everything is allowed, 1 if anything is "
+        "denied, 2 for invalid input.",
+    )
+    _add_policy_options(test)
+    test.add_argument("--net", action="append", default=[], metavar="ENDPOINT",
+                      help="a connection to test: [tcp://|udp://|icmp://]HOST[:PORT] "
+                      "(repeatable; no scheme: TCP)")
+    test.add_argument("requests", nargs="*", metavar="REQUEST",
+                      help="'[METHOD] URL', e.g. 'POST https://api.github.com/repos/x/y/issues' "
+                      "(no METHOD: GET)")
 
 
 class _VersionAction(argparse.Action):
@@ -135,38 +216,32 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def _policy_from(args: argparse.Namespace) -> Policy:
+def _policy_of(args: argparse.Namespace) -> Policy:
+    """The files and profiles given, in order, then the options given on top of them."""
+    options = {field.name: getattr(args, field.name) for field in fields(Policy)
+               if hasattr(args, field.name)}
+    if not args.sources:  # the usual run: no files, no merging machinery to import
+        try:
+            return Policy(**options)
+        except PolicyError as exc:
+            _fail(_option_error(exc))
+    from ._policysources import from_options, merge
+
     try:
-        return Policy(
-            fs_read=tuple(args.fs_read),
-            fs_write=tuple(args.fs_write),
-            fs_deny=tuple(args.fs_deny),
-            allow_ipc=args.allow_ipc,
-            allow_syscalls=tuple(args.allow_syscall),
-            env=tuple(args.env),
-            clean_env=args.clean_env,
-            cwd=args.cwd,
-            timeout=args.timeout,
-            best_effort=args.best_effort,
-            net_allow=tuple(args.net_allow),
-            net_deny=tuple(args.net_deny),
-            net_allow_bind=tuple(args.net_allow_bind),
-            unix_allow=tuple(args.unix_allow),
-            dns_servers=tuple(args.dns_server),
-            resolve=tuple(args.resolve),
-            dns_allow_private=args.dns_allow_private,
-            http_allow=tuple(args.http_allow),
-            http_deny=tuple(args.http_deny),
-            http_ports=tuple(args.http_port or DEFAULT_HTTP_PORTS),
-            https_inspect=args.https_inspect,
-            upstream_ca=tuple(args.upstream_ca),
-            http_ca=args.http_ca,
-            http_key=args.http_key,
-            ca_env=args.ca_env,
-            http_ca_out=args.http_ca_out,
-        )
-    except PolicyError as exc:
-        _fail(f"{flag_of(exc.field)}: {exc.message}")
+        return merge([*(_load_source(kind, value).settings for kind, value in args.sources),
+                      from_options(options)])
+    except SandlockError as exc:
+        _fail(str(exc), exc.exit_code)
+
+
+def _option_error(exc: PolicyError) -> str:
+    return f"{flag_of(exc.field)}: {exc.message}"
+
+
+def _load_source(kind: str, value: str) -> PolicyFile:
+    from . import _policyfile, _profiles
+
+    return _policyfile.load(_profiles.path_of(value) if kind == "profile" else value)
 
 
 def _command_of(args: argparse.Namespace) -> list[str]:
@@ -182,7 +257,12 @@ def _run(args: argparse.Namespace) -> int:
     from ._process import TimeoutExpired
     from ._sandbox import Sandbox
 
-    policy = _policy_from(args)
+    policy = _policy_of(args)
+    if args.print_policy:
+        from ._policytoml import dumps
+
+        sys.stdout.write(dumps(policy))
+        return 0
     command = _command_of(args)
     # sandlock holds the supervisor (and later the proxy's secrets): not readable or
     # writable through /proc/PID/mem, environ or fd by anything of the same user.
@@ -204,7 +284,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         process = sandbox.start(command, foreground=True)
     except PolicyError as exc:
-        _fail(f"{flag_of(exc.field)}: {exc.message}")
+        _fail(_option_error(exc))
     except SandlockError as exc:
         _fail(str(exc), exc.exit_code)
     if not args.quiet:
@@ -246,7 +326,12 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         from .ca._cli import main as ca
 
         return ca(argv[1:])
-    args = _build_parser().parse_args(argv)
+    parser = _build_parser()
+    # Known args, so that `policy test` takes requests after --net too (argparse stops
+    # filling a positional list at the first option); anything else unknown is an error.
+    args, extra = parser.parse_known_args(argv)
+    if extra and (getattr(args, "requests", None) is None or extra[0].startswith("-")):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.subcommand == "run":
         return _run(args)
     if args.subcommand == "check":
@@ -257,5 +342,21 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         from ._selftest import main as selftest
 
         return selftest()
-    _build_parser().print_help(sys.stderr)
+    if args.subcommand == "profile":
+        return _profile(args)
+    if args.subcommand == "policy":
+        from ._policycli import policy_test
+
+        return policy_test(_policy_of(args), [*args.requests, *extra], args.net)
+    parser.print_help(sys.stderr)
     return EXIT_USAGE
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from . import _policycli
+
+    if args.action == "list":
+        return _policycli.profile_list()
+    if args.action == "show":
+        return _policycli.profile_show(args.name)
+    return _policycli.profile_validate(args.files)

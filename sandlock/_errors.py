@@ -9,6 +9,11 @@ EXIT_NOEXEC = 126  # COMMAND exists but cannot be executed
 EXIT_NOTFOUND = 127  # COMMAND not found
 
 
+def error_line(message: str) -> str:
+    """The one line sandlock prints for an error it exits with."""
+    return f"sandlock: error: {message}"
+
+
 class SandlockError(Exception):
     """Base class of every error sandlock raises on purpose."""
 
@@ -27,6 +32,13 @@ class PolicyError(SandlockError, ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class PolicySourceError(SandlockError):
+    """A policy file or option is invalid; the message already says where
+    (``FILE:LINE: key: what is wrong``, or ``OPTION: what is wrong``)."""
+
+    exit_code = EXIT_USAGE
 
 
 class SetupError(SandlockError):

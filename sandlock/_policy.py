@@ -1,7 +1,8 @@
 """The sandbox policy: one immutable, validated value shared by the CLI and the API.
 
 Every field carries the command-line option it comes from (``field.metadata["flag"]``)
-so that an error raised here names what the user typed.
+so that an error raised here names what the user typed, and its key in a policy file
+(``metadata["key"]``, ``section.name``; see ``_policyschema`` and docs/policy.md).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ DEFAULT_HTTP_PORTS = (80, 443)
 HTTPS_INSPECT_MODES = ("auto", "on", "off")
 
 
-def _flag(name: str, **kwargs: object) -> object:
-    return field(metadata={"flag": name}, **kwargs)
+def _flag(name: str, key: str, *, path: bool = False, **kwargs: object) -> object:
+    """A field set by option ``name`` and, in a policy file, by ``key``. ``path``: a file
+    path, which a policy file may give relative to its own directory."""
+    return field(metadata={"flag": name, "key": key, "path": path}, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -30,36 +33,38 @@ class Policy:
     devices); with any of them, nothing else is reachable. ``fs_deny`` always wins.
     """
 
-    fs_read: tuple[str, ...] = _flag("--fs-read", default=())
-    fs_write: tuple[str, ...] = _flag("--fs-write", default=())
-    fs_deny: tuple[str, ...] = _flag("--fs-deny", default=())
-    allow_ipc: bool = _flag("--allow-ipc", default=False)
-    allow_syscalls: tuple[str, ...] = _flag("--allow-syscall", default=())
-    env: tuple[tuple[str, str], ...] = _flag("--env", default=())
-    clean_env: bool = _flag("--clean-env", default=False)
-    cwd: str | None = _flag("--cwd", default=None)
-    timeout: float | None = _flag("--timeout", default=None)
-    best_effort: bool = _flag("--best-effort", default=False)
+    fs_read: tuple[str, ...] = _flag("--fs-read", "filesystem.read", path=True, default=())
+    fs_write: tuple[str, ...] = _flag("--fs-write", "filesystem.write", path=True, default=())
+    fs_deny: tuple[str, ...] = _flag("--fs-deny", "filesystem.deny", path=True, default=())
+    allow_ipc: bool = _flag("--allow-ipc", "confinement.allow_ipc", default=False)
+    allow_syscalls: tuple[str, ...] = _flag("--allow-syscall", "confinement.allow_syscalls",
+                                            default=())
+    env: tuple[tuple[str, str], ...] = _flag("--env", "process.env", default=())
+    clean_env: bool = _flag("--clean-env", "process.clean_env", default=False)
+    cwd: str | None = _flag("--cwd", "process.cwd", path=True, default=None)
+    timeout: float | None = _flag("--timeout", "process.timeout", default=None)
+    best_effort: bool = _flag("--best-effort", "confinement.best_effort", default=False)
     # Network: by default nothing. Specs are kept as written (validated here, compiled
     # by the network engine) so that a policy prints back the way it was given.
-    net_allow: tuple[str, ...] = _flag("--net-allow", default=())
-    net_deny: tuple[str, ...] = _flag("--net-deny", default=())
-    net_allow_bind: tuple[str, ...] = _flag("--net-allow-bind", default=())
-    unix_allow: tuple[str, ...] = _flag("--unix-allow", default=())
-    dns_servers: tuple[str, ...] = _flag("--dns-server", default=())
-    resolve: tuple[str, ...] = _flag("--resolve", default=())
-    dns_allow_private: bool = _flag("--dns-allow-private", default=False)
+    net_allow: tuple[str, ...] = _flag("--net-allow", "network.allow", default=())
+    net_deny: tuple[str, ...] = _flag("--net-deny", "network.deny", default=())
+    net_allow_bind: tuple[str, ...] = _flag("--net-allow-bind", "network.allow_bind", default=())
+    unix_allow: tuple[str, ...] = _flag("--unix-allow", "network.unix_allow", path=True, default=())
+    dns_servers: tuple[str, ...] = _flag("--dns-server", "network.dns_servers", default=())
+    resolve: tuple[str, ...] = _flag("--resolve", "network.resolve", default=())
+    dns_allow_private: bool = _flag("--dns-allow-private", "network.dns_allow_private",
+                                    default=False)
     # HTTP: rules as written (validated here, compiled by the proxy), the ports they
     # govern, and how HTTPS is handled (see docs/http.md).
-    http_allow: tuple[str, ...] = _flag("--http-allow", default=())
-    http_deny: tuple[str, ...] = _flag("--http-deny", default=())
-    http_ports: tuple[int, ...] = _flag("--http-port", default=DEFAULT_HTTP_PORTS)
-    https_inspect: str = _flag("--https-inspect", default="auto")
-    upstream_ca: tuple[str, ...] = _flag("--upstream-ca", default=())
-    http_ca: str | None = _flag("--http-ca", default=None)
-    http_key: str | None = _flag("--http-key", default=None)
-    ca_env: bool = _flag("--no-ca-env", default=True)
-    http_ca_out: str | None = _flag("--http-ca-out", default=None)
+    http_allow: tuple[str, ...] = _flag("--http-allow", "http.allow", default=())
+    http_deny: tuple[str, ...] = _flag("--http-deny", "http.deny", default=())
+    http_ports: tuple[int, ...] = _flag("--http-port", "http.ports", default=DEFAULT_HTTP_PORTS)
+    https_inspect: str = _flag("--https-inspect", "http.inspect", default="auto")
+    upstream_ca: tuple[str, ...] = _flag("--upstream-ca", "http.upstream_ca", path=True, default=())
+    http_ca: str | None = _flag("--http-ca", "ca.cert", path=True, default=None)
+    http_key: str | None = _flag("--http-key", "ca.key", path=True, default=None)
+    ca_env: bool = _flag("--no-ca-env", "ca.env", default=True)
+    http_ca_out: str | None = _flag("--http-ca-out", "ca.out", path=True, default=None)
 
     def __post_init__(self) -> None:
         # Frozen: normalised values are stored through object.__setattr__, once, here.
@@ -311,3 +316,10 @@ def flag_of(field_name: str) -> str:
     if field is not None:
         return field.metadata["flag"]
     return _OTHER_FLAGS.get(field_name, field_name)
+
+
+def check_field(field_name: str, value: object) -> None:
+    """Validate one field's value on its own (PolicyError if invalid): what Policy checks
+    of that field, without the checks that relate fields to each other. Lets a policy
+    file point at the line of a bad value before the sources are merged."""
+    _NORMALISERS[field_name](field_name, value)

@@ -1,0 +1,79 @@
+"""A Policy written as a policy file: the TOML that loads back into exactly it.
+
+``sandlock run --print-policy`` prints it; whatever else writes policies (a learning
+mode) writes through it too. Only fields that differ from their defaults are written,
+in the order of the schema (``_policyschema``); the text loads back (``_policyfile``)
+into an equal Policy, which is written identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._policy import Policy
+from ._policyschema import BY_SECTION, DESCRIPTION, ENV, SECTIONS, Key
+
+LINE_WIDTH = 88  # longer arrays are written one item per line
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
+            "\r": "\\r"}
+DEFAULT_WORKSPACE_NOTE = ("no [filesystem] read or write paths: the default workspace "
+                          "applies (docs/usage.md)")
+
+
+def dumps(policy: Policy, *, description: str | None = None,
+          comments: Sequence[str] = ()) -> str:
+    """``policy`` as TOML, after ``comments`` (lines without their '#') and a
+    ``description`` (shown by ``sandlock profile list``)."""
+    head = [f"# {comment}".rstrip() for comment in comments]
+    if description is not None:
+        head.append(f"{DESCRIPTION} = {_string(description)}")
+    blocks = [head, *(_section(policy, section) for section in SECTIONS)]
+    return "\n\n".join("\n".join(block) for block in blocks if block) + "\n"
+
+
+def _section(policy: Policy, section: str) -> list[str]:
+    entries = [f"{key.name} = {_value(key, getattr(policy, key.field))}"
+               for key in BY_SECTION[section].values()
+               if getattr(policy, key.field) != key.default]
+    lines = [f"[{section}]", *entries] if entries else []
+    if section == "filesystem" and policy.uses_default_workspace:
+        lines.insert(0, f"# {DEFAULT_WORKSPACE_NOTE}")
+    return lines
+
+
+def _value(key: Key, value: object) -> str:
+    if key.kind is ENV:  # written as the option takes it: K=V
+        value = tuple(f"{name}={text}" for name, text in value)
+    if isinstance(value, tuple):
+        return _array([_scalar(item) for item in value], indent=len(key.name) + 3)
+    return _scalar(value)
+
+
+def _array(items: list[str], indent: int) -> str:
+    inline = f"[{', '.join(items)}]"
+    if indent + len(inline) <= LINE_WIDTH:
+        return inline
+    return "[\n" + "".join(f"    {item},\n" for item in items) + "]"
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)  # Policy refuses infinities and NaN; repr is valid TOML
+    if isinstance(value, str):
+        return _string(value)
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def _string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for char in text:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif char < " " or char == "\x7f":
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'

@@ -1,0 +1,46 @@
+"""Profiles: policy files by name, NAME.toml in the profiles directory
+(``$XDG_CONFIG_HOME/sandlock/profiles``, by default ``~/.config/sandlock/profiles``)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+from ._errors import PolicySourceError
+
+SUFFIX = ".toml"
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a file name, never a path
+
+
+def directory(env: Mapping[str, str] = os.environ) -> str:
+    config = env.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(config):  # the XDG spec: a relative value is ignored
+        config = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
+    return os.path.join(config, "sandlock", "profiles")
+
+
+def names(where: str | None = None) -> list[str]:
+    """The profiles there are, sorted."""
+    try:
+        entries = os.listdir(where or directory())
+    except OSError:
+        return []
+    return sorted(entry[: -len(SUFFIX)] for entry in entries
+                  if entry.endswith(SUFFIX) and _NAME.fullmatch(entry[: -len(SUFFIX)]))
+
+
+def path_of(name: str) -> str:
+    """The file of profile ``name``; PolicySourceError if there is none."""
+    where = directory()
+    if not _NAME.fullmatch(name):
+        raise PolicySourceError(f"--profile {name}: not a profile name (letters, digits, "
+                                "'_', '.' and '-'; for a file, use --policy FILE)")
+    path = os.path.join(where, name + SUFFIX)
+    if not os.path.exists(path):
+        from ._policyfile import did_you_mean
+
+        known = names(where)
+        hint = did_you_mean(name, known) if known else " (there are none)"
+        raise PolicySourceError(f"--profile {name}: no such profile in {where}{hint}")
+    return path
