@@ -46,13 +46,24 @@ def error(result: subprocess.CompletedProcess) -> str:
 # --- every field: the same Policy from its option and from a file --------------------
 
 
+def user_ca(tmp: Path) -> tuple[Path, Path]:
+    """A real CA certificate and key (--http-ca files are checked when given)."""
+    import trustme
+
+    ca = trustme.CA()
+    pem, key = tmp / "ca.pem", tmp / "ca.key"
+    if not pem.exists():
+        ca.cert_pem.write_to_path(str(pem))
+        ca.private_key_pem.write_to_path(str(key))
+    return pem, key
+
+
 def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
     """Policy field -> (options, the same in a policy file)."""
     work = tmp / "work"
     work.mkdir(exist_ok=True)
-    pem = tmp / "ca.pem"
-    pem.write_text("not checked here")
-    both_ca = ([f"--http-ca={pem}", f"--http-key={pem}"], f'[ca]\ncert = "{pem}"\nkey = "{pem}"')
+    pem, key = user_ca(tmp)
+    both_ca = ([f"--http-ca={pem}", f"--http-key={key}"], f'[ca]\ncert = "{pem}"\nkey = "{key}"')
     return {
         "fs_read": (["-r", str(work), "--fs-read", "/usr"],
                     f'[filesystem]\nread = ["{work}", "/usr"]'),
@@ -253,9 +264,10 @@ def test_a_conflict_between_sources_points_at_the_later_one(tmp_path):
     assert error(printed("--policy", a, "--policy", b)).startswith(f"{b}:3: network.deny: cannot ")
     assert error(printed("--policy", a, "--net-deny", "10.0.0.0/8")).startswith(
         "--net-deny: cannot be combined")
-    key = write(tmp_path / "key.toml", "[ca]\nkey = '/etc/hostname'\n")
-    cert = write(tmp_path / "cert.toml", "[ca]\ncert = '/etc/hostname'\n")
-    assert policy_of("--policy", key, "--policy", cert).http_ca == "/etc/hostname"
+    pem, private = user_ca(tmp_path)
+    key = write(tmp_path / "key.toml", f"[ca]\nkey = '{private}'\n")
+    cert = write(tmp_path / "cert.toml", f"[ca]\ncert = '{pem}'\n")
+    assert policy_of("--policy", key, "--policy", cert).http_ca == str(pem)
 
 
 def test_bad_option_on_top_of_a_file_names_the_option(tmp_path):
