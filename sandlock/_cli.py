@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import fields
 
-from ._errors import EXIT_TIMEOUT, EXIT_USAGE, PolicyError, SandlockError, error_line
+from ._errors import EXIT_SETUP, EXIT_TIMEOUT, EXIT_USAGE, PolicyError, SandlockError, error_line
 from ._libc import PR_SET_DUMPABLE, prctl
 from ._policy import HTTPS_INSPECT_MODES, Policy, flag_of
 
@@ -52,6 +52,7 @@ def _build_parser() -> argparse.ArgumentParser:
     commands.add_parser("selftest", help="run real confined programs and check each protection")
     _add_profile_parser(commands)
     _add_policy_parser(commands)
+    _add_learn_parser(commands)
     return parser
 
 
@@ -181,6 +182,27 @@ def _add_profile_parser(commands: argparse._SubParsersAction) -> None:
     validate.add_argument("files", nargs="+", metavar="FILE")
 
 
+def _add_learn_parser(commands: argparse._SubParsersAction) -> None:
+    learn = commands.add_parser(
+        "learn",
+        help="run COMMAND with the network open but observed, and write the policy it needs",
+        usage="sandlock learn -o FILE [--collapse N] [OPTIONS] -- COMMAND [ARG...]",
+        description="Run COMMAND confined as by `run`, but with every network destination "
+        "allowed and every HTTP(S) request inspected and recorded; then write to FILE the "
+        "smallest policy (the options and files given, plus what COMMAND did) that allows "
+        "it again. Exit status: COMMAND's (see `run`). docs/policy.md, learn mode.",
+    )
+    groups = _add_policy_options(learn)
+    groups["files"].add_argument("-o", "--output", required=True, metavar="FILE",
+                                 help="where to write the learned policy (TOML)")
+    groups["files"].add_argument("--collapse", type=int, default=3, metavar="N",
+                                 help="a path level with N or more siblings becomes '*' "
+                                 "(default 3; 0: keep every path)")
+    groups["process"].add_argument("-q", "--quiet", action="store_true",
+                                   help="no notices on stderr")
+    learn.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARG...]")
+
+
 def _add_policy_parser(commands: argparse._SubParsersAction) -> None:
     policy = commands.add_parser("policy", help="test what a policy allows")
     actions = policy.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser,
@@ -254,16 +276,55 @@ def _command_of(args: argparse.Namespace) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ._process import TimeoutExpired
-    from ._sandbox import Sandbox
-
     policy = _policy_of(args)
     if args.print_policy:
         from ._policytoml import dumps
 
         sys.stdout.write(dumps(policy))
         return 0
+    return _execute(policy, _command_of(args), audit=args.audit, quiet=args.quiet)
+
+
+def _learn(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from . import _learn
+    from ._policytoml import dumps
+
+    if args.collapse < 0:
+        _fail("--collapse: expected 0 or more")
+    base = _policy_of(args)
     command = _command_of(args)
+    target = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(target) or not os.access(target, os.W_OK):
+        _fail(f"--output: {args.output}: cannot write there")  # before running, not after
+    with tempfile.TemporaryDirectory(prefix="sandlock-learn-") as directory:
+        audit = os.path.join(directory, "audit.jsonl")
+        try:
+            observing = _learn.observing(base)
+        except PolicyError as exc:
+            _fail(_option_error(exc))
+        code = _execute(observing, command, audit=audit, quiet=args.quiet)
+        learned = _learn.learn(_learn.read_audit(audit), args.collapse)
+    policy = _learn.applied(learned, base)
+    try:
+        with open(args.output, "w", encoding="utf-8") as file:
+            # The program's name only: its arguments may carry tokens (see _learn).
+            program = os.path.basename(command[0])
+            file.write(dumps(policy, description=f"learned by `sandlock learn` from {program}"))
+    except OSError as exc:
+        _fail(f"--output: {args.output}: {exc.strerror}", EXIT_SETUP)
+    if not args.quiet:
+        print(f"sandlock: learned {len(learned.net_allow)} network and {len(learned.http_allow)} "
+              f"HTTP rules; wrote {args.output}", file=sys.stderr)
+    return code
+
+
+def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bool) -> int:
+    """Run ``command`` under ``policy`` in the foreground; its exit status."""
+    from ._process import TimeoutExpired
+    from ._sandbox import Sandbox
+
     # sandlock holds the supervisor (and later the proxy's secrets): not readable or
     # writable through /proc/PID/mem, environ or fd by anything of the same user.
     # (Landlock already keeps the sandbox out; this also covers --best-effort runs.)
@@ -280,14 +341,14 @@ def _run(args: argparse.Namespace) -> int:
     for sig in FORWARDED_SIGNALS:
         if signal.getsignal(sig) != signal.SIG_IGN:  # keep nohup's SIGHUP ignored
             signal.signal(sig, forward)
-    sandbox = Sandbox(policy, audit=args.audit, quiet=args.quiet)
+    sandbox = Sandbox(policy, audit=audit, quiet=quiet)
     try:
         process = sandbox.start(command, foreground=True)
     except PolicyError as exc:
         _fail(_option_error(exc))
     except SandlockError as exc:
         _fail(str(exc), exc.exit_code)
-    if not args.quiet:
+    if not quiet:
         for warning in sandbox.warnings:
             print(f"sandlock: warning: {warning}", file=sys.stderr)
     for sig in pending:
@@ -302,7 +363,7 @@ def _run(args: argparse.Namespace) -> int:
         process.kill()
         process.wait()
         code = EXIT_TIMEOUT
-    if not args.quiet:
+    if not quiet:
         for notice in process.notices:
             print(notice, file=sys.stderr)
     return code
@@ -344,6 +405,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return selftest()
     if args.subcommand == "profile":
         return _profile(args)
+    if args.subcommand == "learn":
+        return _learn(args)
     if args.subcommand == "policy":
         from ._policycli import policy_test
 

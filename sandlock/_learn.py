@@ -17,11 +17,14 @@ secrets (long random tokens) become ``*``: the policy file must not leak credent
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+from ._policy import Policy
 
 DEFAULT_COLLAPSE = 3
 _HEX = re.compile(r"[0-9a-fA-F]{16,}")
@@ -35,6 +38,49 @@ class Learned:
     net_allow: tuple[str, ...] = ()
     net_allow_bind: tuple[str, ...] = ()
     http_allow: tuple[str, ...] = ()
+
+
+OBSERVE_ALL_HTTP = "* *"  # any method, any host, any path: every request is seen
+
+
+def observing(base: Policy) -> Policy:
+    """``base`` with the network open but observed: every destination allowed (unless
+    --net-deny says otherwise), listening allowed, every HTTP(S) request through the
+    proxy with inspection. Filesystem and process settings stay as given."""
+    return replace(
+        base,
+        net_allow=() if base.net_deny else ("*",),
+        net_allow_bind=("*",),
+        http_allow=(OBSERVE_ALL_HTTP,),
+        https_inspect="on",
+    )
+
+
+def applied(learned: Learned, base: Policy) -> Policy:
+    """``base`` plus the learned rules (network rules only in allow mode: --net-deny
+    already leaves everything else open)."""
+    return replace(
+        base,
+        net_allow=base.net_allow if base.net_deny else (*base.net_allow, *learned.net_allow),
+        net_allow_bind=(*base.net_allow_bind, *learned.net_allow_bind),
+        http_allow=(*base.http_allow, *learned.http_allow),
+    )
+
+
+def read_audit(path: str) -> Iterator[dict]:
+    """The records of an --audit file (lines that are not JSON objects are skipped)."""
+    try:
+        file = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        return
+    with file:
+        for line in file:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record
 
 
 def learn(records: Iterable[dict], collapse: int = DEFAULT_COLLAPSE) -> Learned:

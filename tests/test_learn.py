@@ -1,9 +1,14 @@
-"""Learn mode's derivation (audit records -> rules): pure, checked on records as the
-audit log writes them. The end-to-end learn -> run round trip is in test_policy_learn."""
+"""Learn mode: the derivation (audit records -> rules, pure, on records as the audit
+log writes them), then `sandlock learn` -> `sandlock run --policy` with real clients."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
+from conftest import sandlock
+from httpservers import Upstream, free_port_on
+from netattack_helpers import TcpServer
 
 from sandlock._learn import learn, looks_secret
 
@@ -84,3 +89,97 @@ def test_denied_and_tls_records_are_not_learned():
                      {"protocol": "http", "method": "TLS", "hostname": "api.test", "path": "",
                       "verdict": "allow"}])
     assert learned.http_allow == ()
+
+
+# --- learn -> run, with real clients and servers ---------------------------------------------
+
+
+TOKEN = "ghp_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
+
+CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close(); print("connected")
+except OSError as e:
+    print("refused", e.errno)
+"""
+
+
+@pytest.fixture
+def servers(tmp_path):
+    port = free_port_on("127.0.0.2")
+    with Upstream("127.0.0.2", port, name="api") as api, TcpServer("127.0.0.3") as db:
+        yield api, port, db
+
+
+def _what_it_does(port: int, db_port: int) -> str:
+    url = f"http://api.test:{port}"
+    return (f"for r in a b c; do curl -sS {url}/repos/o/$r; done; "
+            f"curl -sS -X POST -d x {url}/issues; "
+            f"curl -sS -o /dev/null {url}/hooks/{TOKEN}/x?key=sEcReT; "
+            f"{sys.executable} -c '{CONNECT}' db.test {db_port}")
+
+
+def test_learn_then_run_allows_what_it_did_and_nothing_else(servers, tmp_path):
+    api, port, db = servers
+    names = ["--resolve", "api.test=127.0.0.2", "--resolve", "db.test=127.0.0.3",
+             "--http-port", str(port)]
+    policy = tmp_path / "learned.toml"
+    learned = sandlock("learn", "-o", str(policy), *names, "--", "sh", "-c", _what_it_does(port, db.port))
+    assert learned.returncode == 0, learned.stderr
+    assert "connected" in learned.stdout
+    text = policy.read_text()
+    assert TOKEN not in text and "sEcReT" not in text
+    assert '"GET api.test/repos/o/*"' in text and '"POST api.test/issues"' in text
+    assert f'"tcp://db.test:{db.port}"' in text
+
+    again = sandlock("run", "--policy", str(policy), "--", "sh", "-c", _what_it_does(port, db.port))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == learned.stdout
+    assert "denied" not in again.stderr
+
+    other = sandlock("run", "--policy", str(policy), "--", "sh", "-c",
+                     f"curl -sS -o /dev/null -w '%{{http_code}}\\n' http://api.test:{port}/admin; "
+                     f"curl -sS -o /dev/null -w '%{{http_code}}\\n' -X DELETE http://api.test:{port}/issues; "
+                     f"{sys.executable} -c '{CONNECT}' db.test {db.port + 1}")
+    assert other.stdout.splitlines() == ["403", "403", "refused 13"], other
+
+
+def test_learn_python_client_and_collapse_option(servers, tmp_path):
+    api, port, _ = servers
+    code = f"""
+import urllib.request
+for name in ("a", "b"):
+    urllib.request.urlopen("http://api.test:{port}/v1/models/" + name).read()
+"""
+    policy = tmp_path / "p.toml"
+    result = sandlock("learn", "-o", str(policy), "--collapse", "2", "--resolve", "api.test=127.0.0.2",
+                      "--http-port", str(port), "--", sys.executable, "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert '"GET api.test/v1/models/*"' in policy.read_text()
+
+
+def test_learn_output_errors_before_running(tmp_path):
+    result = sandlock("learn", "-o", str(tmp_path / "missing" / "p.toml"), "--", "true")
+    assert result.returncode == 2
+    assert result.stderr.startswith("sandlock: error: --output: ")
+    result = sandlock("learn", "--", "true")
+    assert result.returncode == 2 and "-o/--output" in result.stderr
+
+
+def test_learn_keeps_the_base_policy(servers, tmp_path):
+    api, port, _ = servers
+    base = tmp_path / "base.toml"
+    base.write_text(f'[network]\nresolve = ["api.test=127.0.0.2"]\n[http]\nports = [{port}]\n'
+                    '[process]\ntimeout = 30\n')
+    policy = tmp_path / "p.toml"
+    result = sandlock("learn", "-o", str(policy), "--policy", str(base), "--", "curl", "-sS",
+                      f"http://api.test:{port}/x")
+    assert result.returncode == 0, result.stderr
+    text = policy.read_text()
+    assert "timeout = 30" in text and '"GET api.test/x"' in text
+    shown = sandlock("policy", "test", "--policy", str(policy), f"GET http://api.test:{port}/x",
+                     f"GET http://api.test:{port}/y")
+    assert shown.returncode == 1
+    assert shown.stdout.splitlines()[0].startswith("ALLOW")
+    assert shown.stdout.splitlines()[1].startswith("DENY")
