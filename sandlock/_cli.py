@@ -37,29 +37,46 @@ def _fail(message: str, code: int = EXIT_USAGE) -> None:
     raise SystemExit(code)
 
 
-def _build_parser() -> argparse.ArgumentParser:
+# Each command's one-line help, shown by `sandlock --help`.
+_COMMANDS = {
+    "run": "run COMMAND confined",
+    "learn": "run COMMAND with the network open but observed, and write the policy it needs",
+    "policy": "test what a policy allows",
+    "profile": "list, show or validate policy profiles",
+    "ca": "manage sandlock's persistent CA (init, show, export, install, uninstall)",
+    "check": "show which kernel features sandlock can use",
+    "selftest": "run real confined programs and check each protection",
+}
+
+
+def _build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``wanted``, only that command's options are built (argparse
+    building every command's ~40 options costs milliseconds on each start)."""
     parser = _Parser(
         prog="sandlock",
         description="Run a command confined by Landlock and seccomp, without root.",
     )
     parser.add_argument("--version", action=_VersionAction, nargs=0, help="show the version")
     commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
-    _add_run_parser(commands)
-    # Listed for --help only: `sandlock ca` is handed to sandlock.ca before this parser.
-    commands.add_parser("ca", help="manage sandlock's persistent CA (init, show, export, "
-                        "install, uninstall)")
-    commands.add_parser("check", help="show which kernel features sandlock can use")
-    commands.add_parser("selftest", help="run real confined programs and check each protection")
-    _add_profile_parser(commands)
-    _add_policy_parser(commands)
-    _add_learn_parser(commands)
+    builders = {"run": _add_run_parser, "learn": _add_learn_parser,
+                "policy": _add_policy_parser, "profile": _add_profile_parser}
+    if wanted not in _COMMANDS:
+        wanted = None  # build them all: --help, or argparse's error listing the choices
+    for name, summary in _COMMANDS.items():
+        builder = builders.get(name)
+        if builder is not None and wanted in (None, name):
+            builder(commands)
+        else:
+            # `sandlock ca` is handed to sandlock.ca before this parser; check and
+            # selftest take no options.
+            commands.add_parser(name, help=summary)
     return parser
 
 
 def _add_run_parser(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
         "run",
-        help="run COMMAND confined",
+        help=_COMMANDS["run"],
         usage="sandlock run [OPTIONS] -- COMMAND [ARG...]",
         description="Run COMMAND confined. Exit status: COMMAND's own, 128+N if it died of "
         "signal N, 124 on timeout, 125 if the sandbox could not be set up, 126 if COMMAND "
@@ -168,7 +185,7 @@ class _SourceAction(argparse.Action):
 
 
 def _add_profile_parser(commands: argparse._SubParsersAction) -> None:
-    profile = commands.add_parser("profile", help="list, show or validate policy profiles",
+    profile = commands.add_parser("profile", help=_COMMANDS["profile"],
                                   description="Profiles are policy files by name: "
                                   "$XDG_CONFIG_HOME/sandlock/profiles/NAME.toml "
                                   "(default ~/.config/...), used with run -p NAME.")
@@ -185,7 +202,7 @@ def _add_profile_parser(commands: argparse._SubParsersAction) -> None:
 def _add_learn_parser(commands: argparse._SubParsersAction) -> None:
     learn = commands.add_parser(
         "learn",
-        help="run COMMAND with the network open but observed, and write the policy it needs",
+        help=_COMMANDS["learn"],
         usage="sandlock learn -o FILE [--collapse N] [OPTIONS] -- COMMAND [ARG...]",
         description="Run COMMAND confined as by `run`, but with every network destination "
         "allowed and every HTTP(S) request inspected and recorded; then write to FILE the "
@@ -204,7 +221,7 @@ def _add_learn_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_policy_parser(commands: argparse._SubParsersAction) -> None:
-    policy = commands.add_parser("policy", help="test what a policy allows")
+    policy = commands.add_parser("policy", help=_COMMANDS["policy"])
     actions = policy.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser,
                                     required=True)
     test = actions.add_parser(
@@ -387,7 +404,7 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         from .ca._cli import main as ca
 
         return ca(argv[1:])
-    parser = _build_parser()
+    parser = _build_parser(argv[0] if argv else None)
     # Known args, so that `policy test` takes requests after --net too (argparse stops
     # filling a positional list at the first option); anything else unknown is an error.
     args, extra = parser.parse_known_args(argv)

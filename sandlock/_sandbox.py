@@ -147,7 +147,7 @@ class _NetworkLauncher:
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         self._lock = threading.Lock()
         self._network: object | None = None
-        self._building = False  # an engine is being built: its builder closes what it owns
+        self._builder: threading.Thread | None = None  # builds the engine; closes it if late
         self._closed = False
 
     def take_listener(self, pid: int, fd: int) -> None:
@@ -164,10 +164,11 @@ class _NetworkLauncher:
             except BaseException:
                 os.close(listener)
                 raise
+        builder = threading.Thread(target=self._start, args=(listener,), daemon=True,
+                                   name="sandlock-network-start")
         with self._lock:
-            self._building = True
-        threading.Thread(target=self._start, args=(listener,), daemon=True,
-                         name="sandlock-network-start").start()
+            self._builder = builder
+        builder.start()
 
     def _start(self, listener: int) -> None:
         try:
@@ -194,9 +195,14 @@ class _NetworkLauncher:
         """End the network engine; its denial summary, if it ran and denied anything."""
         with self._lock:
             self._closed = True
-            network, building = self._network, self._building
-        if network is None:  # not (yet) built: whoever builds it closes it
-            if not building and self._http is not None:
+            network, builder = self._network, self._builder
+        if network is None and builder is not None:
+            # Not built yet: the builder sees the run closed and closes what it made.
+            # Wait for it, so that nothing (the proxy above all) outlives sandlock.
+            builder.join()
+            return None
+        if network is None:
+            if self._http is not None:
                 self._http.close()  # the command never handed its listener over
             return None
         return network.close()
