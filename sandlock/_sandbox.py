@@ -147,7 +147,6 @@ class _NetworkLauncher:
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         self._lock = threading.Lock()
         self._network: object | None = None
-        self._builder: threading.Thread | None = None  # builds the engine; closes it if late
         self._closed = False
 
     def take_listener(self, pid: int, fd: int) -> None:
@@ -164,11 +163,8 @@ class _NetworkLauncher:
             except BaseException:
                 os.close(listener)
                 raise
-        builder = threading.Thread(target=self._start, args=(listener,), daemon=True,
-                                   name="sandlock-network-start")
-        with self._lock:
-            self._builder = builder
-        builder.start()
+        threading.Thread(target=self._start, args=(listener,), daemon=True,
+                         name="sandlock-network-start").start()
 
     def _start(self, listener: int) -> None:
         try:
@@ -180,6 +176,9 @@ class _NetworkLauncher:
             os.close(listener)  # fail closed: the command's network calls now fail (ENOSYS)
             if self._http is not None:
                 self._http.close()
+            with self._lock:
+                if self._closed:
+                    return  # the run ended meanwhile (its proxy with it): nothing to say
             print(f"sandlock: error: the network supervisor could not start: {exc}",
                   file=sys.stderr, flush=True)
             return
@@ -195,15 +194,13 @@ class _NetworkLauncher:
         """End the network engine; its denial summary, if it ran and denied anything."""
         with self._lock:
             self._closed = True
-            network, builder = self._network, self._builder
-        if network is None and builder is not None:
-            # Not built yet: the builder sees the run closed and closes what it made.
-            # Wait for it, so that nothing (the proxy above all) outlives sandlock.
-            builder.join()
-            return None
+            network = self._network
         if network is None:
+            # Not built (yet): a builder still at work finds the run closed and drops
+            # what it made. The proxy is ended here and now (idempotent), so that it
+            # never outlives sandlock, without waiting for the builder.
             if self._http is not None:
-                self._http.close()  # the command never handed its listener over
+                self._http.close()
             return None
         return network.close()
 
