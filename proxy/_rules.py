@@ -155,9 +155,12 @@ def normalise_path(target: str) -> str | None:
     The query is dropped; escapes of unreserved characters are decoded (``%7E`` is
     ``~``, ``%2e`` is ``.``), other escapes kept with upper-case hex; dot-segments
     are resolved and repeated slashes collapsed. A malformed escape, a NUL byte or a
-    ``..`` climbing above the root: None (the caller denies).
+    ``..`` climbing above the root: None (the caller denies). So is a ``#``: never
+    valid in a request, and a server keeping it would see a different path.
     """
-    path = target.split("?", 1)[0].split("#", 1)[0]
+    if "#" in target:
+        return None
+    path = target.split("?", 1)[0]
     if not path.startswith("/"):
         return None
     decoded = _decode_unreserved(path)
@@ -167,18 +170,22 @@ def normalise_path(target: str) -> str | None:
 
 
 def readings(target: str) -> tuple[str, ...] | None:
-    """Every path a server could take ``target`` for: the normalised path, and the one
-    with encoded or backslash separators taken as ``/`` when there are any."""
+    """Every path a server could take ``target`` for: the normalised path; with encoded
+    or backslash separators taken as ``/``; with ``;params`` cut from each segment (as
+    Tomcat and Jetty do: ``/x/..;/y`` is ``/y`` to them). None: malformed."""
     normal = normalise_path(target)
     if normal is None:
         return None
-    if not any(sep in normal for sep in ("%2F", "%5C", "\\")):
-        return (normal,)
-    split = normal.replace("%2F", "/").replace("%5C", "/").replace("\\", "/")
-    other = _resolve_segments(split)
-    if other is None:
+    found = [normal]
+    if any(sep in normal for sep in ("%2F", "%5C", "\\")):
+        found.append(normal.replace("%2F", "/").replace("%5C", "/").replace("\\", "/"))
+    if ";" in normal or "%3B" in normal:
+        found += ["/".join(segment.split(";", 1)[0] for segment in path.replace("%3B", ";").split("/"))
+                  for path in list(found)]
+    paths = [_resolve_segments(path) for path in found]
+    if None in paths:
         return None
-    return (normal, other) if other != normal else (normal,)
+    return tuple(dict.fromkeys(paths))  # type: ignore[arg-type]
 
 
 def _decode_unreserved(path: str) -> str | None:
@@ -261,7 +268,7 @@ class HttpRules:
         host = normalise_host(host)
         paths = readings(target)
         if paths is None:
-            return HttpDecision(False, "malformed path (bad %-escape, NUL or '..' above the root)")
+            return HttpDecision(False, "malformed path (bad %-escape, NUL, '#' or '..' above the root)")
         allowed_by: HttpRule | None = None
         for path in paths:
             decision, rule = self._decide_path(method, host, path)
@@ -272,8 +279,11 @@ class HttpRules:
                             f"no {DENY_FLAG} rule matches")
 
     def _decide_path(self, method: str, host: str, path: str) -> tuple[HttpDecision, HttpRule | None]:
+        # Deny rules also match regardless of case: a case-insensitive server (IIS,
+        # some object stores) serves /ADMIN as /admin. Allow rules stay exact.
+        lower = path.lower()
         for rule in self.deny:
-            if rule.matches(method, host, path):
+            if rule.matches(method, host, path) or rule.matches(method, host, lower):
                 return HttpDecision(False, _reason(DENY_FLAG, rule)), rule
         if not self.allow:
             return HttpDecision(True, f"no {DENY_FLAG} rule matches"), None

@@ -501,3 +501,23 @@ def test_websocket_upgrade_is_checked_as_a_request(port):
         assert server.paths == ["/ws/chat"]
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("path", [
+    "/x/..;/admin", "/public/..;/admin", "/public/..%3B/admin", "/public/%2e%2e;x=1/admin",
+    "/ADMIN", "/public/../Admin",
+])
+def test_path_parameters_and_case_cannot_pass_a_deny(api, port, path):
+    result = run(port, "--http-allow", "GET api.test/public/*", "--http-allow", "GET api.test/x/*",
+                 "--http-deny", "* api.test/admin*",
+                 cmd=curl("--path-as-is", "-o", "/dev/null", "-w", "%{http_code}",
+                          f"http://api.test:{port}{path}"))
+    assert result.stdout in ("403", "400"), (path, result)
+    assert api.log == []
+
+
+def test_fragment_in_request_target_is_denied(api, port):
+    request = f"GET /x#/../y HTTP/1.1\\r\\nHost: api.test:{port}\\r\\nConnection: close\\r\\n\\r\\n"
+    result = run(port, "--http-allow", "GET api.test/x", cmd=raw("api.test", port, request))
+    assert result.stdout.split()[1] in ("400", "403"), result
+    assert api.log == []

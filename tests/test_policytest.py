@@ -67,8 +67,8 @@ def test_paths_are_matched_as_the_proxy_matches_them():
         "DENY  GET http://api.test/public/../admin (--http-deny * api.test/admin*)",
         "DENY  GET http://api.test/public%2F..%2Fadmin (no --http-allow rule matches)",
         "ALLOW GET http://api.test/public/%7Ex?q=/admin (--http-allow GET api.test/public/*)",
-        "DENY  GET http://api.test/public/%zz (malformed path (bad %-escape, NUL or '..' above "
-        "the root))",
+        "DENY  GET http://api.test/public/%zz (malformed path (bad %-escape, NUL, '#' or '..' "
+        "above the root))",
     ]
 
 
