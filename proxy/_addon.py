@@ -49,9 +49,12 @@ class Enforcer:
 
     # --- TLS: decided on the ClientHello ------------------------------------------------
 
+    def client_connected(self, client: connection.Client) -> None:
+        self._routes.claim(client.peername, client.id)
+
     def tls_clienthello(self, data: tls.ClientHelloData) -> None:
         client = data.context.client
-        route = self._routes.get(client.peername)
+        route = self._routes.get(client.id)
         sni = data.client_hello.sni
         decision = self._tls_decision(route, sni)
         if decision.action == PASS:
@@ -73,7 +76,7 @@ class Enforcer:
 
     def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         why = self._refused.get(data.client.id)
-        route = self._routes.get(data.client.peername)
+        route = self._routes.get(data.client.id)
         if why is None and route is None:
             why = "connection not steered by sandlock"
         if why is None and tuple(data.server.address or ()) != route.destination:
@@ -83,7 +86,7 @@ class Enforcer:
 
     def client_disconnected(self, client: connection.Client) -> None:
         self._refused.pop(client.id, None)
-        self._routes.forget(client.peername)
+        self._routes.forget(client.id)
 
     # --- HTTP: decided on the request headers ------------------------------------------
 
@@ -91,7 +94,7 @@ class Enforcer:
         self._deny(flow, None, "", Refusal(FORBIDDEN, "CONNECT is not allowed through sandlock"))
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        route = self._routes.get(flow.client_conn.peername)
+        route = self._routes.get(flow.client_conn.id)
         host, refusal = self._request_host(flow, route)
         if refusal is not None:
             self._deny(flow, route, host, refusal)
@@ -139,7 +142,7 @@ class Enforcer:
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
         # Only bytes that are neither HTTP nor TLS get here (pass-through TLS is ignored
         # before any flow exists): not allowed on an HTTP port.
-        route = self._routes.get(flow.client_conn.peername)
+        route = self._routes.get(flow.client_conn.id)
         self._audit(route, "TCP", "", "", False, "not HTTP or TLS on an HTTP port")
         flow.kill()
 

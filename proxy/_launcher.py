@@ -9,6 +9,7 @@ fed its configuration over a SOCK_SEQPACKET pair, and ends when that pair closes
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -19,7 +20,8 @@ from collections.abc import Callable
 from . import _protocol
 from ._protocol import ProxyConfig, Route
 
-_STOP_TIMEOUT = 2.0
+_STOP_TIMEOUT = 10.0  # reading the reports still queued at the end (they are never dropped)
+_ROUTE_WAIT = 2.0
 _BACKLOG = 1024
 
 
@@ -52,15 +54,26 @@ class ProxyProcess:
 
     # --- used by the network engine ---------------------------------------------------
 
-    def address_for(self, local_ip: str) -> tuple[str, int]:
-        """The listener a socket bound to ``local_ip`` connects to (same IP version)."""
-        version = 6 if ":" in local_ip else 4
-        return self.addresses[version]
+    def address_for(self, local_ip: str) -> tuple[str, int] | None:
+        """The listener a socket bound to ``local_ip`` connects to (same IP version);
+        None if there is none (an IPv6-only socket on a host without IPv6 loopback)."""
+        return self.addresses.get(6 if ":" in local_ip else 4)
 
     def route(self, route: Route) -> None:
-        """Tell the proxy about a connection before it is made (raises ProxyUnavailable)."""
+        """Tell the proxy about a connection before it is made (raises ProxyUnavailable).
+
+        The proxy reads routes on a thread of its own from its first moments; a full
+        channel means it is stuck, so the wait is short (this runs on the supervisor)."""
+        message = _protocol.route_message(route)
         try:
-            self._control.send(_protocol.route_message(route))
+            try:
+                self._control.send(message)
+            except BlockingIOError:
+                import select
+
+                if not select.select([], [self._control], [], _ROUTE_WAIT)[1]:
+                    raise ProxyUnavailable(errno.EAGAIN, "proxy unavailable: not reading") from None
+                self._control.send(message)
         except OSError as exc:
             raise ProxyUnavailable(exc.errno, f"proxy unavailable: {exc.strerror}") from None
 

@@ -113,7 +113,7 @@ def upstream_trust_file(system_bundle: bytes, extra_files: tuple[str, ...]) -> s
 
 async def serve(enforcer: Enforcer, routes: RouteTable, listeners: list[socket.socket],
                 certstore: certs.CertStore | None, upstream_ca: str, on_listening) -> None:
-    """Run the proxy until sandlock hangs up the control channel."""
+    """Serve until the process ends (``RouteTable`` ends it when sandlock hangs up)."""
     loop = asyncio.get_running_loop()
     opts = options.Options()
     proxy_master = master.Master(opts, event_loop=loop, with_termlog=False)
@@ -121,7 +121,7 @@ async def serve(enforcer: Enforcer, routes: RouteTable, listeners: list[socket.s
     proxy_master.addons.add(core.Core(), server, next_layer.NextLayer(),
                             MemoryTlsConfig(certstore), enforcer)
     opts.update(
-        mode=[],  # no listener of mitmproxy's own: see _listen below
+        mode=[],  # no listener of mitmproxy's own: it serves sandlock's sockets (below)
         connection_strategy="lazy",  # decide on the ClientHello before any upstream connect
         rawtcp=False,  # bytes that are not HTTP or TLS are parsed as HTTP, and fail
         ssl_insecure=False,
@@ -132,17 +132,9 @@ async def serve(enforcer: Enforcer, routes: RouteTable, listeners: list[socket.s
     platform.original_addr = lambda sock: routes.take(sock.getpeername()).destination
     instance = mode_servers.ServerInstance.make("transparent", server)
     servers = [await asyncio.start_server(instance.handle_stream, sock=s) for s in listeners]
-    loop.add_reader(routes.control_fd, _drain_or_stop, routes, proxy_master)
     on_listening()
     try:
         await proxy_master.run()
     finally:
         for srv in servers:
             srv.close()
-
-
-def _drain_or_stop(routes: RouteTable, proxy_master: master.Master) -> None:
-    routes.drain()
-    if routes.closed:
-        asyncio.get_running_loop().remove_reader(routes.control_fd)
-        proxy_master.shutdown()

@@ -1,17 +1,29 @@
-"""The proxy's table of steered connections: peer address -> Route.
+"""The proxy's table of steered connections, fed by sandlock over the control channel.
 
-sandlock sends a route before it makes the connection, so by the time the proxy
-accepts, the route is queued on the control channel: ``take`` drains what is queued
-and looks the peer up. A connection without a route was not steered by sandlock
-(another local process, or a replay of an old port): refused.
+sandlock sends a route before it makes the connection. A thread reads the channel
+from the moment the process starts (mitmproxy's import takes a while, and a burst of
+connections must not fill the channel meanwhile); the accept path ``take``s the
+route of its peer, waiting briefly for a route still in flight. A connection without
+a route was not steered by sandlock (another local process): refused.
+
+Once accepted, a route belongs to mitmproxy's client connection (by its id), not to
+the peer address: the peer's port can be reused by a new connection before the old
+one's disconnect has been handled.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
+import time
+from collections.abc import Callable
 
 from . import _protocol
 from ._protocol import Route
+
+TAKE_WAIT = 0.5  # s: a route is sent before the connect; this only covers the reader's lag
+PENDING_TTL = 30.0  # s: a route whose connection never came (a connect that failed)
 
 
 class UnknownConnection(LookupError):
@@ -19,55 +31,76 @@ class UnknownConnection(LookupError):
 
 
 class RouteTable:
-    def __init__(self, control: socket.socket) -> None:
-        self._control = control  # non-blocking
-        self._pending: dict[tuple[str, int], Route] = {}
-        self._active: dict[tuple[str, int], Route] = {}
-        self.closed = False
+    def __init__(self, control: socket.socket, on_closed: Callable[[], None] = lambda: os._exit(0)) -> None:
+        self._control = control
+        self._on_closed = on_closed  # sandlock hung up: nothing left to serve
+        self._changed = threading.Condition()
+        self._pending: dict[tuple[str, int], tuple[Route, float]] = {}
+        self._accepted: dict[tuple[str, int], Route] = {}
+        self._clients: dict[str, Route] = {}
 
-    @property
-    def control_fd(self) -> int:
-        return self._control.fileno()
+    def start(self) -> None:
+        threading.Thread(target=self._read, daemon=True, name="sandlock-routes").start()
 
-    def drain(self) -> None:
-        """Read every queued message; ``closed`` once sandlock has hung up."""
-        while not self.closed:
+    def _read(self) -> None:
+        while True:
             try:
                 data = self._control.recv(_protocol.MAX_MESSAGE)
-            except (BlockingIOError, InterruptedError):
-                return
+            except InterruptedError:
+                continue
             except OSError:
                 data = b""
             if not data:
-                self.closed = True
+                self._on_closed()
                 return
             try:
                 message = _protocol.decode(data)
                 if message["kind"] == _protocol.ROUTE:
-                    route = _protocol.route_from(message)
-                    self._pending[route.peer] = route  # a reused port: the newest route wins
+                    self._add(_protocol.route_from(message))
             except (ValueError, KeyError, TypeError):
                 continue  # from sandlock only, but never trusted to be well-formed
 
-    def take(self, peer: tuple[str, int]) -> Route:
+    def _add(self, route: Route) -> None:
+        now = time.monotonic()
+        with self._changed:
+            if len(self._pending) > 1024:
+                self._pending = {peer: entry for peer, entry in self._pending.items()
+                                 if now - entry[1] < PENDING_TTL}
+            self._pending[route.peer] = (route, now)  # a reused port: the newest route wins
+            self._changed.notify_all()
+
+    def take(self, peer: tuple) -> Route:
         """The route of a connection just accepted from ``peer`` (used once)."""
         key = _key(peer)
-        route = self._pending.pop(key, None)
-        if route is None:
-            self.drain()
-            route = self._pending.pop(key, None)
-        if route is None:
-            raise UnknownConnection(f"no route for a connection from {key[0]}:{key[1]}")
-        self._active[key] = route
-        return route
+        deadline = time.monotonic() + TAKE_WAIT
+        with self._changed:
+            while True:
+                entry = self._pending.pop(key, None)
+                if entry is not None and time.monotonic() - entry[1] < PENDING_TTL:
+                    self._accepted[key] = entry[0]
+                    return entry[0]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise UnknownConnection(f"no route for a connection from {key[0]}:{key[1]}")
+                self._changed.wait(remaining)
 
-    def get(self, peer: tuple[str, int] | None) -> Route | None:
-        """The route of an open connection."""
-        return self._active.get(_key(peer)) if peer else None
+    def claim(self, peer: tuple | None, client_id: str) -> Route | None:
+        """Give the route accepted from ``peer`` to mitmproxy's client ``client_id``."""
+        if not peer:
+            return None
+        with self._changed:
+            route = self._accepted.pop(_key(peer), None)
+            if route is not None:
+                self._clients[client_id] = route
+            return route
 
-    def forget(self, peer: tuple[str, int] | None) -> None:
-        if peer:
-            self._active.pop(_key(peer), None)
+    def get(self, client_id: str) -> Route | None:
+        with self._changed:
+            return self._clients.get(client_id)
+
+    def forget(self, client_id: str) -> None:
+        with self._changed:
+            self._clients.pop(client_id, None)
 
 
 def _key(peer: tuple) -> tuple[str, int]:

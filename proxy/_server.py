@@ -1,9 +1,13 @@
 """The proxy process: ``python -m sandlock.proxy._server CONTROL_FD LISTENER_FD...``.
 
 Started by ``_launcher`` for runs with HTTP rules. In order: become non-dumpable (it
-will hold the CA key), read the configuration, make the CA and the command's trust
-bundle (the command may be waiting for it), then import mitmproxy and serve until
-sandlock hangs up.
+will hold the CA key), read the configuration, start reading routes (a burst of
+connections must not fill the channel while mitmproxy loads), make the CA and the
+command's trust bundle (the command may be waiting for it), then import mitmproxy and
+serve. It ends when sandlock hangs up the control channel.
+
+Decisions go back to sandlock on the same channel with blocking sends: a proxy whose
+reports are not read yet waits (and so do its clients) rather than drop a record.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import socket
 import sys
 
 from . import _protocol
+from ._routes import RouteTable
 from ._rules import HttpRules
 
 
@@ -23,16 +28,17 @@ def main(argv: list[str]) -> int:
     control = socket.socket(fileno=control_fd)
     listeners = [socket.socket(fileno=fd) for fd in listener_fds]
     config = _protocol.config_from(_protocol.decode(control.recv(_protocol.MAX_MESSAGE)))
+    routes = RouteTable(control)
+    routes.start()
     rules = HttpRules.parse(config.allow, config.deny)
     from ._authority import prepare
 
     authority = prepare(config, rules)
-    control.send(_protocol.encode(_protocol.TRUST, error=authority.error))
-    control.setblocking(False)
+    _send(control, _protocol.encode(_protocol.TRUST, error=authority.error))
     import asyncio  # only now: the command may be waiting for the trust message above
 
     try:
-        asyncio.run(_serve(config, rules, authority, control, listeners))
+        asyncio.run(_serve(config, rules, authority, control, routes, listeners))
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # noqa: BLE001 - one line for the user; connections now fail closed
@@ -42,47 +48,34 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-async def _serve(config, rules, authority, control, listeners) -> None:
+async def _serve(config, rules, authority, control, routes, listeners) -> None:
     from . import _mitm
     from ._addon import Enforcer
-    from ._routes import RouteTable
-
-    routes = RouteTable(control)
 
     def report(**fields: object) -> None:
-        try:
-            control.send(_protocol.encode(_protocol.AUDIT, **fields))
-        except OSError:
-            pass  # sandlock is gone: nobody to tell, and we stop on the EOF
+        _send(control, _protocol.encode(_protocol.AUDIT, **fields))
 
     certstore = _mitm.certstore_from_pem(authority.mitmproxy_pem) if authority.mitmproxy_pem else None
     enforcer = Enforcer(rules, config.inspect, certstore is not None, routes, report,
                         config.audit_allowed)
     upstream = _mitm.upstream_trust_file(_system_bundle(), config.upstream_ca)
     await _mitm.serve(enforcer, routes, listeners, certstore, upstream,
-                      lambda: report_listening(control))
+                      lambda: _send(control, _protocol.encode(_protocol.LISTENING)))
 
 
-def report_listening(control: socket.socket) -> None:
+def _send(control: socket.socket, message: bytes) -> None:
     try:
-        control.send(_protocol.encode(_protocol.LISTENING))
+        control.send(message)  # blocking: see the module's docstring
     except OSError:
-        pass
+        pass  # sandlock is gone: the route reader ends this process
 
 
 def _system_bundle() -> bytes:
-    import ssl
+    """The CAs this machine trusts, for verifying upstream servers."""
+    from sandlock.ca import system_bundle
 
-    paths = ssl.get_default_verify_paths()
-    for candidate in (paths.cafile, "/etc/ssl/certs/ca-certificates.crt",
-                      "/etc/pki/tls/certs/ca-bundle.crt"):
-        if candidate:
-            try:
-                with open(candidate, "rb") as file:
-                    return file.read()
-            except OSError:
-                continue
-    return b""
+    path = system_bundle()
+    return path.read_bytes() if path is not None else b""
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ DEFAULT_COLLAPSE = 3
 _HEX = re.compile(r"[0-9a-fA-F]{16,}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]*)?")
-_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_\-.~+=%]+")
+# Prefixes of well-known API tokens: OpenAI/Anthropic, GitHub, GitLab, Slack, AWS, Google.
+_TOKEN_PREFIX = re.compile(r"(sk-|ghp_|gho_|ghs_|ghu_|github_pat_|glpat-|xox[abposr]-|AKIA|ASIA|AIza)")
 
 
 @dataclass(frozen=True)
@@ -192,21 +193,33 @@ class _Node:
 
 
 def looks_secret(segment: str) -> bool:
-    """A path segment that is probably a credential or a random identifier: a long
-    hex string, a UUID, a JWT, or a long token mixing letters and digits with the
-    entropy of random text. Words, numbers and short names are kept."""
-    if len(segment) < 16 or not _TOKEN_CHARS.fullmatch(segment):
-        return False
-    if _UUID.fullmatch(segment) or _JWT.fullmatch(segment):
+    """A path segment that is probably a credential or a random identifier. Checked on
+    the segment and on its pieces between ``: = , ; @`` (``bot123:AAH...``): a known
+    token prefix (``sk-``, ``ghp_``, ``xoxb-``, ``AKIA``...), a UUID, a JWT, a long hex
+    string, or a run of letters and digits with the entropy of random text. Words,
+    numbers, versions and file names are kept. When unsure, secret: the policy only
+    gets a ``*`` for it."""
+    pieces = [segment, *re.split(r"[:=,;@]", segment)]
+    return any(_secret_piece(piece) for piece in pieces if piece)
+
+
+def _secret_piece(piece: str) -> bool:
+    if _TOKEN_PREFIX.match(piece) and len(piece) >= 12:
         return True
-    if _HEX.fullmatch(segment) and not segment.isdigit():
+    if len(piece) < 16:
+        return False
+    if _UUID.fullmatch(piece) or _JWT.fullmatch(piece):
+        return True
+    if _HEX.fullmatch(piece) and not piece.isdigit():
         return True  # (a long number is an identifier, not a secret)
-    # Random tokens have long runs without separators ("sk-proj-4fG7hJ9k..."); names
-    # made of words and versions ("flask-3.0.3-py3-none-any.whl") do not.
-    run = max(re.findall(r"[A-Za-z0-9]+", segment), key=len, default="")
-    has_digit = any(c.isdigit() for c in run)
-    has_alpha = any(c.isalpha() for c in run)
-    return len(run) >= 20 and has_digit and has_alpha and _entropy(run) >= 3.5
+    # Random tokens have long runs without separators ("4fG7hJ9kL2mN5pQ8..."); names made
+    # of words and versions ("flask-3.0.3-py3-none-any.whl") do not.
+    run = max(re.findall(r"[A-Za-z0-9]+", piece), key=len, default="")
+    mixed = any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
+    if len(run) >= 20 and mixed and _entropy(run) >= 3.5:
+        return True
+    # Characters a name rarely has, mixed with digits: a password ("p4ssw0rd!Secret99").
+    return bool(re.search(r"[!$*'()+~]", piece)) and any(c.isdigit() for c in piece)
 
 
 def _entropy(text: str) -> float:

@@ -32,6 +32,8 @@ _LOOPBACK = {4: IPv4Address("127.0.0.1"), 6: IPv6Address("::1")}
 
 DNS_REDIRECT_REASON = "port 53: DNS goes to sandlock's resolver"
 EPHEMERAL_BIND_REASON = "port 0: the kernel picks an ephemeral port"
+QUIC_REASON = ("UDP to an HTTP port (QUIC) would bypass the HTTP rules; "
+               "allow it with a udp://HOST:PORT rule")
 ICMP_BIND_REASON = "icmp: binding only sets the local address and echo identifier"
 
 
@@ -117,9 +119,17 @@ class NetPolicy:
         if endpoint.protocol != ICMP and endpoint.port == DNS_PORT:
             return self._dns(endpoint, address, names)
         verdict = self._connect(endpoint, address, names)
-        if self.http and endpoint.protocol == TCP and endpoint.port in self.http_ports:
-            return self._through_proxy(verdict, address, names)
+        if self.http and endpoint.port in self.http_ports:
+            if endpoint.protocol == TCP:
+                return self._through_proxy(verdict, address, names)
+            if endpoint.protocol == UDP and verdict.allowed and not self._udp_named(endpoint, address, names):
+                return Verdict(False, QUIC_REASON, verdict.hostname)
         return verdict
+
+    def _udp_named(self, endpoint: Endpoint, address: IPAddress, names: frozenset[str]) -> bool:
+        """An allow rule written for UDP alone (``udp://HOST:PORT``) reaches it."""
+        rule = _first_match(self.allow, endpoint, address, names)
+        return rule is not None and rule.protocols == frozenset({UDP})
 
     def _connect(self, endpoint: Endpoint, address: IPAddress, names: frozenset[str]) -> Verdict:
         if self.deny:

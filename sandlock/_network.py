@@ -111,17 +111,22 @@ class Network(Services):
         from .proxy._launcher import ProxyUnavailable
         from .proxy._protocol import Route
 
+        proxy = self._http.proxy
+        if proxy is None:  # the run is ending
+            return errno.ECONNREFUSED
         local = _execute.local_address_for_redirect(sock)
         if isinstance(local, int):
             return local
+        listener = proxy.address_for(local[0])
+        if listener is None:
+            return errno.ENETUNREACH
         address = canonical_address(destination.address)
         names = tuple(sorted(self.pins.names_for(address)))
         try:
-            self._http.proxy.route(Route(local, (str(address), destination.port), names, pid))
+            proxy.route(Route(local, (str(address), destination.port), names, pid))
         except ProxyUnavailable:
             return errno.ECONNREFUSED
-        host, port = self._http.proxy.address_for(local[0])
-        return inet(sock.family, host, port)
+        return inet(sock.family, *listener)
 
     def confined_worker(self) -> ConfinedWorker:
         with self._lock:

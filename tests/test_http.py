@@ -486,6 +486,10 @@ class _WsEcho:
                 conn.sendall(bytes([0x81, len(data)]) + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
 
     def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close alone does not)
+        except OSError:
+            pass
         self.sock.close()
 
 
@@ -521,3 +525,67 @@ def test_fragment_in_request_target_is_denied(api, port):
     result = run(port, "--http-allow", "GET api.test/x", cmd=raw("api.test", port, request))
     assert result.stdout.split()[1] in ("400", "403"), result
     assert api.log == []
+
+
+# --- the control channel under load ---------------------------------------------------------
+
+BURST = r"""
+import select, socket, sys
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+socks, errors = [], {}
+for _ in range(count):
+    s = socket.socket(); s.setblocking(False)
+    try:
+        s.connect((host, port))
+    except BlockingIOError:
+        pass
+    except OSError as e:
+        errors[e.errno] = errors.get(e.errno, 0) + 1
+        continue
+    socks.append(s)
+for s in socks:
+    select.select([], [s], [], 10)
+    code = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if code:
+        errors[code] = errors.get(code, 0) + 1
+print(len(socks), errors)
+"""
+
+
+def test_a_burst_of_connections_at_start_is_routed(api, port):
+    # Hundreds of connects before mitmproxy has even loaded: every route must get there.
+    result = run(port, "--http-allow", "GET api.test", cmd=[sys.executable, "-c", BURST, "api.test",
+                                                           str(port), "600"])
+    assert result.stdout.strip() == "600 {}", result
+
+
+FLOOD = r"""
+import http.client, sys
+c = http.client.HTTPConnection("api.test", int(sys.argv[1]))
+for i in range(int(sys.argv[2])):
+    c.request("GET", f"/denied/{i}"); c.getresponse().read()
+"""
+
+
+def test_no_decision_is_lost_in_a_flood(api, port, tmp_path):
+    log = tmp_path / "audit.jsonl"
+    result = run(port, "--audit", str(log), "--http-allow", "GET api.test/ok",
+                 cmd=[sys.executable, "-c", FLOOD, str(port), "1500"])
+    assert result.returncode == 0, result.stderr[-500:]
+    denied = [line for line in log.read_text().splitlines() if '"syscall": "http"' in line]
+    assert len(denied) == 1500
+    assert "sandlock: 1500 network operations denied" in result.stderr
+
+
+def test_quic_is_refused_even_with_any_host_allowed(port):
+    code = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.sendto(b"q", ("127.0.0.2", %d)); print("sent")
+except OSError as e:
+    print(e.errno)
+""" % port
+    result = run(port, "--net-allow", "*", "--http-allow", "* api.test", cmd=[sys.executable, "-c", code])
+    assert result.stdout.strip() == "13", result
+    assert "UDP to an HTTP port (QUIC)" in result.stderr

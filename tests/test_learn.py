@@ -79,6 +79,10 @@ def test_secrets_never_reach_the_policy():
     ("flask-3.0.3-py3-none-any.whl", False), ("completions", False),
     ("deadbeefdeadbeefdeadbeef", True), ("sk-proj-4fG7hJ9kL2mN5pQ8rS1tU3vW6xY", True),
     ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc", True),
+    ("bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw", True), ("p4ssw0rd!Secret99", True),
+    ("sk-ant-api03-abcdEFGH1234", True), ("AKIAIOSFODNN7EXAMPLE", True),
+    ("key=0123456789abcdef0123", True), ("user@example.com", False),
+    ("2024-01-15", False), ("README.md", False), ("v2;jsessionid=1", False),
 ])
 def test_looks_secret(segment, secret):
     assert looks_secret(segment) is secret
