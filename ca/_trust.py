@@ -11,10 +11,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from ._authority import CertificateAuthority
 from ._errors import CAError
+
+if TYPE_CHECKING:  # cryptography (~40 ms): not for trust_environment, used before a fork
+    from ._authority import CertificateAuthority
 
 BUNDLE_FILE = "ca-bundle.pem"
 CA_FILE = "sandlock-ca.pem"

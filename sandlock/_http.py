@@ -9,7 +9,6 @@ which alone ever holds the CA key): a TLS client may read the bundle at start-up
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -94,6 +93,8 @@ class HttpRun:
 
     def _remove_run_dir(self) -> None:
         if self.run_dir:
+            import shutil  # at the end only: not on the start-up path
+
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
