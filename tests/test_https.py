@@ -319,3 +319,35 @@ def test_mismatched_user_ca_is_exit_2(tmp_path):
     assert result.returncode == 2, result
     assert result.stderr.startswith("sandlock: error: --http-ca: "), result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_pip_install_over_inspected_https_with_the_example_policy(port, upstream_ca, tmp_path):
+    """The pip example as it is meant to run: HTTPS, inspected, pip trusting the sandbox
+    CA through the variables sandlock sets (no --cert, no --trusted-host)."""
+    from pathlib import Path
+
+    from test_policy_docs import EXAMPLES, wheel
+
+    simple, packages = tmp_path / "simple", tmp_path / "packages"
+    (simple / "tinypkg").mkdir(parents=True)
+    packages.mkdir()
+    name = wheel(packages)
+    ca = upstream_ca[0]
+    with Upstream(API, port, name="pypi", files=str(simple), files_at="/simple/", tls=ca,
+                  tls_names=("pypi.org",)), \
+            Upstream(OTHER, port, name="files", files=str(packages), files_at="/packages/", tls=ca,
+                     tls_names=("files.pythonhosted.org",)) as files:
+        link = f"https://files.pythonhosted.org:{port}/packages/{name}"
+        (simple / "tinypkg" / "index.html").write_text(f'<a href="{link}">{name}</a>\n')
+        target = tmp_path / "target"
+        result = sandlock(
+            "run", "--policy", str(Path(EXAMPLES) / "pip-install.toml"),
+            "--resolve", f"pypi.org={API}", "--resolve", f"files.pythonhosted.org={OTHER}",
+            "--http-port", str(port), "--upstream-ca", upstream_ca[1], "--",
+            sys.executable, "-m", "pip", "install", "-q", "--isolated", "--no-cache-dir", "--no-deps",
+            "--target", str(target), "--index-url", f"https://pypi.org:{port}/simple", "tinypkg",
+            timeout=120, cwd=tmp_path, env={**__import__("os").environ,
+                                            "XDG_DATA_HOME": str(tmp_path / "data")})
+        assert result.returncode == 0, result.stderr
+        assert (target / "tinypkg" / "__init__.py").read_text() == "VALUE = 42\n"
+        assert [path for _, path, _, _ in files.log] == [f"/packages/{name}"]

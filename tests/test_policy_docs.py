@@ -248,7 +248,7 @@ class StandIns:
 
     def options(self) -> list[str]:
         """What a run adds to an example to reach the stand-ins: pins, the port, plain HTTP
-        (the sandbox CA for inspecting HTTPS is not part of this tree)."""
+        (quick; the pip example over inspected HTTPS is in test_https.py)."""
         pins = [f"--resolve={host}={address}" for host, address in self.addresses.items()]
         return [*pins, "--http-port", str(self.port), "--https-inspect", "off"]
 
