@@ -114,3 +114,20 @@ def test_http_rules_unprivileged(as_nobody):
                         cwd="/tmp")
         assert result.stdout == "127.0.0.2 GET /ok/1\n403", result.stderr
         assert server.paths() == ["/ok/1"]
+
+
+def test_learn_then_run_unprivileged(as_nobody, world_tmp):
+    """Learn mode's observed run (proxy with inspection, audit log) as an ordinary user."""
+    from httpservers import Upstream
+
+    with Upstream("127.0.0.2") as server:
+        url = f"http://api.test:{server.port}"
+        policy = world_tmp / "learned.toml"
+        common = ["--resolve", "api.test=127.0.0.2", "--http-port", str(server.port)]
+        learned = run_as(as_nobody, "learn", "-o", str(policy), *common, "--", "curl", "-sS",
+                         f"{url}/a/b", cwd=str(world_tmp))
+        assert learned.returncode == 0, learned.stderr
+        again = run_as(as_nobody, "run", "--policy", str(policy), "--", "sh", "-c",
+                       f"curl -sS {url}/a/b; curl -sS -o /dev/null -w '%{{http_code}}' {url}/c",
+                       cwd=str(world_tmp))
+        assert again.stdout == "127.0.0.2 GET /a/b\n403", again.stderr
