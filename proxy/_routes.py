@@ -22,7 +22,8 @@ from collections.abc import Callable
 from . import _protocol
 from ._protocol import Route
 
-TAKE_WAIT = 0.5  # s: a route is sent before the connect; this only covers the reader's lag
+TAKE_WAIT = 0.1  # s: a route is sent before the connect; this only covers the reader thread's lag
+# (short: a connection from outside the sandbox with no route holds the event loop that long)
 PENDING_TTL = 30.0  # s: a route whose connection never came (a connect that failed)
 
 
