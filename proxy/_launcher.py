@@ -3,8 +3,9 @@
 The listening sockets are made here, before the process exists: their addresses are
 known at once, and a connection steered to them before the proxy accepts simply waits
 in the backlog (the first request waits for the proxy, nothing fails). The process is
-fed its configuration over a SOCK_SEQPACKET pair, and ends when that pair closes
-(sandlock gone or done). It never sees the command: it only learns routes.
+fed its configuration over a SOCK_SEQPACKET pair; it ends when that pair closes
+(sandlock gone), and sandlock kills it when the run ends. It never sees the command:
+it only learns routes.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class ProxyProcess:
             for listener in self._listeners.values():
                 listener.close()  # the proxy holds them now: if it dies, connects are refused
         self._control.sendall(_protocol.config_message(config))
-        self._control.setblocking(False)  # routes are sent from the supervisor: never wait
+        self._control.setblocking(False)  # routes come from the supervisor: see route()
         self._reader = threading.Thread(target=self._read, daemon=True, name="sandlock-proxy-events")
         self._reader.start()
 
