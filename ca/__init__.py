@@ -15,11 +15,10 @@ private module on first access (cryptography alone takes ~40 ms to import).
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_exports
+
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
 if TYPE_CHECKING:
-    from typing import Any
-
     from ._authority import CertificateAuthority
     from ._errors import CAError, NeedsPrivilege
     from ._generate import EPHEMERAL_LIFETIME, PERSISTENT_LIFETIME, ephemeral_ca, server_certificate
@@ -87,14 +86,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next access is a plain lookup
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

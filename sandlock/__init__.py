@@ -9,11 +9,10 @@ imports ``sandlock.proxy`` and ``sandlock.ca`` without paying for the sandbox it
 
 from __future__ import annotations
 
-import importlib
+from ._lazy import lazy_exports
+
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
 if TYPE_CHECKING:
-    from typing import Any
-
     from ._errors import PolicyError, SandlockError, SetupError
     from ._policy import Policy
     from ._process import SandboxedProcess, TimeoutExpired
@@ -42,14 +41,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next access is a plain lookup
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)
