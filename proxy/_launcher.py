@@ -96,22 +96,9 @@ class ProxyProcess:
     # --- events from the proxy ----------------------------------------------------------
 
     def _read(self) -> None:
-        import select
-
-        poller = select.poll()
-        poller.register(self._control, select.POLLIN)
-        while True:
-            poller.poll()
+        for message in _protocol.receive(self._control):
             try:
-                data = self._control.recv(_protocol.MAX_MESSAGE)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                break
-            try:
-                self._dispatch(_protocol.decode(data))
+                self._dispatch(message)
             except (ValueError, KeyError, TypeError) as exc:
                 print(f"sandlock: warning: proxy message ignored: {exc}", file=sys.stderr)
         if not self._trust.is_set():

@@ -14,6 +14,9 @@ that must never trust the other side blindly (the proxy checks types on receipt)
 from __future__ import annotations
 
 import json
+import select
+import socket
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 MAX_MESSAGE = 1 << 20  # a config with thousands of rules still fits
@@ -55,6 +58,28 @@ def decode(data: bytes) -> dict:
     if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
         raise ValueError("malformed control message")
     return message
+
+
+def receive(channel: socket.socket) -> Iterator[dict]:
+    """Each message arriving on ``channel`` (blocking or not), until the other side hangs
+    up or the channel fails. A malformed message is skipped: neither side trusts the
+    other's bytes blindly."""
+    poller = select.poll()
+    poller.register(channel, select.POLLIN)
+    while True:
+        poller.poll()
+        try:
+            data = channel.recv(MAX_MESSAGE)
+        except (BlockingIOError, InterruptedError):
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        try:
+            yield decode(data)
+        except ValueError:
+            continue
 
 
 def route_message(route: Route) -> bytes:

@@ -44,22 +44,13 @@ class RouteTable:
         threading.Thread(target=self._read, daemon=True, name="sandlock-routes").start()
 
     def _read(self) -> None:
-        while True:
+        for message in _protocol.receive(self._control):
             try:
-                data = self._control.recv(_protocol.MAX_MESSAGE)
-            except InterruptedError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                self._on_closed()
-                return
-            try:
-                message = _protocol.decode(data)
                 if message["kind"] == _protocol.ROUTE:
                     self._add(_protocol.route_from(message))
             except (ValueError, KeyError, TypeError):
                 continue  # from sandlock only, but never trusted to be well-formed
+        self._on_closed()
 
     def _add(self, route: Route) -> None:
         now = time.monotonic()
