@@ -174,8 +174,9 @@ class Enforcer:
 
 
 def _names(route: Route, host: str) -> bool:
-    """Is ``host`` a name pinned to the route's destination (or that address itself)?"""
-    return host in route.names or host == _bare_ip(route.destination[0])
+    """Is ``host`` a name pinned to the route's destination (or that address itself:
+    sandlock sends it in canonical form, as ``_host_of`` gives IP literals)?"""
+    return host in route.names or host == route.destination[0]
 
 
 def _where(route: Route) -> str:

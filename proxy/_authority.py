@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ._protocol import ProxyConfig
-from ._rules import HttpRules
 
 
 @dataclass(frozen=True)
@@ -19,7 +18,7 @@ class Authority:
     error: str | None = None
 
 
-def prepare(config: ProxyConfig, rules: HttpRules) -> Authority:
+def prepare(config: ProxyConfig) -> Authority:
     if not config.ca:
         return Authority(None)
     try:

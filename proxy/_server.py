@@ -30,15 +30,15 @@ def main(argv: list[str]) -> int:
     config = _protocol.config_from(_protocol.decode(control.recv(_protocol.MAX_MESSAGE)))
     routes = RouteTable(control)
     routes.start()
-    rules = HttpRules.parse(config.allow, config.deny)
     from ._authority import prepare
 
-    authority = prepare(config, rules)
+    authority = prepare(config)
     _send(control, _protocol.encode(_protocol.TRUST, error=authority.error))
     import asyncio  # only now: the command may be waiting for the trust message above
 
     try:
-        asyncio.run(_serve(config, rules, authority, control, routes, listeners))
+        asyncio.run(_serve(config, HttpRules.parse(config.allow, config.deny), authority, control,
+                           routes, listeners))
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # noqa: BLE001 - one line for the user; connections now fail closed
