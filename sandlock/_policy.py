@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ._errors import PolicyError
@@ -181,15 +181,19 @@ def _specs(parse_name: str) -> object:
             return specs
         from . import _netspec  # only imported by runs with network options
 
-        parse = getattr(_netspec, parse_name)
-        for spec in specs:
-            try:
-                parse(spec)
-            except ValueError as exc:
-                raise PolicyError(name, f"{spec!r}: {exc}") from None
+        _each_parses(name, specs, getattr(_netspec, parse_name))
         return specs
 
     return normalise
+
+
+def _each_parses(name: str, items: tuple[str, ...], parse: Callable[[str], object]) -> None:
+    """Kept as written, but each must parse: PolicyError naming the item otherwise."""
+    for item in items:
+        try:
+            parse(item)
+        except ValueError as exc:
+            raise PolicyError(name, f"{item!r}: {exc}") from None
 
 
 def _check_user_ca(cert: str, key: str) -> None:
@@ -209,11 +213,7 @@ def _http_rules(name: str, value: object) -> tuple[str, ...]:
         return rules
     from .proxy import parse_rule  # pure rules only: mitmproxy stays out of this process
 
-    for rule in rules:
-        try:
-            parse_rule(rule)
-        except ValueError as exc:
-            raise PolicyError(name, f"{rule!r}: {exc}") from None
+    _each_parses(name, rules, parse_rule)
     return rules
 
 
