@@ -30,52 +30,46 @@ class Audit:
         if allowed and self._file is None:
             return  # the hot path: nothing to write, nothing to say
         destination = describe(address)
-        with self._lock:
-            if not allowed:
-                self.denied += 1
-            if self._file is not None:
-                import json  # only runs that keep an audit log pay for it
-
-                self._file.write(json.dumps({
-                    "time": round(time.time(), 6),
-                    "pid": pid,
-                    "syscall": syscall,
-                    "protocol": protocol,
-                    "destination": destination,
-                    "hostname": verdict.hostname,
-                    "verdict": "redirect" if redirected else ("allow" if allowed else "deny"),
-                    "reason": verdict.reason,
-                }) + "\n")
-        if not allowed and not self._quiet:
-            name = f" ({verdict.hostname})" if verdict.hostname else ""
-            where = "on" if syscall in ("bind", "listen") else "to"
-            self._notice(f"sandlock: denied {syscall} {where} {destination}{name} ({verdict.reason})")
+        name = f" ({verdict.hostname})" if verdict.hostname else ""
+        where = "on" if syscall in ("bind", "listen") else "to"
+        self._log(allowed, {
+            "pid": pid,
+            "syscall": syscall,
+            "protocol": protocol,
+            "destination": destination,
+            "hostname": verdict.hostname,
+            "verdict": "redirect" if redirected else ("allow" if allowed else "deny"),
+            "reason": verdict.reason,
+        }, f"sandlock: denied {syscall} {where} {destination}{name} ({verdict.reason})")
 
     def record_http(self, event: dict) -> None:
         """A decision of the HTTP proxy (an ``audit`` message from its process)."""
         allowed = bool(event.get("allowed"))
         method, host, path = (str(event.get(key, "")) for key in ("method", "host", "path"))
         reason = str(event.get("reason", ""))
+        self._log(allowed, {
+            "pid": event.get("pid", 0),
+            "syscall": "http",
+            "protocol": "http",
+            "destination": event.get("destination", ""),
+            "hostname": host or None,
+            "method": method,
+            "path": path,
+            "verdict": "allow" if allowed else "deny",
+            "reason": reason,
+        }, f"sandlock: denied {method} {host}{path} ({reason})")
+
+    def _log(self, allowed: bool, record: dict, notice: str) -> None:
+        """Count a denial, write ``record`` (timestamped) to the log, say ``notice``."""
         with self._lock:
             if not allowed:
                 self.denied += 1
             if self._file is not None:
-                import json
+                import json  # only runs that keep an audit log pay for it
 
-                self._file.write(json.dumps({
-                    "time": round(time.time(), 6),
-                    "pid": event.get("pid", 0),
-                    "syscall": "http",
-                    "protocol": "http",
-                    "destination": event.get("destination", ""),
-                    "hostname": host or None,
-                    "method": method,
-                    "path": path,
-                    "verdict": "allow" if allowed else "deny",
-                    "reason": reason,
-                }) + "\n")
+                self._file.write(json.dumps({"time": round(time.time(), 6), **record}) + "\n")
         if not allowed and not self._quiet:
-            self._notice(f"sandlock: denied {method} {host}{path} ({reason})")
+            self._notice(notice)
 
     def _notice(self, line: str) -> None:
         try:
