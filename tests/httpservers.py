@@ -165,6 +165,20 @@ class Upstream:
         self.server.server_close()
 
 
+def served_repository(directory) -> str:
+    """A bare git repository (one commit, "hello") under ``directory``/srv/repo.git,
+    ready for git's dumb HTTP protocol; returns the directory to serve (``srv``)."""
+    import subprocess
+
+    work, repo = os.path.join(directory, "work"), os.path.join(directory, "srv", "repo.git")
+    subprocess.run(["git", "init", "-q", work], check=True)
+    subprocess.run(["git", "-C", work, "-c", "user.email=a@b", "-c", "user.name=a",
+                    "commit", "-q", "--allow-empty", "-m", "hello"], check=True)
+    subprocess.run(["git", "clone", "-q", "--bare", work, repo], check=True)
+    subprocess.run(["git", "-C", repo, "update-server-info"], check=True)
+    return os.path.dirname(repo)
+
+
 def free_port_on(*hosts: str) -> int:
     """A TCP port free on every one of ``hosts`` (for servers sharing one HTTP port)."""
     for _ in range(50):

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from conftest import sandlock
-from httpservers import Upstream, free_port_on
+from httpservers import Upstream, free_port_on, served_repository
 
 API, OTHER = "127.0.0.2", "127.0.0.3"
 
@@ -209,15 +209,8 @@ def test_wget(api, port, tmp_path):
 
 
 def test_git_clone_over_http(port, tmp_path):
-    repo = tmp_path / "srv" / "repo.git"
-    work = tmp_path / "work"
-    subprocess.run(["git", "init", "-q", str(work)], check=True)
-    subprocess.run(["git", "-C", str(work), "-c", "user.email=a@b", "-c", "user.name=a",
-                    "commit", "-q", "--allow-empty", "-m", "hello"], check=True)
-    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(repo)], check=True)
-    subprocess.run(["git", "-C", str(repo), "update-server-info"], check=True)
     clone = tmp_path / "clone"
-    with Upstream(API, port, files=str(tmp_path / "srv")) as server:
+    with Upstream(API, port, files=served_repository(tmp_path)) as server:
         result = run(port, "--http-allow", "GET api.test/files/repo.git/*",
                      cmd=["git", "clone", "-q", f"http://api.test:{port}/files/repo.git", str(clone)])
         assert result.returncode == 0, result.stderr
@@ -263,9 +256,13 @@ def test_keep_alive_connection_reused_for_a_second_host(api, other, port):
     "/public/../admin", "/public/%2e%2e/admin", "/public/%2E%2e/admin", "//admin",
     "/public/./../admin", "/public%2F..%2Fadmin", "/public/..%2Fadmin", "/ADMIN/../admin",
     "/public/%zz", "/public/\\..\\admin",
+    # ;params and %3B as Tomcat and Jetty read them; case as IIS reads it
+    "/x/..;/admin", "/public/..;/admin", "/public/..%3B/admin", "/public/%2e%2e;x=1/admin",
+    "/ADMIN", "/public/../Admin",
 ])
 def test_path_tricks(api, port, path):
-    result = run(port, "--http-allow", "GET api.test/public/*", "--http-deny", "* api.test/admin*",
+    result = run(port, "--http-allow", "GET api.test/public/*", "--http-allow", "GET api.test/x/*",
+                 "--http-deny", "* api.test/admin*",
                  cmd=curl("--path-as-is", "-o", "/dev/null", "-w", "%{http_code}",
                           f"http://api.test:{port}{path}"))
     assert result.stdout in ("403", "400"), (path, result)
@@ -505,19 +502,6 @@ def test_websocket_upgrade_is_checked_as_a_request(port):
         assert server.paths == ["/ws/chat"]
     finally:
         server.close()
-
-
-@pytest.mark.parametrize("path", [
-    "/x/..;/admin", "/public/..;/admin", "/public/..%3B/admin", "/public/%2e%2e;x=1/admin",
-    "/ADMIN", "/public/../Admin",
-])
-def test_path_parameters_and_case_cannot_pass_a_deny(api, port, path):
-    result = run(port, "--http-allow", "GET api.test/public/*", "--http-allow", "GET api.test/x/*",
-                 "--http-deny", "* api.test/admin*",
-                 cmd=curl("--path-as-is", "-o", "/dev/null", "-w", "%{http_code}",
-                          f"http://api.test:{port}{path}"))
-    assert result.stdout in ("403", "400"), (path, result)
-    assert api.log == []
 
 
 def test_fragment_in_request_target_is_denied(api, port):

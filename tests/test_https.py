@@ -15,7 +15,7 @@ import pytest
 import trustme
 
 from conftest import sandlock
-from httpservers import Upstream, free_port_on
+from httpservers import Upstream, free_port_on, served_repository
 
 API, OTHER = "127.0.0.2", "127.0.0.3"
 
@@ -143,14 +143,8 @@ def test_openssl_s_client(https, api, port):
 
 
 def test_git_clone_over_https(https, port, upstream_ca, tmp_path):
-    repo = tmp_path / "srv" / "repo.git"
-    work = tmp_path / "work"
-    subprocess.run(["git", "init", "-q", str(work)], check=True)
-    subprocess.run(["git", "-C", str(work), "-c", "user.email=a@b", "-c", "user.name=a",
-                    "commit", "-q", "--allow-empty", "-m", "hello"], check=True)
-    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(repo)], check=True)
-    subprocess.run(["git", "-C", str(repo), "update-server-info"], check=True)
-    with Upstream(API, port, files=str(tmp_path / "srv"), tls=upstream_ca[0], tls_names=("api.test",)):
+    with Upstream(API, port, files=served_repository(tmp_path), tls=upstream_ca[0],
+                  tls_names=("api.test",)):
         result = https("--http-allow", "GET api.test/files/repo.git/*",
                        cmd=["git", "clone", "-q", f"https://api.test:{port}/files/repo.git",
                             str(tmp_path / "clone")])
