@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._authority import CertificateAuthority
     from ._errors import CAError, NeedsPrivilege
     from ._generate import EPHEMERAL_LIFETIME, PERSISTENT_LIFETIME, ephemeral_ca, server_certificate
-    from ._install import TARGETS, Installation, install, installed, uninstall
+    from ._install import TARGETS, install, installed, uninstall
     from ._load import load_user_ca
     from ._store import ca_directory, init_persistent, load_persistent
     from ._trust import (
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         system_bundle,
         trust_environment,
     )
+    from ._truststores import Installation
 
 # public name -> the private module defining it
 _EXPORTS = {
@@ -44,7 +45,7 @@ _EXPORTS = {
     "ephemeral_ca": "_generate",
     "server_certificate": "_generate",
     "TARGETS": "_install",
-    "Installation": "_install",
+    "Installation": "_truststores",
     "install": "_install",
     "installed": "_install",
     "uninstall": "_install",
@@ -59,6 +60,12 @@ _EXPORTS = {
     "system_bundle": "_trust",
     "trust_environment": "_trust",
 }
+# Used by sandlock's CLI (`sandlock ca`); not public API.
+_EXPORTS.update({
+    "CERT_FILE": "_store",
+    "KEY_FILE": "_store",
+    "when": "_authority",
+})
 
 __all__ = [
     "EPHEMERAL_LIFETIME",

@@ -21,7 +21,7 @@ from ._rules import HttpRules
 
 
 def main(argv: list[str]) -> int:
-    from sandlock._libc import PR_SET_DUMPABLE, prctl
+    from sandlock.kernel import PR_SET_DUMPABLE, prctl
 
     prctl(PR_SET_DUMPABLE, 0)  # no /proc/PID/mem, environ or fd for anyone of this uid
     control_fd, *listener_fds = map(int, argv)

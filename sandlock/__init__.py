@@ -3,8 +3,8 @@
     from sandlock import Sandbox, Policy
     result = Sandbox(Policy(fs_write=("/tmp/work",), fs_read=("/usr", "/etc"))).run(["ls", "/"])
 
-The public names load from their private modules on first use: the proxy process
-imports ``sandlock.proxy`` and ``sandlock.ca`` without paying for the sandbox itself.
+The public names load from the internal subpackages (docs/architecture.md) on first
+use: the proxy process imports ``sandlock.proxy`` and ``sandlock.ca`` without paying for the sandbox itself.
 """
 
 from __future__ import annotations
@@ -14,19 +14,18 @@ from ._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
-    from ._policy import Policy
-    from ._process import SandboxedProcess, TimeoutExpired
-    from ._sandbox import Result, Sandbox
+    from .policy import Policy
+    from .process import Result, Sandbox, SandboxedProcess, TimeoutExpired
 
 _EXPORTS = {
     "PolicyError": "_errors",
     "SandlockError": "_errors",
     "SetupError": "_errors",
-    "Policy": "_policy",
-    "SandboxedProcess": "_process",
-    "TimeoutExpired": "_process",
-    "Result": "_sandbox",
-    "Sandbox": "_sandbox",
+    "Policy": "policy",
+    "Result": "process",
+    "Sandbox": "process",
+    "SandboxedProcess": "process",
+    "TimeoutExpired": "process",
 }
 
 __all__ = [

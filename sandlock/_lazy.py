@@ -16,15 +16,27 @@ if TYPE_CHECKING:
 def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict,
                  public: Sequence[str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package``: name -> ``exports[name]`` (a
-    module of the package), imported once, then kept in ``namespace`` (its globals)."""
+    module of the package; ``module:attribute`` when the package exports it under
+    another name; ``module:`` for the module itself), imported once, then kept in
+    ``namespace`` (its globals)."""
+
+    by_module: dict[str, list[tuple[str, str]]] = {}
+    for exported, where in exports.items():
+        module_name, colon, attribute = where.partition(":")
+        # (name, attribute): "" for the module itself
+        by_module.setdefault(module_name, []).append((exported, attribute if colon else exported))
 
     def __getattr__(name: str) -> Any:
-        module = exports.get(name)
-        if module is None:
+        where = exports.get(name)
+        if where is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{module}"), name)
-        namespace[name] = value  # the next access is a plain lookup
-        return value
+        module_name = where.partition(":")[0]
+        module = importlib.import_module(f"{package}.{module_name}")
+        # Every name of that module at once: `from pkg import a, b, c` then finds b and
+        # c as plain attributes, without a call here for each.
+        for exported, attribute in by_module[module_name]:
+            namespace[exported] = getattr(module, attribute) if attribute else module
+        return namespace[name]
 
     def __dir__() -> list[str]:
         return sorted({*namespace, *public})

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from sandlock import Policy, PolicyError, Result, Sandbox, SetupError, TimeoutExpired
-from sandlock import _landlock, _seccomp
-from sandlock._cli import main as cli_main
+from sandlock.kernel import _landlock, _seccomp
+from sandlock.cli._main import main as cli_main
 from test_cli import wait_gone
 
 PY = sys.executable
@@ -145,7 +145,7 @@ def test_best_effort_never_runs_without_seccomp(no_seccomp):
 
 
 def test_a_supervisor_bug_refuses_the_call_and_keeps_serving(monkeypatch, capfd):
-    from sandlock import _supervisor
+    from sandlock.net import _supervisor
 
     def broken(*args, **kwargs):
         raise RuntimeError("verdict exploded")
@@ -197,7 +197,7 @@ def test_runs_leak_no_descriptors():
 
 
 def test_confined_worker_hands_back_exceptions():
-    from sandlock._execute import ConfinedWorker
+    from sandlock.net._execute import ConfinedWorker
 
     worker = ConfinedWorker(None)
     try:

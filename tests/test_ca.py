@@ -250,7 +250,7 @@ def test_mitmproxy_reads_the_ca_from_its_pem_file(tmp_path):
 
 
 def test_ca_directory_is_the_one_every_sandbox_is_denied(tmp_path):
-    from sandlock._fspolicy import protected_paths
+    from sandlock.confine._fspolicy import protected_paths
 
     env = {"HOME": "/h", "XDG_DATA_HOME": str(tmp_path)}
     assert ca.ca_directory(env) == tmp_path / "sandlock" / "ca"
@@ -722,7 +722,7 @@ def test_a_system_file_removed_by_hand_is_no_longer_installed(tmp_path):
 
 @pytest.mark.skipif(shutil.which("keytool") is None, reason="keytool (a JDK) is not installed")
 def test_java_install_into_a_scratch_copy_of_cacerts(tmp_path):
-    from sandlock.ca._install import java_cacerts
+    from sandlock.ca._truststores import java_cacerts
 
     keytool = shutil.which("keytool")
     real = java_cacerts(keytool, {})
@@ -767,7 +767,7 @@ def test_nss_install_into_the_browsers_databases(tmp_path):
 
 
 def test_install_refuses_what_it_cannot_do(tmp_path):
-    from sandlock.ca._install import TRUST_ROOT_VARIABLE
+    from sandlock.ca._truststores import TRUST_ROOT_VARIABLE
 
     assert TRUST_ROOT_VARIABLE == TRUST_ROOT
     env = data_env(tmp_path, PATH="/nonexistent")

@@ -91,7 +91,7 @@ def test_missing_kernel_feature_is_125_naming_it():
     # An unknown architecture stands in for a kernel without a feature: the probe path
     # is the same (SetupError -> 125 with the reason).
     code = (
-        "import os, sys; from sandlock import _cli\n"
+        "import os, sys; from sandlock.cli import _main as _cli\n"
         "os.uname = lambda: os.uname_result(('Linux','h','6','1','riscv64'))\n"
         "sys.exit(_cli.main(['run', '--', 'true']))"
     )

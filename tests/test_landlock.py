@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from conftest import REQUIRE_UNPRIVILEGED, unprivileged
 
-from sandlock import _libc
+from sandlock.kernel import _libc
 from sandlock._errors import SetupError
-from sandlock._confine import level_access
-from sandlock._fspolicy import (
+from sandlock.confine._confinement import level_access
+from sandlock.confine._fspolicy import (
     CREDENTIAL_STORES,
     LIST,
     READ,
@@ -36,7 +36,7 @@ from sandlock._fspolicy import (
     default_workspace,
     sandlock_ca_dir,
 )
-from sandlock._landlock import (
+from sandlock.kernel._landlock import (
     FS_FILE_ACCESS,
     FS_IOCTL_DEV,
     FS_REFER,
@@ -52,7 +52,7 @@ from sandlock._landlock import (
     fs_write_access,
     scopes_supported,
 )
-from sandlock._syscalls import nr
+from sandlock.kernel._syscalls import nr
 
 ABI = abi_version()
 ROOT = str(Path(__file__).resolve().parent.parent)
@@ -539,7 +539,8 @@ DRIVER = r"""
 import subprocess, sys
 root, work, probe, *ops = sys.argv[1:]
 sys.path.insert(0, root)
-from sandlock import _confine, _fspolicy, _landlock, _libc
+from sandlock.confine import _confinement as _confine, _fspolicy
+from sandlock.kernel import _landlock, _libc
 
 abi = _landlock.abi_version()
 access = _confine.level_access(abi)

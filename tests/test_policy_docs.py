@@ -28,8 +28,8 @@ import pytest
 
 from conftest import SANDLOCK, sandlock
 from httpservers import Upstream, free_port_on
-from sandlock._policyschema import BY_SECTION, KEYS
-from sandlock._policytoml import _scalar
+from sandlock.policy._schema import BY_SECTION, KEYS
+from sandlock.policy._toml import _scalar
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import SANDLOCK, sandlock
-from sandlock import Policy, _cli
+from sandlock import Policy
+from sandlock.cli import _main as _cli
+from sandlock.cli._parser import build_parser
 
 
 def write(path: Path, text: str, mode: int = 0o644) -> str:
@@ -27,7 +29,7 @@ def write(path: Path, text: str, mode: int = 0o644) -> str:
 
 def policy_of(*argv: str) -> Policy:
     """The Policy `sandlock run ARGV` would run with (the CLI's own code, in process)."""
-    args, _ = _cli._build_parser().parse_known_args(["run", *argv])
+    args, _ = build_parser().parse_known_args(["run", *argv])
     return _cli._policy_of(args)
 
 

@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REQUIRE_UNPRIVILEGED, UNPRIVILEGED_UID, unprivileged
-from sandlock import _bpf, _seccomp
-from sandlock._syscalls import native_arch
+from sandlock.kernel import _bpf, _seccomp
+from sandlock.kernel._syscalls import native_arch
 
 REPO = Path(__file__).resolve().parents[1]
 ARCH = native_arch()
@@ -45,8 +45,8 @@ import os, sys
 repo, waived, filtered, snippet = sys.argv[1:]
 sys.path.insert(0, repo)
 if filtered == "yes":
-    from sandlock import _libc, _seccomp
-    from sandlock._syscalls import native_arch
+    from sandlock.kernel import _libc, _seccomp
+    from sandlock.kernel._syscalls import native_arch
     program = _seccomp.build_filter(native_arch(), frozenset(filter(None, waived.split(","))))
     _libc.prctl(_libc.PR_SET_NO_NEW_PRIVS, 1)
     _seccomp.install(program)
@@ -56,9 +56,9 @@ os.execv(sys.executable, [sys.executable, "-c", snippet, repo])
 PRELUDE = '''
 import ctypes, errno, json, os, sys
 sys.path.insert(0, sys.argv[1])
-from sandlock import _libc
-from sandlock._libc import syscall
-from sandlock._syscalls import nr
+from sandlock.kernel import _libc
+from sandlock.kernel._libc import syscall
+from sandlock.kernel._syscalls import nr
 
 def attempt(function, *args):
     """"ok" (or "wrong" for a False result), or the errno the call failed with."""
@@ -298,7 +298,7 @@ SECCOMP_FLAGS = {
 SECCOMP = Batch(
     with_constants(
         """
-        from sandlock import _bpf, _seccomp
+        from sandlock.kernel import _bpf, _seccomp
         asm = _bpf.Assembler()
         asm.ret(_seccomp.SECCOMP_RET_ALLOW)
         allow_all = asm.assemble()
@@ -462,8 +462,8 @@ def test_notified_syscall_fails_with_enosys_once_the_listener_is_gone():
     outcome = run(
         """
         import socket
-        from sandlock import _seccomp
-        from sandlock._syscalls import native_arch
+        from sandlock.kernel import _seccomp
+        from sandlock.kernel._syscalls import native_arch
         program = _seccomp.build_filter(native_arch(), notify=frozenset({"connect"}))
         _libc.prctl(_libc.PR_SET_NO_NEW_PRIVS, 1)
         listener = _seccomp.install(program, _seccomp.SECCOMP_FILTER_FLAG_NEW_LISTENER)
@@ -486,9 +486,9 @@ def test_listener_wakes_the_supervisor_on_the_callers_cpu():
         pytest.skip("SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP needs Linux 6.6")
     outcome = run(
         """
-        from sandlock import _seccomp
-        from sandlock._notify import Listener
-        from sandlock._syscalls import native_arch
+        from sandlock.kernel import _seccomp
+        from sandlock.kernel._notify import Listener
+        from sandlock.kernel._syscalls import native_arch
         program = _seccomp.build_filter(native_arch(), notify=frozenset({"connect"}))
         _libc.prctl(_libc.PR_SET_NO_NEW_PRIVS, 1)
         listener = _seccomp.install(program, _seccomp.SECCOMP_FILTER_FLAG_NEW_LISTENER)

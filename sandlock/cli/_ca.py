@@ -1,6 +1,6 @@
 """``sandlock ca``: create, show, export, install and uninstall the persistent CA.
 
-Imported only for ``sandlock ca ...`` (sandlock/_cli.py hands the arguments over
+Imported only for ``sandlock ca ...`` (cli._main hands the arguments over
 before building its own parser). Errors: one line ``sandlock: error: ...``; exit 2
 for bad arguments, 1 when the CA cannot be created, read, exported or installed.
 """
@@ -14,22 +14,32 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .._cli import _fail, _Parser
 from .._errors import EXIT_USAGE
-from . import _install, _store
-from ._authority import CertificateAuthority, when
-from ._errors import CAError
+from ..ca import (
+    CERT_FILE,
+    KEY_FILE,
+    CAError,
+    CertificateAuthority,
+    ca_directory,
+    init_persistent,
+    install,
+    installed,
+    load_persistent,
+    uninstall,
+    when,
+)
+from ._parser import Parser, fail
 
 EXIT_FAILURE = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="sandlock ca",
         description="Manage sandlock's persistent CA: one CA for every run, trusted once. "
         "Without it, each run with HTTP rules makes its own name-constrained CA in memory.",
     )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
     init = actions.add_parser("init", help="create the persistent CA (10 years, EC P-256)")
     init.add_argument("--force", action="store_true", help="replace an existing CA")
     actions.add_parser("show", help="subject, fingerprint, validity, files and where it is installed")
@@ -56,16 +66,16 @@ def main(argv: Sequence[str]) -> int:
     try:
         return handler(args)
     except CAError as exc:
-        _fail(f"ca {args.action}: {exc}", EXIT_FAILURE)
+        fail(f"ca {args.action}: {exc}", EXIT_FAILURE)
     except BrokenPipeError:  # `sandlock ca show | head -1`: the reader has all it wants
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
         return EXIT_FAILURE
-    return EXIT_FAILURE  # not reached: _fail exits
+    return EXIT_FAILURE  # not reached: fail exits
 
 
 def _init(args: argparse.Namespace) -> int:
-    ca = _store.init_persistent(force=args.force)
-    directory = _store.ca_directory()
+    ca = init_persistent(force=args.force)
+    directory = ca_directory()
     print(f"created a CA in {directory}")
     print(f"  fingerprint  SHA-256 {ca.fingerprint}")
     print(f"  valid until  {when(ca.not_after)}")
@@ -75,16 +85,16 @@ def _init(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     ca = _require()
-    directory = _store.ca_directory()
+    directory = ca_directory()
     days = (ca.not_after - datetime.now(UTC)).days
     rows = [
         ("subject", ca.subject),
         ("fingerprint", f"SHA-256 {ca.fingerprint}"),
         ("valid", f"{when(ca.not_before)} to {when(ca.not_after)} ({days} days left)"),
-        ("certificate", str(directory / _store.CERT_FILE)),
-        ("key", f"{directory / _store.KEY_FILE} (mode 0600, denied to every sandbox)"),
+        ("certificate", str(directory / CERT_FILE)),
+        ("key", f"{directory / KEY_FILE} (mode 0600, denied to every sandbox)"),
     ]
-    places = [entry.describe() for entry in _install.installed()]
+    places = [entry.describe() for entry in installed()]
     rows += [("installed", place) for place in places] or [("installed", "nowhere")]
     print(f"sandlock CA in {directory}")
     for index, (label, value) in enumerate(rows):
@@ -111,14 +121,14 @@ def _export(args: argparse.Namespace) -> int:
 
 def _install_action(args: argparse.Namespace) -> int:
     _require()
-    done = _install.install(_store.ca_directory() / _store.CERT_FILE, args.targets or ["system"])
+    done = install(ca_directory() / CERT_FILE, args.targets or ["system"])
     for entry in done:
         print(f"installed in {entry.describe()}")
     return 0
 
 
 def _uninstall(args: argparse.Namespace) -> int:
-    removed = _install.uninstall()
+    removed = uninstall()
     for entry in removed:
         print(f"removed from {entry.describe()}")
     if not removed:
@@ -127,9 +137,9 @@ def _uninstall(args: argparse.Namespace) -> int:
 
 
 def _require() -> CertificateAuthority:
-    ca = _store.load_persistent()
+    ca = load_persistent()
     if ca is None:
-        raise CAError(f"no CA in {_store.ca_directory()} (create one with `sandlock ca init`)")
+        raise CAError(f"no CA in {ca_directory()} (create one with `sandlock ca init`)")
     return ca
 
 

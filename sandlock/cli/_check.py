@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._features import probe
+from ..kernel import probe
 
 
 def main() -> int:

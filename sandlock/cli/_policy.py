@@ -6,21 +6,27 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from . import _policyfile, _profiles
-from ._errors import EXIT_USAGE, SandlockError, error_line
-from ._policy import Policy
-from ._policysources import merge
+from .._errors import EXIT_USAGE, SandlockError, error_line
+from ..policy import (
+    Policy,
+    PolicyFile,
+    load_policy_file,
+    merge,
+    profile_names,
+    profile_path,
+    profiles_directory,
+)
 
 
 def profile_list() -> int:
     """One line per profile: its name and description (or why it cannot be used)."""
-    names = _profiles.names()
+    names = profile_names()
     if not names:
-        print(f"sandlock: no profiles in {_profiles.directory()}", file=sys.stderr)
+        print(f"sandlock: no profiles in {profiles_directory()}", file=sys.stderr)
     width = max(map(len, names), default=0)
     for name in names:
         try:
-            about = _load_whole(_profiles.path_of(name)).description or ""
+            about = _load_whole(profile_path(name)).description or ""
         except SandlockError as exc:
             about = f"(invalid: {exc})"
         print(f"{name:<{width}}  {about}".rstrip())
@@ -30,7 +36,7 @@ def profile_list() -> int:
 def profile_show(name: str) -> int:
     """The profile's file as written, after a line saying where it is; it must load."""
     try:
-        path = _profiles.path_of(name)
+        path = profile_path(name)
         loaded = _load_whole(path)
     except SandlockError as exc:
         print(error_line(str(exc)), file=sys.stderr)
@@ -53,16 +59,16 @@ def profile_validate(paths: Sequence[str]) -> int:
     return status
 
 
-def _load_whole(path: str) -> _policyfile.PolicyFile:
+def _load_whole(path: str) -> PolicyFile:
     """A file that must make a valid Policy on its own."""
-    loaded = _policyfile.load(path)
+    loaded = load_policy_file(path)
     merge([loaded.settings])
     return loaded
 
 
 def policy_test(policy: Policy, requests: Sequence[str], endpoints: Sequence[str]) -> int:
     """One line per request, then per endpoint: exit 0 if all are allowed, else 1."""
-    from ._policytest import PolicyTester, parse_endpoint, parse_request
+    from ..policy import PolicyTester, parse_endpoint, parse_request
 
     probes = []
     for texts, parse in ((requests, parse_request), (endpoints, parse_endpoint)):

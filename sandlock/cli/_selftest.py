@@ -15,8 +15,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from ._policy import Policy
-from ._sandbox import Result, Sandbox
+from ..policy import Policy
+from ..process import Result, Sandbox
 
 PY = sys.executable
 
@@ -335,7 +335,7 @@ class _HttpServer:
     def _serve_tls(self) -> bytes:
         import ssl
 
-        from . import ca
+        from .. import ca
 
         upstream = ca.ephemeral_ca([self._tls_name])
         cert, key = ca.server_certificate(upstream, self._tls_name)

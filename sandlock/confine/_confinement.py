@@ -8,35 +8,36 @@ Everything costly (directory expansion, Landlock rules, the BPF program) happens
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import _fspolicy, _landlock, _seccomp
-from ._errors import SetupError
-from ._libc import PR_SET_NO_NEW_PRIVS, prctl, syscall
-from ._policy import Policy
-from ._syscalls import native_arch, nr
+from .._errors import SetupError
+from ..kernel import (
+    DROPPED_CAPABILITIES,
+    PR_SET_NO_NEW_PRIVS,
+    drop_capabilities,
+    landlock,
+    native_arch,
+    prctl,
+    seccomp,
+)
+from . import _fspolicy
+
+TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from ..policy import Policy
 
 MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
-# Capabilities a command running as root would use to step over the sandbox:
-# CAP_SYS_ADMIN and CAP_PERFMON read /proc/PID/environ, maps and auxv of any process
-# (sandlock's and the keeper's too) whatever Landlock says; CAP_NET_ADMIN reconfigures
-# the host's network (addresses, routes, qdiscs) over NETLINK_ROUTE, which is allowed;
-# CAP_MKNOD makes device nodes (kmsg, disks) in a writable directory; CAP_SYS_RAWIO
-# reads raw devices and I/O ports.
-DROPPED_CAPABILITIES = (12, 17, 21, 27, 38)  # NET_ADMIN, SYS_RAWIO, SYS_ADMIN, MKNOD, PERFMON
-_PR_CAPBSET_DROP = 24
-_CAPABILITY_VERSION_3 = 0x20080522
+
 
 
 @dataclass
 class Confinement:
     """Kernel objects ready to be applied to a freshly forked child."""
 
-    ruleset: _landlock.Ruleset | None
+    ruleset: landlock.Ruleset | None
     seccomp_program: bytes  # with the network syscalls handed to sandlock's supervisor
     scopes_signals: bool
     warnings: list[str] = field(default_factory=list)
@@ -47,7 +48,7 @@ class Confinement:
         """``extra_read``: sandlock's own files the command must read whatever the
         policy (the trust bundle of an HTTPS-inspecting run)."""
         warnings: list[str] = []
-        abi = _landlock.abi_version()
+        abi = landlock.abi_version()
         ruleset = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings)
         program = _seccomp_program(policy)
         scopes_signals = ruleset is not None and abi >= MIN_SCOPE_ABI and not policy.allow_ipc
@@ -61,13 +62,13 @@ class Confinement:
         self.restrict_filesystem()
         # WAIT_KILLABLE_RECV: once the supervisor holds a call, only a fatal signal can
         # abandon it, so no connect is performed for a caller that already gave up.
-        flags = _seccomp.SECCOMP_FILTER_FLAG_NEW_LISTENER | _seccomp.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+        flags = seccomp.SECCOMP_FILTER_FLAG_NEW_LISTENER | seccomp.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
         try:
-            return _seccomp.install(self.seccomp_program, flags)
+            return seccomp.install(self.seccomp_program, flags)
         except OSError as exc:
             if exc.errno != errno.EINVAL:  # before Linux 5.19: no WAIT_KILLABLE_RECV
                 raise
-        return _seccomp.install(self.seccomp_program, _seccomp.SECCOMP_FILTER_FLAG_NEW_LISTENER)
+        return seccomp.install(self.seccomp_program, seccomp.SECCOMP_FILTER_FLAG_NEW_LISTENER)
 
     def restrict_filesystem(self) -> None:
         """Apply the Landlock domain to the calling thread (no_new_privs already set)."""
@@ -79,40 +80,20 @@ class Confinement:
             self.ruleset.close()
 
 
-def drop_capabilities(capabilities: tuple[int, ...]) -> None:
-    """Remove ``capabilities`` from the calling process for good: bounding, effective,
-    permitted and inheritable sets (ambient follows). no_new_privs keeps exec from
-    adding them back, even for root; without CAP_SETPCAP (not root) the bounding set
-    stays as it is, which no_new_privs makes harmless."""
-    for cap in capabilities:
-        try:
-            prctl(_PR_CAPBSET_DROP, cap)
-        except OSError:
-            pass  # EPERM (no CAP_SETPCAP) or EINVAL (a capability this kernel lacks)
-    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # {effective, permitted, inheritable} x 2 words
-    syscall(nr("capget"), header, data)
-    for cap in capabilities:
-        word, bit = divmod(cap, 32)
-        for index in range(3):
-            data[3 * word + index] &= ~(1 << bit) & 0xFFFFFFFF
-    syscall(nr("capset"), header, data)
-
-
 def _filesystem_ruleset(
     policy: Policy, abi: int, cwd: str, env: Mapping[str, str], extra_read: tuple[str, ...],
     warnings: list[str],
-) -> _landlock.Ruleset | None:
+) -> landlock.Ruleset | None:
     if abi == 0:
         _missing("Landlock (filesystem confinement) is not available in this kernel", policy, warnings)
         return None
     scoped = 0
     if not policy.allow_ipc:
         if abi >= MIN_SCOPE_ABI:
-            scoped = _landlock.SCOPE_ABSTRACT_UNIX_SOCKET | _landlock.SCOPE_SIGNAL
+            scoped = landlock.SCOPE_ABSTRACT_UNIX_SOCKET | landlock.SCOPE_SIGNAL
         else:
             _missing(f"Landlock IPC scoping needs ABI {MIN_SCOPE_ABI}, kernel has ABI {abi}", policy, warnings)
-    ruleset = _landlock.Ruleset(handled_fs=_landlock.fs_handled(abi), scoped=scoped)
+    ruleset = landlock.Ruleset(handled_fs=landlock.fs_handled(abi), scoped=scoped)
     access = level_access(abi)
     try:
         read, write, deny = _grants(policy, cwd, env, warnings)
@@ -131,20 +112,20 @@ def _seccomp_program(policy: Policy) -> bytes:
     """The filter, with the network syscalls for the supervisor. Required even with
     --best-effort: without it there would be no network policy at all, silently."""
     arch = native_arch()  # SetupError on a machine without a verified syscall table
-    for action, what in ((_seccomp.SECCOMP_RET_KILL_PROCESS, "seccomp filtering"),
-                         (_seccomp.SECCOMP_RET_USER_NOTIF, "seccomp user notification")):
-        if not _seccomp.action_available(action):
+    for action, what in ((seccomp.SECCOMP_RET_KILL_PROCESS, "seccomp filtering"),
+                         (seccomp.SECCOMP_RET_USER_NOTIF, "seccomp user notification")):
+        if not seccomp.action_available(action):
             raise SetupError(f"{what} is not available: the network policy cannot be "
                              "enforced (run `sandlock check`)")
-    return _seccomp.build_filter(arch, frozenset(policy.allow_syscalls), frozenset(_seccomp.SUPERVISED))
+    return seccomp.build_filter(arch, frozenset(policy.allow_syscalls), frozenset(seccomp.SUPERVISED))
 
 
 def level_access(abi: int) -> dict[int, int]:
     """Landlock rights of each _fspolicy access level on this ABI."""
     return {
-        _fspolicy.LIST: _landlock.FS_READ_DIR,
-        _fspolicy.READ: _landlock.fs_read_access(abi),
-        _fspolicy.WRITE: _landlock.fs_write_access(abi),
+        _fspolicy.LIST: landlock.FS_READ_DIR,
+        _fspolicy.READ: landlock.fs_read_access(abi),
+        _fspolicy.WRITE: landlock.fs_write_access(abi),
     }
 
 
@@ -197,7 +178,7 @@ def _missing(what: str, policy: Policy, warnings: list[str]) -> None:
     warnings.append(f"{what}; running without it (--best-effort)")
 
 
-def keeper_scope(confinement: Confinement) -> _landlock.Ruleset | None:
+def keeper_scope(confinement: Confinement) -> landlock.Ruleset | None:
     """A domain for the keeper, scoped for signals, so kill(-1) reaches only the sandbox.
 
     Every Landlock domain denies cross-directory rename and link (REFER) unless a
@@ -206,6 +187,6 @@ def keeper_scope(confinement: Confinement) -> _landlock.Ruleset | None:
     """
     if not confinement.scopes_signals:
         return None
-    ruleset = _landlock.Ruleset(handled_fs=_landlock.FS_REFER, scoped=_landlock.SCOPE_SIGNAL)
-    ruleset.allow_path("/", _landlock.FS_REFER)
+    ruleset = landlock.Ruleset(handled_fs=landlock.FS_REFER, scoped=landlock.SCOPE_SIGNAL)
+    ruleset.allow_path("/", landlock.FS_REFER)
     return ruleset

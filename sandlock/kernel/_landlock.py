@@ -16,8 +16,8 @@ import errno
 import os
 import stat
 
+from .._errors import SetupError
 from . import _libc
-from ._errors import SetupError
 from ._syscalls import nr
 
 # landlock_create_ruleset() flag: return the ABI version instead of a ruleset.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ._errors import SetupError
+from .._errors import SetupError
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
 
-from ._netspec import parse_dns_server, parse_resolve, unmapped
 from ._pins import IPAddress, PinTable, normalise_name
+from ._spec import parse_dns_server, parse_resolve, unmapped
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms to import; checkers honour this spelling
 if TYPE_CHECKING:
     import dns.resolver
 
-    from ._policy import Policy
+    from ..policy import Policy
 
 PINNING_THREADS = 8  # start-up lookups in flight at once
 

@@ -1,7 +1,7 @@
 """The run's network confinement: compiled policy, pinned DNS, responder, supervisor, audit.
 
 Built on a thread once the command has handed over its seccomp listener and exec'd
-(see _sandbox._NetworkLauncher); the kernel holds the command's network calls until the
+(see process._sandbox._NetworkLauncher); the kernel holds the command's network calls until the
 supervisor reads them. DNS costs nothing until it is needed: names in the policy are pinned in the
 background as soon as the command starts (its first IP destination waits for them);
 otherwise the responder starts on the command's first DNS query.
@@ -15,23 +15,23 @@ import sys
 import threading
 from io import TextIOWrapper as TextIO
 
-from . import _execute, _netspec
+from ..kernel import DROPPED_CAPABILITIES, drop_capabilities, native_arch, restrict_self
+from ..proxy import HttpRules
+from . import _execute
 from ._audit import Audit
-from ._confine import DROPPED_CAPABILITIES, drop_capabilities
 from ._execute import ConfinedWorker
 from ._judge import OwnListeners, RunContext
-from ._landlock import restrict_self
 from ._materialize import Socket
 from ._netpolicy import NetPolicy, canonical_address
 from ._pins import PinTable
-from ._policy import Policy
+from ._ports import parse_ports
 from ._sockaddr import InetAddress, inet
+from ._spec import parse_allow, parse_deny
 from ._supervisor import Services, Supervisor
-from ._syscalls import native_arch
-from .proxy import HttpRules
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from ..policy import Policy
     from ._http import HttpRun
 
 DNS_START_TIMEOUT = 30.0  # pinning is bounded by the resolver's lifetime, far below this
@@ -41,11 +41,11 @@ def compile_policy(policy: Policy) -> NetPolicy:
     """Policy's network fields (validated strings) -> the NetPolicy the verdict uses."""
     bind = None
     for spec in policy.net_allow_bind:
-        ports = _netspec.parse_ports(spec)
+        ports = parse_ports(spec)
         bind = ports if bind is None else bind | ports
     return NetPolicy(
-        allow=tuple(map(_netspec.parse_allow, policy.net_allow)),
-        deny=tuple(map(_netspec.parse_deny, policy.net_deny)),
+        allow=tuple(map(parse_allow, policy.net_allow)),
+        deny=tuple(map(parse_deny, policy.net_deny)),
         bind_ports=bind,
         unix_paths=policy.unix_allow,
         http=HttpRules.parse(policy.http_allow, policy.http_deny),
@@ -108,8 +108,8 @@ class Network(Services):
     def proxy_target(self, sock: Socket, destination: InetAddress, pid: int) -> InetAddress | int:
         """Steer ``sock`` to the proxy: bind it to a known local address, tell the proxy
         where it meant to go, and return the proxy's address (or an errno)."""
-        from .proxy._launcher import ProxyUnavailable
-        from .proxy._protocol import Route
+        from ..proxy._launcher import ProxyUnavailable
+        from ..proxy._protocol import Route
 
         proxy = self._http.proxy
         if proxy is None:  # the run is ending

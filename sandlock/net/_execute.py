@@ -18,12 +18,10 @@ import stat
 import threading
 from collections.abc import Callable
 
+from ..kernel import MSG_FASTOPEN, PR_SET_NO_NEW_PRIVS, IoVec, nr, prctl, syscall
 from . import _sockaddr
-from ._libc import PR_SET_NO_NEW_PRIVS, IoVec, prctl, syscall
 from ._materialize import Message, Socket
-from ._seccomp import MSG_FASTOPEN
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
-from ._syscalls import nr
 
 Outcome = tuple[int, int]  # (return value, errno): errno 0 means success
 # What remains of an operation on a blocking socket that has to wait: run on a worker,

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 
 from ._materialize import Message, Socket
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
-from ._netspec import unmapped
 from ._pins import PinTable
 from ._sockaddr import AF_NETLINK, InetAddress, OtherAddress, SockAddress, UnixAddress
+from ._spec import unmapped
 
 
 @dataclass

@@ -15,9 +15,16 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from . import _remote, _sockaddr
-from ._libc import socket_option
-from ._notify import Notification
+from ..kernel import (
+    MAX_COPY,
+    Notification,
+    abstract_socket_inode,
+    cwd_of,
+    duplicate_fd,
+    read_memory,
+    socket_option,
+)
+from . import _sockaddr
 from ._sockaddr import SockAddress, UnixAddress
 
 SOCKADDR_MAX = 128  # sizeof(struct sockaddr_storage): the kernel refuses longer (EINVAL)
@@ -105,18 +112,18 @@ def materialize(notification: Notification, syscall: str, pidfd: int) -> Request
                            address=_anchor(address, pid, must_exist=syscall == "connect"))
         if syscall == "sendto":
             destination = _address(pid, args[4], args[5]) if args[4] else None
-            data = _remote.read_memory(pid, args[1], args[2])
+            data = read_memory(pid, args[1], args[2])
             message = Message(_anchor(destination, pid), (data,))
             return Request(notification, syscall, sock, messages=(message,), flags=args[3] & 0xFFFFFFFF)
         if syscall == "sendmsg":
-            raw = _remote.read_memory(pid, args[1], _MSGHDR.size)
-            message = _message(pid, pidfd, raw, owned, [_remote.MAX_COPY])
+            raw = read_memory(pid, args[1], _MSGHDR.size)
+            message = _message(pid, pidfd, raw, owned, [MAX_COPY])
             return Request(notification, syscall, sock, messages=(message,),
                            flags=args[2] & 0xFFFFFFFF, owned_fds=tuple(owned))
         if syscall == "sendmmsg":
             count = min(args[2] & 0xFFFFFFFF, MMSG_MAX)
-            table = _remote.read_memory(pid, args[1], count * MMSGHDR_SIZE)
-            budget = [_remote.MAX_COPY]
+            table = read_memory(pid, args[1], count * MMSGHDR_SIZE)
+            budget = [MAX_COPY]
             messages = tuple(
                 _message(pid, pidfd, table[i * MMSGHDR_SIZE:i * MMSGHDR_SIZE + _MSGHDR.size], owned, budget)
                 for i in range(count)
@@ -142,7 +149,7 @@ def _fd_arg(value: int) -> int:
 
 def _socket(pidfd: int, fd: int) -> Socket:
     try:
-        dup = _remote.duplicate_fd(pidfd, fd)
+        dup = duplicate_fd(pidfd, fd)
     except OSError as exc:
         raise Refused(exc.errno or errno.EBADF) from None
     try:
@@ -183,7 +190,7 @@ def _address(pid: int, pointer: int, length: int) -> SockAddress:
     if length > SOCKADDR_MAX or pointer == 0:
         raise Refused(errno.EINVAL)
     try:
-        return _sockaddr.parse(_remote.read_memory(pid, pointer, length))
+        return _sockaddr.parse(read_memory(pid, pointer, length))
     except _sockaddr.BadAddress:
         raise Refused(errno.EINVAL) from None
 
@@ -202,10 +209,10 @@ def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> S
     if address.abstract:
         if not must_exist:
             return address
-        return UnixAddress(address.path, True, bound_socket=_remote.abstract_socket_inode(address.path))
+        return UnixAddress(address.path, True, bound_socket=abstract_socket_inode(address.path))
     path = address.path
     if not path.startswith(b"/"):
-        path = os.path.join(os.fsencode(_remote.cwd_of(pid)), path)
+        path = os.path.join(os.fsencode(cwd_of(pid)), path)
     for own in (b"/proc/self/", b"/proc/thread-self/"):  # the caller's, not sandlock's
         if path.startswith(own):
             path = b"/proc/%d/" % pid + path[len(own):]
@@ -231,11 +238,11 @@ def _message(pid: int, pidfd: int, raw: bytes, owned: list[int], budget: list[in
     if iovlen > IOV_MAX:
         raise Refused(errno.EMSGSIZE)
     destination = _address(pid, name, namelen) if name and namelen else None
-    vectors = _remote.read_memory(pid, iov, iovlen * _IOVEC.size)
+    vectors = read_memory(pid, iov, iovlen * _IOVEC.size)
     chunks = []
     for base, length in _IOVEC.iter_unpack(vectors):
         length = min(length, budget[0])
-        chunks.append(_remote.read_memory(pid, base, length))
+        chunks.append(read_memory(pid, base, length))
         budget[0] -= length
     data = tuple(chunks)
     control_bytes, passed, kinds = _control(pid, pidfd, control, controllen, owned)
@@ -248,7 +255,7 @@ def _control(pid: int, pidfd: int, pointer: int, length: int,
     (level, type) of every item (the verdict refuses some)."""
     if not pointer or not length:
         return b"", (), ()
-    raw = bytearray(_remote.read_memory(pid, pointer, min(length, 1 << 16)))
+    raw = bytearray(read_memory(pid, pointer, min(length, 1 << 16)))
     passed: list[int] = []
     kinds: list[tuple[int, int]] = []
     offset = 0
@@ -270,6 +277,6 @@ def _control(pid: int, pidfd: int, pointer: int, length: int,
 
 def _duplicate_passed_fd(pidfd: int, fd: int) -> int:
     try:
-        return _remote.duplicate_fd(pidfd, fd)
+        return duplicate_fd(pidfd, fd)
     except OSError:
         raise Refused(errno.EBADF) from None  # as the kernel would answer

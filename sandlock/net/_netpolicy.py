@@ -22,9 +22,10 @@ import os
 from dataclasses import dataclass, replace
 from ipaddress import IPv4Address, IPv6Address
 
-from ._netspec import ICMP, MAX_PORT, TCP, UDP, IPAddress, NetRule, PortSet, unmapped
+from ..proxy import HttpRules
 from ._pins import PinTable, normalise_name
-from .proxy import HttpRules
+from ._ports import MAX_PORT, PortSet
+from ._spec import ICMP, TCP, UDP, IPAddress, NetRule, unmapped
 
 PROTOCOLS = frozenset({TCP, UDP, ICMP})
 DNS_PORT = 53

@@ -19,9 +19,17 @@ of ports and ``LO-HI`` ranges; no PORTS means every port. No scheme means TCP an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
+from ipaddress import (
+    IPv4Address,
+    IPv4Network,
+    IPv6Address,
+    IPv6Network,
+    ip_address,
+    ip_network,
+)
 
 from ._pins import normalise_name
+from ._ports import ALL_PORTS, PortSet, parse_port, parse_ports
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
@@ -30,51 +38,12 @@ TCP, UDP, ICMP = "tcp", "udp", "icmp"
 DEFAULT_PROTOCOLS = frozenset({TCP, UDP})
 _SCHEMES = {TCP: frozenset({TCP}), UDP: frozenset({UDP}), ICMP: frozenset({ICMP})}
 
-MAX_PORT = 65535
 DNS_DEFAULT_PORT = 53
 _MAX_NAME = 253
 _MAX_LABEL = 63
 # Endpoints are compared unmapped (see unmapped), so a rule inside this prefix could
 # never match anything: such rules are refused with the IPv4 spelling as a hint.
 _IPV4_MAPPED = IPv6Network("::ffff:0:0/96")
-
-
-@dataclass(frozen=True)
-class PortSet:
-    """Ports 1-65535 as inclusive ranges, stored sorted with overlaps merged."""
-
-    ranges: tuple[tuple[int, int], ...]
-
-    def __post_init__(self) -> None:
-        merged: list[tuple[int, int]] = []
-        for lo, hi in sorted(self.ranges):
-            if not 1 <= lo <= hi <= MAX_PORT:
-                raise ValueError(f"invalid port range {lo}-{hi}")
-            if merged and lo <= merged[-1][1] + 1:
-                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
-            else:
-                merged.append((lo, hi))
-        object.__setattr__(self, "ranges", tuple(merged))
-
-    @property
-    def all(self) -> bool:
-        return self.ranges == ((1, MAX_PORT),)
-
-    def __contains__(self, port: int) -> bool:
-        return any(lo <= port <= hi for lo, hi in self.ranges)
-
-    def __or__(self, other: PortSet) -> PortSet:
-        return PortSet(self.ranges + other.ranges)
-
-    @property
-    def text(self) -> str:
-        """The set as a port list, for messages (``*`` for every port)."""
-        if self.all:
-            return "*"
-        return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
-
-
-ALL_PORTS = PortSet(((1, MAX_PORT),))
 
 
 @dataclass(frozen=True)
@@ -342,44 +311,6 @@ def _check_label(label: str, name: str) -> None:
         raise ValueError(f"label {label!r} in hostname {name!r} starts or ends with '-'")
 
 
-# --- ports: --net-allow-bind and rule ports --------------------------------------------
-
-
-def parse_ports(text: str) -> PortSet:
-    """``*`` or a comma list of ports and LO-HI ranges (also the --net-allow-bind value)."""
-    if text == "*":
-        return ALL_PORTS
-    if not text:
-        raise ValueError("empty port list")
-    return PortSet(tuple(_port_range(item, text) for item in text.split(",")))
-
-
-def _port_range(item: str, text: str) -> tuple[int, int]:
-    if not item:
-        raise ValueError(f"empty item in port list {text!r}")
-    if item == "*":
-        raise ValueError(f"'*' cannot be combined with other ports in {text!r}")
-    lo_text, dash, hi_text = item.partition("-")
-    if dash and not (lo_text and hi_text):
-        raise ValueError(f"incomplete port range {item!r}")
-    lo = _port(lo_text)
-    hi = _port(hi_text) if dash else lo
-    if lo > hi:
-        raise ValueError(f"reversed port range {item!r} (write {hi}-{lo})")
-    return lo, hi
-
-
-def _port(text: str) -> int:
-    if not _is_number(text):
-        raise ValueError(f"invalid port {text!r} (expected a number from 1 to {MAX_PORT})")
-    digits = text.lstrip("0")
-    if not digits:
-        raise ValueError(f"port 0 is not a port number (ports are 1 to {MAX_PORT})")
-    if len(digits) > 5 or int(digits) > MAX_PORT:
-        raise ValueError(f"port {text} is out of range (1 to {MAX_PORT})")
-    return int(digits)
-
-
 # --- --resolve, --dns-server ------------------------------------------------------------
 
 
@@ -425,5 +356,5 @@ def parse_dns_server(text: str) -> DnsServer:
         ) from None
     if address.is_unspecified:
         raise ValueError(f"{target!r} is the unspecified address, not a server")
-    port = DNS_DEFAULT_PORT if port_text is None else _port(port_text)
+    port = DNS_DEFAULT_PORT if port_text is None else parse_port(port_text)
     return DnsServer(address, port)

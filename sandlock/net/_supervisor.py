@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import queue
 import select
 import struct
 import sys
@@ -19,15 +18,31 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from . import _execute, _remote
+from ..kernel import (
+    SUPERVISED,
+    Arch,
+    Gone,
+    Listener,
+    Notification,
+    open_pidfd,
+    unix_socket_file,
+    write_memory,
+)
+from . import _execute
 from ._audit import Audit
 from ._execute import ConfinedWorker, Deferred, Outcome
 from ._judge import Decision, RunContext, judge_destination, judge_listen, judge_message
-from ._materialize import MMSGHDR_SIZE, MSG_LEN_OFFSET, Message, Refused, Request, Socket, materialize
-from ._notify import Gone, Listener, Notification
-from ._seccomp import SUPERVISED
+from ._materialize import (
+    MMSGHDR_SIZE,
+    MSG_LEN_OFFSET,
+    Message,
+    Refused,
+    Request,
+    Socket,
+    materialize,
+)
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
-from ._syscalls import Arch
+from ._workers import PidfdCache, WorkerPool
 
 _U32 = struct.Struct("=I")
 # Performed on the confined worker, a thread with the command's Landlock domain and
@@ -37,7 +52,7 @@ _AS_THE_COMMAND = ("unix", "netlink")
 
 
 class Services:
-    """What the supervisor needs from the run around it (_network.Network provides it)."""
+    """What the supervisor needs from the run around it (_engine.Network provides it)."""
 
     def wait_for_pins(self) -> None:
         """Return once start-up pinning is over (IP destinations can be judged)."""
@@ -64,8 +79,8 @@ class Supervisor:
         self._context = context
         self._services = services
         self._audit = audit
-        self._workers = _WorkerPool()
-        self._pidfds = _PidfdCache()
+        self._workers = WorkerPool()
+        self._pidfds = PidfdCache()
         self._listener: Listener | None = None
         self._thread: threading.Thread | None = None
         self._stop_r, self._stop_w = os.pipe()
@@ -205,7 +220,7 @@ class Supervisor:
         """On a worker: finish ``deferred``, watching the calling thread's pidfd so that
         the wait ends when the caller is killed (no ghost connection after its death)."""
         try:
-            gone = _remote.open_pidfd(request.notification.pid)
+            gone = open_pidfd(request.notification.pid)
         except OSError:
             request.close()  # already gone
             return
@@ -300,7 +315,7 @@ class Supervisor:
                 self._listener.check_valid(request.notification.id)
             except Gone:
                 return outcome  # nobody to tell; the reply will find the call gone too
-        _remote.write_memory(request.notification.pid,
+        write_memory(request.notification.pid,
                              request.msgvec + index * MMSGHDR_SIZE + MSG_LEN_OFFSET,
                              _U32.pack(value))
         return index + 1, 0
@@ -350,7 +365,7 @@ class Supervisor:
         if not own.may_be_ours(address):
             return address
         for socket_inode in reversed(list(own.sockets)):  # the newest are the likeliest
-            file = _remote.unix_socket_file(socket_inode)
+            file = unix_socket_file(socket_inode)
             if file is None:
                 own.forget(socket_inode)  # closed: never the answer again
             elif file == address.identity:
@@ -381,75 +396,3 @@ class Supervisor:
 def _send_blocking(request: Request, message: Message) -> Outcome:
     outcome = _execute.send(request.socket, message, request.flags)
     return outcome(-1) if callable(outcome) else outcome
-
-
-class _PidfdCache:
-    """pidfds of the threads that made calls, kept for their next calls.
-
-    A pidfd names one thread for good: if its tid is reused by a new thread, the old
-    pidfd fails with ESRCH rather than reaching the newcomer, and is replaced.
-    Only the supervisor thread uses it.
-    """
-
-    SIZE = 256
-
-    def __init__(self) -> None:
-        self._pidfds: dict[int, int] = {}
-
-    def get(self, tid: int) -> int:
-        pidfd = self._pidfds.get(tid)
-        return pidfd if pidfd is not None else self.reopen(tid)
-
-    def reopen(self, tid: int) -> int:
-        old = self._pidfds.pop(tid, None)
-        if old is not None:
-            os.close(old)
-        if len(self._pidfds) >= self.SIZE:  # forget the oldest
-            os.close(self._pidfds.pop(next(iter(self._pidfds))))
-        pidfd = _remote.open_pidfd(tid)  # OSError: the thread is gone
-        self._pidfds[tid] = pidfd
-        return pidfd
-
-    def close(self) -> None:
-        for pidfd in self._pidfds.values():
-            os.close(pidfd)
-        self._pidfds.clear()
-
-
-class _WorkerPool:
-    """Threads for operations that may block; idle ones are reused, then retire."""
-
-    IDLE_SECONDS = 30
-    MAX_THREADS = 256
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._threads = 0
-        self._idle = 0
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            start = self._idle == 0 and self._threads < self.MAX_THREADS
-            if start:
-                self._threads += 1
-            else:
-                self._idle -= 1
-        self._jobs.put(job)
-        if start:
-            threading.Thread(target=self._work, daemon=True, name="sandlock-worker").start()
-
-    def _work(self) -> None:
-        while True:
-            try:
-                job = self._jobs.get(timeout=self.IDLE_SECONDS)
-            except queue.Empty:
-                with self._lock:
-                    if self._idle > 0:
-                        self._idle -= 1
-                        self._threads -= 1
-                        return
-                continue
-            job()
-            with self._lock:
-                self._idle += 1

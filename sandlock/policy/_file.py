@@ -1,7 +1,7 @@
 """Policy files: a TOML file in, its settings (each value and its line) out.
 
 A file says what `sandlock run` options say, in sections mirroring them (the keys come
-from Policy's field metadata: ``_policyschema``; docs/policy.md). Everything about one
+from Policy's field metadata: ``_schema``; docs/policy.md). Everything about one
 file is checked here, before it is merged with other sources, so that each error names
 the file and the line: who may write it, its TOML syntax, unknown keys (with a
 did-you-mean), each value's type, and each value on its own by Policy's own checks.
@@ -17,10 +17,10 @@ import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ._errors import PolicyError, PolicySourceError
+from .._errors import PolicyError, PolicySourceError
 from ._policy import check_field
-from ._policyschema import BY_SECTION, DESCRIPTION, ENV, KEYS, SECTIONS, Key
-from ._policysources import Origin, Setting
+from ._schema import BY_SECTION, DESCRIPTION, ENV, KEYS, SECTIONS, Key
+from ._sources import Origin, Setting
 from ._tomllines import Path, locate
 
 MAX_SIZE = 1 << 20  # a policy is a few hundred bytes; anything this large is a mistake

@@ -2,7 +2,7 @@
 
 Every field carries the command-line option it comes from (``field.metadata["flag"]``)
 so that an error raised here names what the user typed, and its key in a policy file
-(``metadata["key"]``, ``section.name``; see ``_policyschema`` and docs/policy.md).
+(``metadata["key"]``, ``section.name``; see ``_schema`` and docs/policy.md).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ._errors import PolicyError
+from .._errors import PolicyError
 
 DEFAULT_HTTP_PORTS = (80, 443)
 HTTPS_INSPECT_MODES = ("auto", "on", "off")
@@ -159,7 +159,7 @@ def _env_pairs(name: str, value: object) -> tuple[tuple[str, str], ...]:
 
 
 def _waivers(name: str, value: object) -> tuple[str, ...]:
-    from ._seccomp import WAIVABLE  # the seccomp module owns the list of rules
+    from ..kernel import WAIVABLE  # the seccomp module owns the list of rules
 
     syscalls = _strings(name, value)
     for syscall in syscalls:
@@ -173,15 +173,15 @@ def _waivers(name: str, value: object) -> tuple[str, ...]:
 
 
 def _specs(parse_name: str) -> object:
-    """A normaliser checking each spec with ``_netspec.<parse_name>`` (kept as written)."""
+    """A normaliser checking each spec with ``net.<parse_name>`` (kept as written)."""
 
     def normalise(name: str, value: object) -> tuple[str, ...]:
         specs = tuple(dict.fromkeys(s.strip() for s in _strings(name, value)))
         if not specs:
             return specs
-        from . import _netspec  # only imported by runs with network options
+        from .. import net  # its grammar: only imported by runs with network options
 
-        _each_parses(name, specs, getattr(_netspec, parse_name))
+        _each_parses(name, specs, getattr(net, parse_name))
         return specs
 
     return normalise
@@ -199,7 +199,10 @@ def _each_parses(name: str, items: tuple[str, ...], parse: Callable[[str], objec
 def _check_user_ca(cert: str, key: str) -> None:
     """A CA the user brings must be usable (readable, a CA, matching, valid) before
     anything starts: its problems are bad input, not a failed run."""
-    from .ca import CAError, load_user_ca  # cryptography: only for runs given --http-ca
+    from ..ca import (  # cryptography: only for runs given --http-ca
+        CAError,
+        load_user_ca,
+    )
 
     try:
         load_user_ca(cert, key)
@@ -211,7 +214,9 @@ def _http_rules(name: str, value: object) -> tuple[str, ...]:
     rules = tuple(dict.fromkeys(" ".join(r.split()) for r in _strings(name, value)))
     if not rules:
         return rules
-    from .proxy import parse_rule  # pure rules only: mitmproxy stays out of this process
+    from ..proxy import (
+        parse_rule,  # pure rules only: mitmproxy stays out of this process
+    )
 
     _each_parses(name, rules, parse_rule)
     return rules

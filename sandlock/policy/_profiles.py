@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from ._errors import PolicySourceError
+from .._errors import PolicySourceError
 
 SUFFIX = ".toml"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a file name, never a path
@@ -38,7 +38,7 @@ def path_of(name: str) -> str:
                                 "'_', '.' and '-'; for a file, use --policy FILE)")
     path = os.path.join(where, name + SUFFIX)
     if not os.path.exists(path):
-        from ._policyfile import did_you_mean
+        from ._file import did_you_mean
 
         known = names(where)
         hint = did_you_mean(name, known) if known else " (there are none)"

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ._errors import PolicyError, PolicySourceError
+from .._errors import PolicyError, PolicySourceError
 from ._policy import Policy, flag_of
-from ._policyschema import BY_FIELD
+from ._schema import BY_FIELD
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,22 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network, ip_address
 from urllib.parse import urlsplit
 
-from ._dns import DnsSettings
-from ._netpolicy import Endpoint, NetPolicy, Verdict
-from ._netspec import DEFAULT_PROTOCOLS, ICMP, TCP, IPAddress, NetRule, parse_allow
-from ._network import compile_policy
-from ._pins import PinTable
+from ..net import (
+    DEFAULT_PROTOCOLS,
+    ICMP,
+    TCP,
+    DnsSettings,
+    Endpoint,
+    IPAddress,
+    NetPolicy,
+    NetRule,
+    PinTable,
+    Verdict,
+    compile_policy,
+    parse_allow,
+)
+from ..proxy._rules import INSPECT, PASS, REFUSE
 from ._policy import Policy
-from .proxy._rules import INSPECT, PASS, REFUSE
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _METHOD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")

@@ -2,7 +2,7 @@
 
 ``sandlock run --print-policy`` prints it; whatever else writes policies (a learning
 mode) writes through it too. Only fields that differ from their defaults are written,
-in the order of the schema (``_policyschema``); the text loads back (``_policyfile``)
+in the order of the schema (``_schema``); the text loads back (``_file``)
 into an equal Policy, which is written identically.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._policy import Policy
-from ._policyschema import BY_SECTION, DESCRIPTION, ENV, SECTIONS, Key
+from ._schema import BY_SECTION, DESCRIPTION, ENV, SECTIONS, Key
 
 LINE_WIDTH = 88  # longer arrays are written one item per line
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",

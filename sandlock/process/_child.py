@@ -13,9 +13,9 @@ import os
 import signal
 from dataclasses import dataclass
 
-from ._confine import Confinement
-from ._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
-from ._libc import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl
+from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
+from ..confine import Confinement
+from ..kernel import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl
 from ._terminal import set_foreground
 
 # Signals whose disposition sandlock or the interpreter changed. The command gets them

@@ -19,9 +19,9 @@ import select
 import signal
 import threading
 
+from ..confine import Confinement, keeper_scope
+from ..kernel import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, prctl
 from . import _child
-from ._confine import Confinement, keeper_scope
-from ._libc import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, prctl
 
 KILL_SIGNAL = signal.SIGUSR1  # "kill everything": from sandlock (timeout) or our watcher
 # "exit" reports carry the command's wait status, or one of these.

@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from .._errors import EXIT_SETUP
 from . import _child, _keeper
-from ._errors import EXIT_SETUP
 from ._terminal import Foreground
+
 
 class TimeoutExpired(Exception):
     """wait() ran out of time; the sandbox is still running."""

@@ -10,16 +10,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from io import TextIOWrapper as TextIO
 
+from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
+from ..confine import Confinement
+from ..policy import Policy
 from ._child import RESET_SIGNALS, ChildSpec
-from ._confine import Confinement
-from ._errors import EXIT_TIMEOUT, PolicyError, SetupError
-from ._policy import Policy
 from ._process import SandboxedProcess, TimeoutExpired, spawn
 from ._terminal import Foreground
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from ._http import HttpRun
+    from ..net import HttpRun
 
 # --clean-env keeps only these variables from sandlock's environment.
 CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
@@ -150,7 +150,7 @@ class _NetworkLauncher:
         self._closed = False
 
     def take_listener(self, pid: int, fd: int) -> None:
-        from ._remote import duplicate_fd, open_pidfd
+        from ..kernel import duplicate_fd, open_pidfd
 
         pidfd = open_pidfd(pid)
         try:
@@ -168,7 +168,7 @@ class _NetworkLauncher:
 
     def _start(self, listener: int) -> None:
         try:
-            from ._network import Network
+            from ..net import Network
 
             network = Network(self._policy, self._ruleset_fd, self._audit, quiet=self._quiet,
                               http=self._http)
@@ -209,7 +209,7 @@ def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRu
     """The proxy for a run with HTTP rules (its trust variables go into ``env``)."""
     if not policy.has_http_rules:
         return None  # the proxy package is never imported by other runs
-    from ._http import HttpRun
+    from ..net import HttpRun
 
     try:
         http = HttpRun(policy, env, audited=audited)

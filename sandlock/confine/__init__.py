@@ -1,0 +1,28 @@
+"""Policy -> the kernel objects a command is confined with: the Landlock ruleset
+(filesystem grants and denies, IPC scopes) and the seccomp program, prepared in
+sandlock's process and applied by the forked child right before exec.
+
+Internal to sandlock (not public API).
+"""
+
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from ._confinement import Confinement, keeper_scope
+    from ._fspolicy import sandlock_ca_dir
+
+# name -> the private module defining it (``module:attribute`` when renamed here,
+# ``module:`` for the module itself);
+# each module is imported on first use, so importing the package costs nothing
+_EXPORTS = {
+    "Confinement": "_confinement",
+    "keeper_scope": "_confinement",
+    "sandlock_ca_dir": "_fspolicy",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

@@ -1,0 +1,82 @@
+"""The kernel interfaces, through ctypes: Landlock, the seccomp filter and its BPF
+assembler, syscall tables, seccomp user notification, pidfds and reads of another
+process's memory, capabilities, prctl, and the feature probe behind `sandlock check`.
+
+Internal to sandlock (not public API). Nothing here knows about policies: the other
+subpackages decide, this one talks to the kernel.
+"""
+
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from . import _landlock as landlock, _seccomp as seccomp
+    from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
+    from ._features import probe
+    from ._landlock import restrict_self
+    from ._libc import (
+        IoVec,
+        PR_SET_CHILD_SUBREAPER,
+        PR_SET_DUMPABLE,
+        PR_SET_NO_NEW_PRIVS,
+        PR_SET_PDEATHSIG,
+        prctl,
+        socket_option,
+        syscall,
+    )
+    from ._notify import Gone, Listener, Notification
+    from ._remote import (
+        MAX_COPY,
+        abstract_socket_inode,
+        cwd_of,
+        duplicate_fd,
+        open_pidfd,
+        read_memory,
+        unix_socket_file,
+        write_memory,
+    )
+    from ._seccomp import MSG_FASTOPEN, SUPERVISED, WAIVABLE
+    from ._syscalls import Arch, native_arch, nr
+
+# name -> the private module defining it (``module:attribute`` when renamed here,
+# ``module:`` for the module itself);
+# each module is imported on first use, so importing the package costs nothing
+_EXPORTS = {
+    "Arch": "_syscalls",
+    "DROPPED_CAPABILITIES": "_capabilities",
+    "Gone": "_notify",
+    "IoVec": "_libc",
+    "Listener": "_notify",
+    "MAX_COPY": "_remote",
+    "MSG_FASTOPEN": "_seccomp",
+    "Notification": "_notify",
+    "PR_SET_CHILD_SUBREAPER": "_libc",
+    "PR_SET_DUMPABLE": "_libc",
+    "PR_SET_NO_NEW_PRIVS": "_libc",
+    "PR_SET_PDEATHSIG": "_libc",
+    "SUPERVISED": "_seccomp",
+    "WAIVABLE": "_seccomp",
+    "abstract_socket_inode": "_remote",
+    "cwd_of": "_remote",
+    "drop_capabilities": "_capabilities",
+    "duplicate_fd": "_remote",
+    "landlock": "_landlock:",
+    "native_arch": "_syscalls",
+    "nr": "_syscalls",
+    "open_pidfd": "_remote",
+    "prctl": "_libc",
+    "probe": "_features",
+    "read_memory": "_remote",
+    "restrict_self": "_landlock",
+    "seccomp": "_seccomp:",
+    "socket_option": "_libc",
+    "syscall": "_libc",
+    "unix_socket_file": "_remote",
+    "write_memory": "_remote",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)
