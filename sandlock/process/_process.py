@@ -107,11 +107,12 @@ def _exit_code(status: int | None) -> int:
 
 
 def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
-          adopt_listener: Callable[[int, int], None] | None = None) -> SandboxedProcess:
+          adopt_listener: Callable[[int, int], Callable[[], None]] | None = None) -> SandboxedProcess:
     """Fork the keeper (which forks the command) and wait until the command exec'd.
 
     With ``adopt_listener``, the command hands over its seccomp listener before exec:
-    ``adopt_listener(pid, fd)`` must take it (the command waits until it returns).
+    ``adopt_listener(pid, fd)`` must take it (the command waits until it returns) and
+    returns what to do once the command has been told to go on.
     """
     report_r, report_w = os.pipe()
     error_r, error_w = os.pipe()
@@ -140,16 +141,20 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     return process
 
 
-def _take_listener(from_child: int, to_child: int, adopt: Callable[[int, int], None]) -> None:
+def _take_listener(from_child: int, to_child: int,
+                   adopt: Callable[[int, int], Callable[[], None]]) -> None:
+    then = None
     try:
         message = os.read(from_child, 64)
         if message:  # empty: the command failed before installing its filter
             pid, fd = map(int, message.split())
-            adopt(pid, fd)
+            then = adopt(pid, fd)
             os.write(to_child, b"g")
     finally:
         os.close(from_child)
         os.close(to_child)
+        if then is not None:
+            then()  # the listener is the engine's from here on, whatever happened
 
 
 def _read_all(fd: int) -> bytes:

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from io import TextIOWrapper as TextIO
 
@@ -149,7 +149,7 @@ class _NetworkLauncher:
         self._network: object | None = None
         self._closed = False
 
-    def take_listener(self, pid: int, fd: int) -> None:
+    def take_listener(self, pid: int, fd: int) -> Callable[[], None]:
         from ..kernel import duplicate_fd, open_pidfd
 
         pidfd = open_pidfd(pid)
@@ -163,15 +163,18 @@ class _NetworkLauncher:
             except BaseException:
                 os.close(listener)
                 raise
-        threading.Thread(target=self._start, args=(listener,), daemon=True,
-                         name="sandlock-network-start").start()
+        # Started once the command has been told to go on: the thread's imports hold
+        # the GIL, and the message that lets the command exec must not wait for them.
+        return threading.Thread(target=self._start, args=(listener,), daemon=True,
+                                name="sandlock-network-start").start
 
     def _start(self, listener: int) -> None:
         try:
-            from ..net import Network
+            with _responsive_switching:
+                from ..net import Network
 
-            network = Network(self._policy, self._ruleset_fd, self._audit, quiet=self._quiet,
-                              http=self._http)
+                network = Network(self._policy, self._ruleset_fd, self._audit,
+                                  quiet=self._quiet, http=self._http)
         except BaseException as exc:
             os.close(listener)  # fail closed: the command's network calls now fail (ENOSYS)
             if self._http is not None:
@@ -203,6 +206,36 @@ class _NetworkLauncher:
                 self._http.close()
             return None
         return network.close()
+
+
+class _ResponsiveSwitching:
+    """Lowers the interpreter's thread switch interval while network engines are being
+    built. The builder imports for ~15 ms holding the GIL; a thread that wakes meanwhile
+    (the one reporting that a short command has exited) would wait up to the default
+    5 ms for it. Restored when the last builder is done."""
+
+    INTERVAL = 0.0005
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._builders = 0
+        self._saved = 0.0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._builders == 0:
+                self._saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._saved, self.INTERVAL))
+            self._builders += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._builders -= 1
+            if self._builders == 0:
+                sys.setswitchinterval(self._saved)
+
+
+_responsive_switching = _ResponsiveSwitching()  # one for the process: the interval is global
 
 
 def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRun | None:
