@@ -77,7 +77,8 @@ def _run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(dumps(policy))
         return 0
-    return _execute(policy, _command_of(args), audit=args.audit, quiet=args.quiet)
+    return _execute(policy, _command_of(args), audit=args.audit, quiet=args.quiet,
+                    pass_fds=args.pass_fds)
 
 
 def _learn(args: argparse.Namespace) -> int:
@@ -114,7 +115,8 @@ def _learn(args: argparse.Namespace) -> int:
     return code
 
 
-def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bool) -> int:
+def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bool,
+             pass_fds: list[int] | tuple[int, ...] = ()) -> int:
     """Run ``command`` under ``policy`` in the foreground; its exit status."""
     from ..process import Sandbox, TimeoutExpired
 
@@ -136,7 +138,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
             signal.signal(sig, forward)
     sandbox = Sandbox(policy, audit=audit, quiet=quiet)
     try:
-        process = sandbox.start(command, foreground=True)
+        process = sandbox.start(command, foreground=True, pass_fds=pass_fds)
     except PolicyError as exc:
         fail(_option_error(exc))
     except SandlockError as exc:

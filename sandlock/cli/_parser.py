@@ -75,6 +75,10 @@ def _add_run_parser(commands: argparse._SubParsersAction) -> None:
                                    help="append one JSON line per network decision to FILE")
     groups["process"].add_argument("-q", "--quiet", action="store_true",
                                    help="no notices on stderr")
+    groups["process"].add_argument("--pass-fd", dest="pass_fds", type=int, action="append",
+                                   default=[], metavar="N",
+                                   help="let COMMAND inherit descriptor N (repeatable; "
+                                   "every other one above 2 is closed)")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARG...]")
 
 

@@ -14,6 +14,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from . import _landlock as landlock, _seccomp as seccomp
     from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
+    from ._fds import close_on_exec_from
     from ._features import probe
     from ._landlock import restrict_self
     from ._libc import (
@@ -59,6 +60,7 @@ _EXPORTS = {
     "SUPERVISED": "_seccomp",
     "WAIVABLE": "_seccomp",
     "abstract_socket_inode": "_remote",
+    "close_on_exec_from": "_fds",
     "cwd_of": "_remote",
     "drop_capabilities": "_capabilities",
     "duplicate_fd": "_remote",

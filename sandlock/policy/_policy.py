@@ -312,7 +312,7 @@ _NORMALISERS = {
 
 
 # Errors about what is not a Policy field but a Sandbox setting or argument.
-_OTHER_FLAGS = {"audit": "--audit", "argv": "COMMAND"}
+_OTHER_FLAGS = {"audit": "--audit", "argv": "COMMAND", "pass_fds": "--pass-fd"}
 
 
 def flag_of(field_name: str) -> str:

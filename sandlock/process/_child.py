@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
 from ..confine import Confinement
-from ..kernel import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl
+from ..kernel import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, close_on_exec_from, prctl
 from ._terminal import set_foreground
 
 # Signals whose disposition sandlock or the interpreter changed. The command gets them
@@ -41,6 +41,7 @@ class ChildSpec:
     tty_fd: int | None  # the terminal to take as foreground job, if sandlock has it
     ignored_signals: frozenset[int]  # signals sandlock inherited as SIG_IGN
     handoff: tuple[int, int] | None = None  # (to sandlock, from sandlock): the listener fd
+    pass_fds: tuple[int, ...] = ()  # descriptors above 2 the command inherits, same numbers
 
 
 def exec_command(spec: ChildSpec, keeper_pid: int, error_fd: int) -> None:
@@ -48,6 +49,7 @@ def exec_command(spec: ChildSpec, keeper_pid: int, error_fd: int) -> None:
     try:
         _enter_process_group(spec.tty_fd)
         _install_stdio(spec.stdio)
+        _keep_only(spec.pass_fds)
         _restore_signals(spec.ignored_signals)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != keeper_pid:  # the keeper died before we set the death signal
@@ -121,6 +123,16 @@ def _install_stdio(stdio: tuple[int | None, int | None, int | None]) -> None:
     for target, fd in enumerate(stdio):
         if fd is not None and fd != target:
             os.dup2(fd, target)
+
+
+def _keep_only(pass_fds: tuple[int, ...]) -> None:
+    """Descriptors 0-2 and ``pass_fds`` survive the exec; every other one sandlock's
+    process held (a log file, a socket, a pipe of the embedding program) is closed by
+    it: a leaked writable descriptor is a way out of the sandbox. The ones this side
+    still needs until exec (error pipe, listener handoff) are close-on-exec anyway."""
+    close_on_exec_from(3)
+    for fd in pass_fds:
+        os.set_inheritable(fd, True)
 
 
 def _restore_signals(ignored: frozenset[int]) -> None:

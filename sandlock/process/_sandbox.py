@@ -63,13 +63,16 @@ class Sandbox:
         stdout: int | None = None,
         stderr: int | None = None,
         foreground: bool = False,
+        pass_fds: Sequence[int] = (),
     ) -> SandboxedProcess:
         """Start ``argv`` confined; stdio are file descriptors (None: inherit).
 
-        With ``foreground`` and a terminal, the command becomes the terminal's
-        foreground job for as long as it runs (what the CLI does).
+        The command inherits no other descriptor of this process but ``pass_fds``
+        (under the same numbers). With ``foreground`` and a terminal, the command
+        becomes the terminal's foreground job for as long as it runs (what the CLI does).
         """
         argv = _check_argv(argv)
+        pass_fds = _check_pass_fds(pass_fds)
         env = child_environment(self.policy, os.environ)
         cwd = self.policy.cwd or os.getcwd()
         audit = _open_audit(self.audit)
@@ -93,6 +96,7 @@ class Sandbox:
             stdio=(stdin, stdout, stderr),
             tty_fd=terminal.fd if terminal else None,
             ignored_signals=_inherited_ignored_signals(),
+            pass_fds=pass_fds,
         )
         launcher = _NetworkLauncher(self.policy, confinement, audit, self.quiet, http)
         try:
@@ -112,6 +116,7 @@ class Sandbox:
         *,
         input: bytes | None = None,
         capture_output: bool = True,
+        pass_fds: Sequence[int] = (),
     ) -> Result:
         """Run ``argv`` to completion (like subprocess.run) and return its Result.
 
@@ -122,7 +127,7 @@ class Sandbox:
 
         timeout = self.policy.timeout if timeout is None else timeout
         with Capture(input, capture_output) as capture:
-            process = self.start(argv, **capture.child_stdio())
+            process = self.start(argv, pass_fds=pass_fds, **capture.child_stdio())
             capture.start()
             timed_out = _wait(process, timeout)
             stdout, stderr = capture.finish()
@@ -286,6 +291,23 @@ def _check_argv(argv: Sequence[str]) -> list[str]:
     if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
         raise PolicyError("argv", "expected a non-empty list of strings")
     return list(argv)
+
+
+def _check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(pass_fds, (str, bytes)):
+        raise PolicyError("pass_fds", "expected a list of file descriptor numbers")
+    checked = []
+    for fd in pass_fds:
+        if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
+            raise PolicyError("pass_fds", f"{fd!r} is not a file descriptor number")
+        if fd <= 2:
+            raise PolicyError("pass_fds", f"{fd}: descriptors 0-2 are the command's stdio, always passed")
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise PolicyError("pass_fds", f"{fd}: not an open file descriptor") from None
+        checked.append(fd)
+    return tuple(dict.fromkeys(checked))
 
 
 def _inherited_ignored_signals() -> frozenset[int]:
