@@ -1,7 +1,7 @@
 """sandlock: an unprivileged Linux process sandbox centred on network policy.
 
     from sandlock import Sandbox, Policy
-    result = Sandbox(Policy(fs_write=("/tmp/work",), fs_read=("/usr", "/etc"))).run(["ls", "/"])
+    result = Sandbox(Policy(fs_writable=["/tmp/work"], fs_readable=["/usr", "/etc"])).run(["ls", "/"])
 
 The public names load from the internal subpackages (docs/architecture.md) on first
 use: the proxy process imports ``sandlock.proxy`` and ``sandlock.ca`` without paying for the sandbox itself.

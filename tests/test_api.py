@@ -19,22 +19,22 @@ PY = sys.executable
 
 
 def test_policy_is_frozen_and_normalised(tmp_path):
-    policy = Policy(fs_read=[str(tmp_path), str(tmp_path / ".")], env={"A": "1"}, timeout=2)
-    assert policy.fs_read == (str(tmp_path),)
-    assert policy.env == (("A", "1"),)
+    policy = Policy(fs_readable=[str(tmp_path), str(tmp_path / ".")], env={"A": "1"}, timeout=2)
+    assert policy.fs_readable == (str(tmp_path),)
+    assert policy.env == {"A": "1"} and policy.env["A"] == "1"
     assert policy.timeout == 2.0
     with pytest.raises(dataclasses.FrozenInstanceError):
         policy.timeout = 3  # type: ignore[misc]
     assert dataclasses.replace(policy, clean_env=True).clean_env is True
-    assert hash(policy) == hash(Policy(fs_read=(str(tmp_path),), env=("A=1",), timeout=2.0))
+    assert hash(policy) == hash(Policy(fs_readable=(str(tmp_path),), env=("A=1",), timeout=2.0))
 
 
 @pytest.mark.parametrize(
     "kwargs, field",
     [
-        ({"fs_read": ("/no/such",)}, "fs_read"),
-        ({"fs_write": "/tmp"}, "fs_write"),  # a string, not a list
-        ({"fs_deny": ("",)}, "fs_deny"),
+        ({"fs_readable": ("/no/such",)}, "fs_readable"),
+        ({"fs_writable": "/tmp"}, "fs_writable"),  # a string, not a list
+        ({"fs_denied": ("",)}, "fs_denied"),
         ({"timeout": 0}, "timeout"),
         ({"timeout": float("inf")}, "timeout"),
         ({"timeout": True}, "timeout"),

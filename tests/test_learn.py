@@ -41,7 +41,7 @@ def test_bind_ports():
     learned = learn([connect("tcp", "0.0.0.0:8080", syscall="bind"),
                      connect("tcp", "0.0.0.0:0", syscall="bind"),
                      connect("tcp", "0.0.0.0:8080", syscall="listen")])
-    assert learned.net_allow_bind == ("8080",)
+    assert learned.net_bind == ("8080",)
 
 
 def test_http_paths_collapse_where_siblings_share_a_parent():

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def doc_type(key) -> str:
 def doc_default(default: object) -> str:
     if default is None:
         return "none"
+    if isinstance(default, Mapping):
+        return "`{}`"
     if isinstance(default, tuple):
         return f"`[{', '.join(map(_scalar, default))}]`"
     return f"`{_scalar(default)}`"
@@ -69,8 +72,9 @@ def test_every_key_is_documented_with_its_type_default_and_option():
     rows = documented_keys()
     assert set(rows) == {(key.section, key.name) for key in KEYS}
     for key in KEYS:
-        _, kind, default, flag, _ = rows[(key.section, key.name)]
-        assert (kind, default, flag) == (doc_type(key), doc_default(key.default), f"`{key.flag}`")
+        _, field, kind, default, flag, _ = rows[(key.section, key.name)]
+        assert (field, kind, default, flag) == (f"`{key.field}`", doc_type(key),
+                                                doc_default(key.default), f"`{key.flag}`")
     headings = re.findall(r"^### \[(\w+)\]", (DOCS / "policy.md").read_text(), re.M)
     assert headings == list(BY_SECTION)
 
@@ -84,6 +88,21 @@ def blocks(kind: str) -> list[tuple[str, str]]:
         for block in re.findall(rf"^```{kind}\n(.*?)^```$", doc.read_text(), re.M | re.S):
             found.append((doc.name, block))
     return found
+
+
+@pytest.mark.parametrize("doc, text", blocks("python"))
+def test_python_blocks_run_as_written(tmp_path, doc, text):
+    """Every Python example of the docs and the README is a program that runs, and prints
+    what its comments say (``print(...)  # 0 b'hello\\n'``)."""
+    script = tmp_path / "example.py"
+    script.write_text(text)
+    # The system's python3 and tools, as on the machine the docs describe.
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            cwd=tmp_path, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    expected = re.findall(r"^\s*print\(.*\)\s+# (.+)$", text, re.M)
+    assert result.stdout.splitlines()[:len(expected)] == expected, result.stderr
 
 
 @pytest.mark.parametrize("doc, text", blocks("toml"))

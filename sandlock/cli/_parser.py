@@ -75,6 +75,9 @@ def _add_run_parser(commands: argparse._SubParsersAction) -> None:
                                    help="append one JSON line per network decision to FILE")
     groups["process"].add_argument("-q", "--quiet", action="store_true",
                                    help="no notices on stderr")
+    groups["process"].add_argument("-i", "--interactive", action="store_true",
+                                   help="keep the terminal and stdin (always the case: "
+                                   "COMMAND gets both, and job control works)")
     groups["process"].add_argument("--pass-fd", dest="pass_fds", type=int, action="append",
                                    default=[], metavar="N",
                                    help="let COMMAND inherit descriptor N (repeatable; "
@@ -94,19 +97,23 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._
                        metavar="NAME", help="read the profile NAME, "
                        "$XDG_CONFIG_HOME/sandlock/profiles/NAME.toml (repeatable)")
     fs = parser.add_argument_group("filesystem (with any -r/-w, nothing else is reachable)")
-    _option(fs, "fs_read", "-r", action="append", metavar="PATH",
+    _option(fs, "fs_readable", "-r", action="append", metavar="PATH",
             help="allow reading PATH (repeatable)")
-    _option(fs, "fs_write", "-w", action="append", metavar="PATH",
+    _option(fs, "fs_writable", "-w", action="append", metavar="PATH",
             help="allow reading and writing PATH (repeatable)")
-    _option(fs, "fs_deny", action="append", metavar="PATH",
+    _option(fs, "fs_denied", action="append", metavar="PATH",
             help="deny PATH even inside an allowed one (repeatable)")
     net = parser.add_argument_group("network (default: none)")
     _option(net, "net_allow", action="append", metavar="SPEC",
             help="allow [tcp://|udp://|icmp://]TARGET[:PORTS]; TARGET: host, IP, CIDR, "
             "[IPv6], * or empty; PORTS: 22,443,8000-8100 or * (repeatable)")
+    _option(net, "net_allow_hosts", action="append", metavar="HOST",
+            help="allow HOST on every port, TCP and UDP (pinned like --net-allow; repeatable)")
+    _option(net, "net_connect", action="append", metavar="PORTS",
+            help="allow TCP connections to any host on PORTS (repeatable)")
     _option(net, "net_deny", action="append", metavar="SPEC",
-            help="allow everything but IP/CIDR[:PORTS] (repeatable; not with --net-allow)")
-    _option(net, "net_allow_bind", action="append", metavar="PORTS",
+            help="allow everything but IP/CIDR[:PORTS] (repeatable; not with the allows)")
+    _option(net, "net_bind", "--net-allow-bind", action="append", metavar="PORTS",
             help="ports COMMAND may bind and listen on, or * (repeatable)")
     _option(net, "unix_allow", action="append", metavar="PATH",
             help="a host's pathname unix socket COMMAND may connect to (repeatable; "
@@ -141,6 +148,10 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._
     confine = parser.add_argument_group("confinement")
     _option(confine, "allow_ipc", action="store_true",
             help="allow abstract unix sockets and signals to processes outside")
+    _option(confine, "isolate_ipc", action="store_true",
+            help="isolate abstract unix sockets (the default; --allow-ipc relaxes it)")
+    _option(confine, "isolate_signals", action="store_true",
+            help="isolate signals (the default; --allow-ipc relaxes it)")
     _option(confine, "allow_syscalls", action="append", metavar="NAME",
             help="DANGEROUS: lift sandlock's restriction on syscall NAME")
     _option(confine, "best_effort", action="store_true",

@@ -113,7 +113,7 @@ class Selftest:
         _write(os.path.join(self.inside, "moved"), "x")
 
     def allowlist(self, **extra: object) -> Sandbox:
-        return Sandbox(Policy(fs_read=("/",), fs_write=(self.inside, self.other), **extra), quiet=True)
+        return Sandbox(Policy(fs_readable=("/",), fs_writable=(self.inside, self.other), **extra), quiet=True)
 
     def python(self, sandbox: Sandbox, snippet: str, *args: str) -> str:
         result = sandbox.run([PY, "-c", snippet, *args], timeout=30)

@@ -141,7 +141,7 @@ def _grants(
     protected = [path for home, _ in homes for environ in (env, os.environ)
                  for path in _fspolicy.protected_paths(home, environ)]
     # A CA key the user brings (--http-key) is as secret as sandlock's own.
-    deny = [*policy.fs_deny, *protected, *filter(None, (policy.http_key,))]
+    deny = [*policy.fs_denied, *protected, *filter(None, (policy.http_key,))]
     if policy.uses_default_workspace:
         if os.path.realpath(cwd) in ("/", *(os.path.realpath(home) for home, _ in homes)):
             warnings.append(
@@ -150,8 +150,8 @@ def _grants(
             )
         read, write, _ = _fspolicy.default_workspace(homes[0][0], cwd, env)
         return list(read), list(write), deny
-    write = [*policy.fs_write, *_fspolicy.PSEUDO_DEVICES]
-    return list(policy.fs_read), write, deny
+    write = [*policy.fs_writable, *_fspolicy.PSEUDO_DEVICES]
+    return list(policy.fs_readable), write, deny
 
 
 def _user_homes(env: Mapping[str, str]) -> list[tuple[str, Mapping[str, str]]]:

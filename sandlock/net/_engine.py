@@ -40,11 +40,11 @@ DNS_START_TIMEOUT = 30.0  # pinning is bounded by the resolver's lifetime, far b
 def compile_policy(policy: Policy) -> NetPolicy:
     """Policy's network fields (validated strings) -> the NetPolicy the verdict uses."""
     bind = None
-    for spec in policy.net_allow_bind:
+    for spec in policy.net_bind:
         ports = parse_ports(spec)
         bind = ports if bind is None else bind | ports
     return NetPolicy(
-        allow=tuple(map(parse_allow, policy.net_allow)),
+        allow=tuple(map(parse_allow, policy.net_allow_specs)),
         deny=tuple(map(parse_deny, policy.net_deny)),
         bind_ports=bind,
         unix_paths=policy.unix_allow,

@@ -123,7 +123,7 @@ def _reachable_hosts(policy: Policy, rules: HttpRules) -> list[str]:
     from ._spec import parse_allow
 
     hosts = {rule.host for rule in rules.allow}
-    for spec in policy.net_allow:
+    for spec in policy.net_allow_specs:
         rule = parse_allow(spec)
         if rule.any_host:
             return ["*"]

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._policy import HTTPS_INSPECT_MODES, Policy, flag_of
     from ._profiles import (
         directory as profiles_directory,
+        load_profile,
         names as profile_names,
         path_of as profile_path,
     )
@@ -38,6 +39,7 @@ _EXPORTS = {
     "from_options": "_sources",
     "learn": "_learn",
     "load_policy_file": "_file:load",
+    "load_profile": "_profiles",
     "merge": "_sources",
     "observing_policy": "_learn:observing",
     "parse_endpoint": "_tester",

@@ -1,7 +1,10 @@
 """Policy files: a TOML file in, its settings (each value and its line) out.
 
-A file says what `sandlock run` options say, in sections mirroring them (the keys come
-from Policy's field metadata: ``_schema``; docs/policy.md). Everything about one
+A file says what `sandlock run` options say, in either of two forms, which may be
+mixed: flat keys named like Policy's fields (``fs_readable = [...]``, an ``[env]``
+table: the Sandlock documents' profiles), or sections mirroring the options
+(``[filesystem] read = [...]``). Both come from Policy's field metadata (``_schema``;
+docs/policy.md). Everything about one
 file is checked here, before it is merged with other sources, so that each error names
 the file and the line: who may write it, its TOML syntax, unknown keys (with a
 did-you-mean), each value's type, and each value on its own by Policy's own checks.
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 
 from .._errors import PolicyError, PolicySourceError
 from ._policy import check_field
-from ._schema import BY_SECTION, DESCRIPTION, ENV, KEYS, SECTIONS, Key
+from ._schema import BY_FIELD, BY_SECTION, DESCRIPTION, ENV, KEYS, SECTIONS, Key
 from ._sources import Origin, Setting
 from ._tomllines import Path, locate
 
@@ -43,8 +46,14 @@ def load(path: str) -> PolicyFile:
     where = _Locator(path, text)
     description = _description(data, where)
     base = os.path.dirname(os.path.abspath(path))
-    settings = [_setting(key, value, where, base)
-                for key, value in _keys_and_values(data, where)]
+    settings: list[Setting] = []
+    first: dict[str, Path] = {}
+    for key, value, at in _keys_and_values(data, where):
+        if key.field in first:  # one field in both forms
+            raise where.error(at, f"{_shown(at)}: sets {key.field} again, as "
+                              f"{_shown(first[key.field])} does (line {where.line(first[key.field])})")
+        first[key.field] = at
+        settings.append(_setting(key, value, at, where, base))
     return PolicyFile(path, text, description, tuple(settings))
 
 
@@ -141,8 +150,8 @@ class _Locator:
                 return self._lines[path[:end]]
         return None
 
-    def origin(self, key: Key, path: Path | None = None) -> Origin:
-        return Origin(key.flag, self.path, self.line(path or (key.section, key.name)), key.dotted)
+    def origin(self, key: Key, path: Path) -> Origin:
+        return Origin(key.flag, self.path, self.line(path), _shown(path))
 
     def error(self, path: Path, message: str) -> PolicySourceError:
         line = self.line(path)
@@ -158,9 +167,17 @@ def _description(data: dict, where: _Locator) -> str | None:
     return description
 
 
-def _keys_and_values(data: dict, where: _Locator) -> Iterable[tuple[Key, object]]:
+def _shown(path: Path) -> str:
+    """A key as the file writes it: ``fs_readable`` or ``filesystem.read``."""
+    return ".".join(map(str, path))
+
+
+def _keys_and_values(data: dict, where: _Locator) -> Iterable[tuple[Key, object, Path]]:
     for section, table in data.items():
         if section == DESCRIPTION:
+            continue
+        if section in BY_FIELD:  # the flat form
+            yield BY_FIELD[section], table, (section,)
             continue
         if section not in BY_SECTION:
             raise where.error((section,), _unknown_section(section, table))
@@ -171,7 +188,7 @@ def _keys_and_values(data: dict, where: _Locator) -> Iterable[tuple[Key, object]
             key = BY_SECTION[section].get(name)
             if key is None:
                 raise where.error((section, name), _unknown_key(section, name))
-            yield key, value
+            yield key, value, (section, name)
 
 
 def _unknown_section(name: str, value: object) -> str:
@@ -180,7 +197,7 @@ def _unknown_section(name: str, value: object) -> str:
     homes = [f"[{key.section}]" for key in KEYS if key.name == name]
     if homes:  # a section's key written at the top
         return f"'{name}' belongs in a section: {' or '.join(homes)}"
-    return f"unknown top-level key '{name}'{did_you_mean(name, (DESCRIPTION, *SECTIONS))}"
+    return f"unknown top-level key '{name}'{did_you_mean(name, (DESCRIPTION, *SECTIONS, *BY_FIELD))}"
 
 
 def _unknown_key(section: str, name: str) -> str:
@@ -203,19 +220,18 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
 # --- values --------------------------------------------------------------------------
 
 
-def _setting(key: Key, raw: object, where: _Locator, base: str) -> Setting:
-    path = (key.section, key.name)
+def _setting(key: Key, raw: object, path: Path, where: _Locator, base: str) -> Setting:
     if not key.kind.accepts(raw):
         culprit, found = _wrong_type(key, raw, path)
-        raise where.error(culprit, f"{key.dotted}: expected a {key.kind.description}, "
+        raise where.error(culprit, f"{_shown(path)}: expected a {key.kind.description}, "
                           f"got {found}")
     value = _converted(key, raw, base)
     try:
         check_field(key.field, value)
     except PolicyError as exc:
         culprit, message = _culprit(key, raw, value, path) or (path, exc.message)
-        raise where.error(culprit, f"{key.dotted}: {message}") from None
-    return Setting(key.field, value, where.origin(key))
+        raise where.error(culprit, f"{_shown(path)}: {message}") from None
+    return Setting(key.field, value, where.origin(key, path))
 
 
 def _wrong_type(key: Key, raw: object, path: Path) -> tuple[Path, str]:

@@ -37,7 +37,7 @@ _TOKEN_PREFIX = re.compile(r"(sk-|ghp_|gho_|ghs_|ghu_|github_pat_|glpat-|xox[abp
 @dataclass(frozen=True)
 class Learned:
     net_allow: tuple[str, ...] = ()
-    net_allow_bind: tuple[str, ...] = ()
+    net_bind: tuple[str, ...] = ()
     http_allow: tuple[str, ...] = ()
 
 
@@ -51,7 +51,7 @@ def observing(base: Policy) -> Policy:
     return replace(
         base,
         net_allow=() if base.net_deny else ("*",),
-        net_allow_bind=("*",),
+        net_bind=("*",),
         http_allow=(OBSERVE_ALL_HTTP,),
         https_inspect="on",
     )
@@ -63,7 +63,7 @@ def applied(learned: Learned, base: Policy) -> Policy:
     return replace(
         base,
         net_allow=base.net_allow if base.net_deny else (*base.net_allow, *learned.net_allow),
-        net_allow_bind=(*base.net_allow_bind, *learned.net_allow_bind),
+        net_bind=(*base.net_bind, *learned.net_bind),
         http_allow=(*base.http_allow, *learned.http_allow),
     )
 
@@ -105,7 +105,7 @@ def learn(records: Iterable[dict], collapse: int = DEFAULT_COLLAPSE) -> Learned:
     return Learned(
         net_allow=tuple(_net_rule(protocol, host, ports)
                         for (protocol, host), ports in sorted(endpoints.items())),
-        net_allow_bind=(",".join(map(str, sorted(bind_ports))),) if bind_ports else (),
+        net_bind=(",".join(map(str, sorted(bind_ports))),) if bind_ports else (),
         http_allow=tuple(rule for host, seen in sorted(requests.items())
                          for rule in _http_rules(host, seen, collapse)),
     )

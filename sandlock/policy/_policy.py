@@ -7,14 +7,15 @@ so that an error raised here names what the user typed, and its key in a policy 
 
 from __future__ import annotations
 
-import math
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .._errors import PolicyError
+from . import _values as check
+from ._values import Environment
 
 DEFAULT_HTTP_PORTS = (80, 443)
+PortList = tuple[str, ...]  # port lists as --net-allow-bind takes them: "8080", "8000-8100", "*"
 HTTPS_INSPECT_MODES = ("auto", "on", "off")
 
 
@@ -28,18 +29,24 @@ def _flag(name: str, key: str, *, path: bool = False, **kwargs: object) -> objec
 class Policy:
     """What a sandboxed command may do.
 
-    Filesystem: with no ``fs_read``/``fs_write`` the default workspace applies (read
-    everything but credential stores, write the current directory, /tmp and the usual
-    devices); with any of them, nothing else is reachable. ``fs_deny`` always wins.
+    Field names are the Sandlock documents' (``fs_readable``, ``net_bind``, ...).
+    Filesystem: with no ``fs_readable``/``fs_writable`` the default workspace applies
+    (read everything but credential stores, write the current directory, /tmp and the
+    usual devices); with any of them, nothing else is reachable. ``fs_denied`` always
+    wins.
     """
 
-    fs_read: tuple[str, ...] = _flag("--fs-read", "filesystem.read", path=True, default=())
-    fs_write: tuple[str, ...] = _flag("--fs-write", "filesystem.write", path=True, default=())
-    fs_deny: tuple[str, ...] = _flag("--fs-deny", "filesystem.deny", path=True, default=())
+    fs_readable: tuple[str, ...] = _flag("--fs-read", "filesystem.read", path=True, default=())
+    fs_writable: tuple[str, ...] = _flag("--fs-write", "filesystem.write", path=True, default=())
+    fs_denied: tuple[str, ...] = _flag("--fs-deny", "filesystem.deny", path=True, default=())
     allow_ipc: bool = _flag("--allow-ipc", "confinement.allow_ipc", default=False)
+    # Always true (the seeds' spellings of sandlock's default); allow_ipc relaxes both.
+    isolate_ipc: bool = _flag("--isolate-ipc", "confinement.isolate_ipc", default=True)
+    isolate_signals: bool = _flag("--isolate-signals", "confinement.isolate_signals",
+                                  default=True)
     allow_syscalls: tuple[str, ...] = _flag("--allow-syscall", "confinement.allow_syscalls",
                                             default=())
-    env: tuple[tuple[str, str], ...] = _flag("--env", "process.env", default=())
+    env: Environment = _flag("--env", "process.env", default=Environment())
     clean_env: bool = _flag("--clean-env", "process.clean_env", default=False)
     cwd: str | None = _flag("--cwd", "process.cwd", path=True, default=None)
     timeout: float | None = _flag("--timeout", "process.timeout", default=None)
@@ -47,8 +54,11 @@ class Policy:
     # Network: by default nothing. Specs are kept as written (validated here, compiled
     # by the network engine) so that a policy prints back the way it was given.
     net_allow: tuple[str, ...] = _flag("--net-allow", "network.allow", default=())
+    net_allow_hosts: tuple[str, ...] = _flag("--net-allow-host", "network.allow_hosts",
+                                             default=())
+    net_connect: PortList = _flag("--net-connect", "network.connect", default=())
     net_deny: tuple[str, ...] = _flag("--net-deny", "network.deny", default=())
-    net_allow_bind: tuple[str, ...] = _flag("--net-allow-bind", "network.allow_bind", default=())
+    net_bind: PortList = _flag("--net-bind", "network.allow_bind", default=())
     unix_allow: tuple[str, ...] = _flag("--unix-allow", "network.unix_allow", path=True, default=())
     dns_servers: tuple[str, ...] = _flag("--dns-server", "network.dns_servers", default=())
     resolve: tuple[str, ...] = _flag("--resolve", "network.resolve", default=())
@@ -68,246 +78,68 @@ class Policy:
 
     def __post_init__(self) -> None:
         # Frozen: normalised values are stored through object.__setattr__, once, here.
-        for name, normalise in _NORMALISERS.items():
+        for name, normalise in _CHECKS.items():
             object.__setattr__(self, name, normalise(name, getattr(self, name)))
-        if self.net_allow and self.net_deny:
-            raise PolicyError("net_deny", "cannot be combined with --net-allow (choose an "
-                              "allowlist or a denylist)")
+        allows = [flag_of(name) for name in ("net_allow", "net_allow_hosts", "net_connect")
+                  if getattr(self, name)]
+        if self.net_deny and allows:
+            raise PolicyError("net_deny", f"cannot be combined with {' or '.join(allows)} "
+                              "(choose an allowlist or a denylist)")
         if (self.http_ca is None) != (self.http_key is None):
             missing = "http_key" if self.http_key is None else "http_ca"
             raise PolicyError(missing, "--http-ca and --http-key go together (give both)")
         if self.http_ca is not None:
-            _check_user_ca(self.http_ca, self.http_key)
+            check.check_user_ca(self.http_ca, self.http_key)
 
     @property
     def uses_default_workspace(self) -> bool:
-        return not self.fs_read and not self.fs_write
+        return not self.fs_readable and not self.fs_writable
+
+    @property
+    def net_allow_specs(self) -> tuple[str, ...]:
+        """Every allow rule, in --net-allow's grammar: --net-allow itself, each
+        --net-allow-host (every port) and each --net-connect (TCP, any host)."""
+        connect = tuple(f"tcp://*:{ports}" for ports in self.net_connect)
+        return (*self.net_allow, *self.net_allow_hosts, *connect)
 
     @property
     def has_http_rules(self) -> bool:
         return bool(self.http_allow or self.http_deny)
 
 
-def _strings(name: str, values: object) -> tuple[str, ...]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise PolicyError(name, f"expected a list of strings, got {values!r}")
-    items = tuple(values)
-    for item in items:
-        if not isinstance(item, str) or not item:
-            raise PolicyError(name, f"expected a non-empty string, got {item!r}")
-    return items
-
-
-def _absolute_paths(name: str, values: object) -> tuple[str, ...]:
-    # realpath: Landlock and the deny expansion compare real locations, not spellings.
-    unique = dict.fromkeys(os.path.realpath(p) for p in _strings(name, values))
-    return tuple(unique)
-
-
-def _existing_paths(name: str, values: object) -> tuple[str, ...]:
-    for given in _strings(name, values):
-        if not os.path.exists(given):
-            raise PolicyError(name, f"{given}: no such file or directory")
-    return _absolute_paths(name, values)
-
-
-def _directory(name: str, value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise PolicyError(name, f"expected a directory path, got {value!r}")
-    path = os.path.realpath(value)
-    if not os.path.isdir(path):
-        raise PolicyError(name, f"{value}: not a directory")
-    return path
-
-
-def _timeout(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PolicyError(name, f"expected a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise PolicyError(name, f"must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _boolean(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise PolicyError(name, f"expected true or false, got {value!r}")
-    return value
-
-
-def _env_pairs(name: str, value: object) -> tuple[tuple[str, str], ...]:
-    items = value.items() if isinstance(value, Mapping) else value
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise PolicyError(name, f"expected a mapping or K=V strings, got {value!r}")
-    pairs: dict[str, str] = {}
-    for item in items:
-        if isinstance(item, str):
-            key, sep, val = item.partition("=")
-            if not sep:
-                raise PolicyError(name, f"{item!r}: expected K=V")
-        else:
-            key, val = item
-        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
-            raise PolicyError(name, f"invalid variable name {key!r}")
-        if not isinstance(val, str) or "\0" in val:
-            raise PolicyError(name, f"invalid value for {key}")
-        pairs[key] = val
-    return tuple(pairs.items())
-
-
-def _waivers(name: str, value: object) -> tuple[str, ...]:
-    from ..kernel import WAIVABLE  # the seccomp module owns the list of rules
-
-    syscalls = _strings(name, value)
-    for syscall in syscalls:
-        if syscall not in WAIVABLE:
-            raise PolicyError(
-                name,
-                f"{syscall!r} is not a syscall sandlock restricts "
-                f"(one of: {', '.join(sorted(WAIVABLE))})",
-            )
-    return tuple(dict.fromkeys(syscalls))
-
-
-def _specs(parse_name: str) -> object:
-    """A normaliser checking each spec with ``net.<parse_name>`` (kept as written)."""
-
-    def normalise(name: str, value: object) -> tuple[str, ...]:
-        specs = tuple(dict.fromkeys(s.strip() for s in _strings(name, value)))
-        if not specs:
-            return specs
-        from .. import net  # its grammar: only imported by runs with network options
-
-        _each_parses(name, specs, getattr(net, parse_name))
-        return specs
-
-    return normalise
-
-
-def _each_parses(name: str, items: tuple[str, ...], parse: Callable[[str], object]) -> None:
-    """Kept as written, but each must parse: PolicyError naming the item otherwise."""
-    for item in items:
-        try:
-            parse(item)
-        except ValueError as exc:
-            raise PolicyError(name, f"{item!r}: {exc}") from None
-
-
-def _check_user_ca(cert: str, key: str) -> None:
-    """A CA the user brings must be usable (readable, a CA, matching, valid) before
-    anything starts: its problems are bad input, not a failed run."""
-    from ..ca import (  # cryptography: only for runs given --http-ca
-        CAError,
-        load_user_ca,
-    )
-
-    try:
-        load_user_ca(cert, key)
-    except CAError as exc:
-        raise PolicyError("http_ca", str(exc)) from None
-
-
-def _http_rules(name: str, value: object) -> tuple[str, ...]:
-    rules = tuple(dict.fromkeys(" ".join(r.split()) for r in _strings(name, value)))
-    if not rules:
-        return rules
-    from ..proxy import (
-        parse_rule,  # pure rules only: mitmproxy stays out of this process
-    )
-
-    _each_parses(name, rules, parse_rule)
-    return rules
-
-
-def _ports(name: str, value: object) -> tuple[int, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise PolicyError(name, f"expected a list of ports, got {value!r}")
-    ports: dict[int, None] = {}
-    for item in value:
-        try:
-            port = int(item, 10) if isinstance(item, str) else item
-        except ValueError:
-            port = None
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise PolicyError(name, f"{item!r}: expected a port number from 1 to 65535")
-        ports[port] = None
-    if not ports:
-        raise PolicyError(name, "expected at least one port")
-    return tuple(ports)
-
-
-def _choice(choices: tuple[str, ...]) -> object:
-    def normalise(name: str, value: object) -> str:
-        if value not in choices:
-            raise PolicyError(name, f"expected one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    return normalise
-
-
-def _existing_file(name: str, value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise PolicyError(name, f"expected a file path, got {value!r}")
-    if not os.path.isfile(value):
-        raise PolicyError(name, f"{value}: no such file")
-    return os.path.realpath(value)
-
-
-def _existing_files(name: str, values: object) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(_existing_file(name, v) for v in _strings(name, values)))
-
-
-def _output_file(name: str, value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise PolicyError(name, f"expected a file path, got {value!r}")
-    path = os.path.abspath(value)
-    if not os.path.isdir(os.path.dirname(path)):
-        raise PolicyError(name, f"{value}: its directory does not exist")
-    return path
-
-
-def _socket_paths(name: str, value: object) -> tuple[str, ...]:
-    paths = _strings(name, value)
-    for path in paths:
-        if not os.path.isabs(path):
-            raise PolicyError(name, f"{path}: expected an absolute path")
-    return _absolute_paths(name, paths)
-
-
-_NORMALISERS = {
-    "fs_read": _existing_paths,
-    "fs_write": _existing_paths,
-    "fs_deny": _absolute_paths,
-    "allow_ipc": _boolean,
-    "allow_syscalls": _waivers,
-    "env": _env_pairs,
-    "clean_env": _boolean,
-    "cwd": _directory,
-    "timeout": _timeout,
-    "best_effort": _boolean,
-    "net_allow": _specs("parse_allow"),
-    "net_deny": _specs("parse_deny"),
-    "net_allow_bind": _specs("parse_ports"),
-    "unix_allow": _socket_paths,
-    "dns_servers": _specs("parse_dns_server"),
-    "resolve": _specs("parse_resolve"),
-    "dns_allow_private": _boolean,
-    "http_allow": _http_rules,
-    "http_deny": _http_rules,
-    "http_ports": _ports,
-    "https_inspect": _choice(HTTPS_INSPECT_MODES),
-    "upstream_ca": _existing_files,
-    "http_ca": _existing_file,
-    "http_key": _existing_file,
-    "ca_env": _boolean,
-    "http_ca_out": _output_file,
+# Each field's check (``_values``): run in this order by Policy, one at a time by
+# check_field (a policy file's line).
+_CHECKS = {
+    "fs_readable": check.existing_paths,
+    "fs_writable": check.existing_paths,
+    "fs_denied": check.absolute_paths,
+    "allow_ipc": check.boolean,
+    "isolate_ipc": check.isolated,
+    "isolate_signals": check.isolated,
+    "allow_syscalls": check.waivers,
+    "env": check.environment,
+    "clean_env": check.boolean,
+    "cwd": check.directory,
+    "timeout": check.timeout,
+    "best_effort": check.boolean,
+    "net_allow": check.specs("parse_allow"),
+    "net_allow_hosts": check.hosts,
+    "net_connect": check.port_specs,
+    "net_deny": check.specs("parse_deny"),
+    "net_bind": check.port_specs,
+    "unix_allow": check.socket_paths,
+    "dns_servers": check.specs("parse_dns_server"),
+    "resolve": check.specs("parse_resolve"),
+    "dns_allow_private": check.boolean,
+    "http_allow": check.http_rules,
+    "http_deny": check.http_rules,
+    "http_ports": check.ports,
+    "https_inspect": check.choice(HTTPS_INSPECT_MODES),
+    "upstream_ca": check.existing_files,
+    "http_ca": check.existing_file,
+    "http_key": check.existing_file,
+    "ca_env": check.boolean,
+    "http_ca_out": check.output_file,
 }
 
 
@@ -327,4 +159,35 @@ def check_field(field_name: str, value: object) -> None:
     """Validate one field's value on its own (PolicyError if invalid): what Policy checks
     of that field, without the checks that relate fields to each other. Lets a policy
     file point at the line of a bad value before the sources are merged."""
-    _NORMALISERS[field_name](field_name, value)
+    _CHECKS[field_name](field_name, value)
+
+
+# Names that were Policy fields before the Sandlock documents' names were adopted.
+_FORMER_NAMES = {"fs_read": "fs_readable", "fs_write": "fs_writable", "fs_deny": "fs_denied",
+                 "net_allow_bind": "net_bind"}
+
+
+def _init_naming_unknown_fields(init: Callable[..., None]) -> Callable[..., None]:
+    """Policy's __init__, refusing an unknown keyword with a PolicyError that names the
+    field it probably meant (instead of a bare TypeError)."""
+
+    def __init__(self: Policy, *args: object, **kwargs: object) -> None:
+        for name in kwargs:
+            if name not in Policy.__dataclass_fields__:
+                raise PolicyError(name, f"Policy has no field {name!r}{_suggestion(name)}")
+        init(self, *args, **kwargs)
+
+    __init__.__doc__ = init.__doc__
+    return __init__
+
+
+def _suggestion(name: str) -> str:
+    if name in _FORMER_NAMES:
+        return f": did you mean {_FORMER_NAMES[name]!r}?"
+    import difflib
+
+    close = difflib.get_close_matches(name, Policy.__dataclass_fields__, n=1, cutoff=0.6)
+    return f": did you mean {close[0]!r}?" if close else ""
+
+
+Policy.__init__ = _init_naming_unknown_fields(Policy.__init__)  # type: ignore[method-assign]

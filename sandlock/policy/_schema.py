@@ -48,6 +48,8 @@ def _is_env(value: object) -> bool:
 
 
 STRINGS = Kind("list of strings", True, _list_of(_is_str))
+PORTS = Kind("list of ports (integers, or strings such as \"8000-8100\")", True,
+             _list_of(lambda value: _is_int(value) or _is_str(value)))
 INTEGERS = Kind("list of integers", True, _list_of(_is_int))
 ENV = Kind('table of strings or a list of "K=V" strings', True, _is_env)
 BOOLEAN = Kind("boolean", False, lambda value: isinstance(value, bool))
@@ -58,7 +60,8 @@ NUMBER = Kind("number", False, lambda value: _is_int(value) or isinstance(value,
 _KINDS = {
     "tuple[str, ...]": STRINGS,
     "tuple[int, ...]": INTEGERS,
-    "tuple[tuple[str, str], ...]": ENV,
+    "Environment": ENV,
+    "PortList": PORTS,
     "bool": BOOLEAN,
     "str": STRING,
     "str | None": STRING,

@@ -46,10 +46,15 @@ class Result:
 class Sandbox:
     """Runs commands under one Policy."""
 
-    def __init__(self, policy: Policy | None = None, *, audit: str | None = None,
+    def __init__(self, policy: Policy | str | None = None, *, audit: str | None = None,
                  quiet: bool = False) -> None:
-        """``audit``: a file receiving one JSON line per network decision.
+        """``policy``: a Policy, or the name of a profile to load (``Sandbox("build")``).
+        ``audit``: a file receiving one JSON line per network decision.
         ``quiet``: no notices on stderr (denials, DNS warnings)."""
+        if isinstance(policy, str):
+            from ..policy import load_profile
+
+            policy = load_profile(policy)
         self.policy = policy if policy is not None else Policy()
         self.audit = audit
         self.quiet = quiet

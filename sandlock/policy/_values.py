@@ -1,0 +1,268 @@
+"""The values of Policy's fields: one check (and normalisation) per kind of value,
+named in ``_policy``'s table of fields. A check takes the field's name (for its
+PolicyError) and the value given, and returns the value Policy stores.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from .._errors import PolicyError
+
+
+def strings(name: str, values: object) -> tuple[str, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise PolicyError(name, f"expected a list of strings, got {values!r}")
+    items = tuple(values)
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise PolicyError(name, f"expected a non-empty string, got {item!r}")
+    return items
+
+
+def absolute_paths(name: str, values: object) -> tuple[str, ...]:
+    # realpath: Landlock and the deny expansion compare real locations, not spellings.
+    unique = dict.fromkeys(os.path.realpath(p) for p in strings(name, values))
+    return tuple(unique)
+
+
+def existing_paths(name: str, values: object) -> tuple[str, ...]:
+    for given in strings(name, values):
+        if not os.path.exists(given):
+            raise PolicyError(name, f"{given}: no such file or directory")
+    return absolute_paths(name, values)
+
+
+def directory(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise PolicyError(name, f"expected a directory path, got {value!r}")
+    path = os.path.realpath(value)
+    if not os.path.isdir(path):
+        raise PolicyError(name, f"{value}: not a directory")
+    return path
+
+
+def timeout(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PolicyError(name, f"expected a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise PolicyError(name, f"must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def boolean(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise PolicyError(name, f"expected true or false, got {value!r}")
+    return value
+
+
+class Environment(Mapping[str, str]):
+    """The variables a Policy sets, in the order given: an immutable mapping (hashable,
+    like the rest of a frozen Policy); ``Policy(env={"LANG": "C.UTF-8"})``."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
+        self._items = dict(items)
+
+    def __getitem__(self, name: str) -> str:
+        return self._items[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __repr__(self) -> str:
+        return f"Environment({self._items!r})"
+
+
+def environment(name: str, value: object) -> Environment:
+    """A mapping, or a sequence of ``K=V`` strings or (K, V) pairs (as --env gives them)."""
+    items = value.items() if isinstance(value, Mapping) else value
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise PolicyError(name, f"expected a mapping or K=V strings, got {value!r}")
+    pairs: dict[str, str] = {}
+    for item in items:
+        if isinstance(item, str):
+            key, sep, val = item.partition("=")
+            if not sep:
+                raise PolicyError(name, f"{item!r}: expected K=V")
+        elif isinstance(item, tuple) and len(item) == 2:
+            key, val = item
+        else:
+            raise PolicyError(name, f"{item!r}: expected K=V")
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise PolicyError(name, f"invalid variable name {key!r}")
+        if not isinstance(val, str) or "\0" in val:
+            raise PolicyError(name, f"invalid value for {key}")
+        pairs[key] = val
+    return Environment(pairs.items())
+
+
+def waivers(name: str, value: object) -> tuple[str, ...]:
+    from ..kernel import WAIVABLE  # the seccomp module owns the list of rules
+
+    syscalls = strings(name, value)
+    for syscall in syscalls:
+        if syscall not in WAIVABLE:
+            raise PolicyError(
+                name,
+                f"{syscall!r} is not a syscall sandlock restricts "
+                f"(one of: {', '.join(sorted(WAIVABLE))})",
+            )
+    return tuple(dict.fromkeys(syscalls))
+
+
+def specs(parse_name: str) -> object:
+    """A normaliser checking each spec with ``net.<parse_name>`` (kept as written)."""
+
+    def normalise(name: str, value: object) -> tuple[str, ...]:
+        specs = tuple(dict.fromkeys(s.strip() for s in strings(name, value)))
+        if not specs:
+            return specs
+        from .. import net  # its grammar: only imported by runs with network options
+
+        each_parses(name, specs, getattr(net, parse_name))
+        return specs
+
+    return normalise
+
+
+def each_parses(name: str, items: tuple[str, ...], parse: Callable[[str], object]) -> None:
+    """Kept as written, but each must parse: PolicyError naming the item otherwise."""
+    for item in items:
+        try:
+            parse(item)
+        except ValueError as exc:
+            raise PolicyError(name, f"{item!r}: {exc}") from None
+
+
+def check_user_ca(cert: str, key: str) -> None:
+    """A CA the user brings must be usable (readable, a CA, matching, valid) before
+    anything starts: its problems are bad input, not a failed run."""
+    from ..ca import (  # cryptography: only for runs given --http-ca
+        CAError,
+        load_user_ca,
+    )
+
+    try:
+        load_user_ca(cert, key)
+    except CAError as exc:
+        raise PolicyError("http_ca", str(exc)) from None
+
+
+def http_rules(name: str, value: object) -> tuple[str, ...]:
+    rules = tuple(dict.fromkeys(" ".join(r.split()) for r in strings(name, value)))
+    if not rules:
+        return rules
+    from ..proxy import (
+        parse_rule,  # pure rules only: mitmproxy stays out of this process
+    )
+
+    each_parses(name, rules, parse_rule)
+    return rules
+
+
+def ports(name: str, value: object) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise PolicyError(name, f"expected a list of ports, got {value!r}")
+    ports: dict[int, None] = {}
+    for item in value:
+        try:
+            port = int(item, 10) if isinstance(item, str) else item
+        except ValueError:
+            port = None
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise PolicyError(name, f"{item!r}: expected a port number from 1 to 65535")
+        ports[port] = None
+    if not ports:
+        raise PolicyError(name, "expected at least one port")
+    return tuple(ports)
+
+
+def choice(choices: tuple[str, ...]) -> object:
+    def normalise(name: str, value: object) -> str:
+        if value not in choices:
+            raise PolicyError(name, f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return normalise
+
+
+def existing_file(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise PolicyError(name, f"expected a file path, got {value!r}")
+    if not os.path.isfile(value):
+        raise PolicyError(name, f"{value}: no such file")
+    return os.path.realpath(value)
+
+
+def existing_files(name: str, values: object) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(existing_file(name, v) for v in strings(name, values)))
+
+
+def output_file(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise PolicyError(name, f"expected a file path, got {value!r}")
+    path = os.path.abspath(value)
+    if not os.path.isdir(os.path.dirname(path)):
+        raise PolicyError(name, f"{value}: its directory does not exist")
+    return path
+
+
+def socket_paths(name: str, value: object) -> tuple[str, ...]:
+    paths = strings(name, value)
+    for path in paths:
+        if not os.path.isabs(path):
+            raise PolicyError(name, f"{path}: expected an absolute path")
+    return absolute_paths(name, paths)
+
+
+def port_specs(name: str, value: object) -> tuple[str, ...]:
+    """Port lists (--net-bind, --net-connect): ``8080``, ``"8000-8100"``, ``"*"``;
+    integers are kept as their text."""
+    if isinstance(value, (str, bytes, int)) or not isinstance(value, Iterable):
+        raise PolicyError(name, f"expected a list of ports, got {value!r}")
+    items = []
+    for item in value:
+        if isinstance(item, int) and not isinstance(item, bool):
+            item = str(item)
+        items.append(item)
+    return specs("parse_ports")(name, items)
+
+
+def hosts(name: str, value: object) -> tuple[str, ...]:
+    """Hosts reached on every port (--net-allow-host): a name or an address, no scheme,
+    no ports, not '*'."""
+    checked = specs("parse_allow")(name, value)
+    from .. import net
+
+    for host in checked:
+        rule = net.parse_allow(host)
+        if "://" in host or rule.any_host or not rule.ports.all:
+            raise PolicyError(name, f"{host!r}: expected a host name or address alone "
+                              "(ports and schemes go in --net-allow)")
+    return checked
+
+
+def isolated(name: str, value: object) -> bool:
+    """isolate_ipc / isolate_signals: always true in sandlock; allow_ipc relaxes both."""
+    if boolean(name, value) is not True:
+        raise PolicyError(name, "IPC and signals are always isolated; allow_ipc relaxes "
+                          "both (--allow-ipc)")
+    return True
