@@ -6,7 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,14 @@ SANDLOCK = [sys.executable, "-m", "sandlock"]
 # CI sets this so that a machine where the unprivileged cases cannot run fails loudly
 # instead of skipping them.
 REQUIRE_UNPRIVILEGED = os.environ.get("SANDLOCK_REQUIRE_UNPRIVILEGED") == "1"
+# The tests run their confined Python programs with this interpreter (and import
+# sandlock in some): a venv and a checkout wherever they are, which the default
+# workspace (deny by default for $HOME, the current directory writable) may not cover.
+# Widened for the whole session the way a user would (docs/usage.md); tests that show
+# exact output (--print-policy) use UNWIDENED.
+UNWIDENED = {name: value for name, value in os.environ.items() if name != "SANDLOCK_FS_READ"}
+os.environ["SANDLOCK_FS_READ"] = ":".join(
+    (sys.prefix, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def sandlock(*args: str, **kwargs: object) -> subprocess.CompletedProcess:
@@ -32,7 +42,7 @@ def _unprivileged_problem() -> str | None:
     # could not exec again (it still holds root's capabilities while it execs).
     probe = subprocess.run(
         unprivileged([*SANDLOCK, "run", "--", sys.executable, "-c", "pass"]),
-        capture_output=True, text=True, cwd="/",
+        capture_output=True, text=True, cwd=tempfile.gettempdir(),
     )
     if probe.returncode != 0:
         return (f"uid {UNPRIVILEGED_UID} cannot run {sys.executable} with sandlock "
@@ -72,3 +82,14 @@ def world_tmp(tmp_path):
         os.chmod(parent, os.stat(parent).st_mode | 0o711)
         parent = parent.parent
     return path
+
+
+@pytest.fixture
+def unscratched():
+    """An empty directory outside /tmp, /var/tmp and /dev/shm (which the default
+    workspace makes writable), for a fake $HOME the default workspace must not see."""
+    base = "/srv" if os.access("/srv", os.W_OK) else os.path.expanduser("~")
+    path = tempfile.mkdtemp(prefix="sandlock-test-", dir=base)
+    os.chmod(path, 0o755)
+    yield Path(path)
+    shutil.rmtree(path)

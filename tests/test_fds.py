@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -113,7 +114,8 @@ def test_descriptors_are_closed_unprivileged_too(as_nobody, tmp_path):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
     try:
         result = subprocess.run(as_nobody([*SANDLOCK, "run", "--", sys.executable, "-c", OPEN_FDS]),
-                                pass_fds=(fd,), capture_output=True, text=True, timeout=60, cwd="/")
+                                pass_fds=(fd,), capture_output=True, text=True, timeout=60,
+                                cwd=tempfile.gettempdir())
     finally:
         os.close(fd)
     assert result.returncode == 0, result.stderr

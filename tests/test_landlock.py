@@ -26,6 +26,7 @@ from conftest import REQUIRE_UNPRIVILEGED, unprivileged
 from sandlock.kernel import _libc
 from sandlock._errors import SetupError
 from sandlock.confine._confinement import level_access
+from sandlock.confine._workspace import default_workspace
 from sandlock.confine._fspolicy import (
     CREDENTIAL_STORES,
     LIST,
@@ -33,7 +34,6 @@ from sandlock.confine._fspolicy import (
     WRITE,
     PathRule,
     compile_grants,
-    default_workspace,
     sandlock_ca_dir,
 )
 from sandlock.kernel._landlock import (
@@ -302,12 +302,16 @@ def test_paths_are_resolved_and_symlinks_get_no_rule(tmp_path):
 
 
 def test_default_workspace_lists_the_credential_stores_and_ca():
-    read, write, deny = default_workspace("/h", "/w", {})
-    assert read == ("/",)
-    assert {"/w", "/tmp", "/var/tmp", "/dev/shm", "/dev/null", "/dev/pts"} <= set(write)
+    read, write, deny = default_workspace("/h", "/w", {}, widen={})
+    assert "/" not in read and "/h" not in read + write  # deny by default for $HOME
+    assert {"/usr", "/etc", "/proc", "/h/.local/bin", "/h/.cargo/bin", "/h/.gitconfig"} <= set(read)
+    assert {"/w", "/tmp", "/var/tmp", "/dev/shm", "/dev/null", "/dev/pts", "/h/.cache",
+            "/h/.npm", "/h/.cargo/registry"} <= set(write)
     stores = {f"/h/{store}" for store in CREDENTIAL_STORES}
     assert set(deny) == stores | {"/h/.local/share/sandlock/ca"}
-    assert {".ssh", ".aws", ".gnupg", ".netrc", ".config/gcloud"} <= set(CREDENTIAL_STORES)
+    assert {".ssh", ".aws", ".gnupg", ".netrc", ".config/gcloud", ".config/gh",
+            ".local/share/keyrings", ".bash_history", ".cargo/credentials.toml",
+            ".vault-token", ".pgpass", ".mozilla"} <= set(CREDENTIAL_STORES)
 
 
 def test_ca_dir_follows_xdg_data_home():
@@ -425,14 +429,15 @@ def test_symlinks_in_an_expanded_directory_do_not_reopen_access(tmp_path):
 
 
 @pytest.fixture
-def workspace(tmp_path):
+def workspace(unscratched):
     """A fake HOME with credentials, a cwd, and the default-workspace rules for them."""
-    home, cwd = tmp_path / "home", tmp_path / "proj"
+    home, cwd = unscratched / "home", unscratched / "proj"
     for name in (".ssh/id_rsa", ".aws/credentials", ".config/gcloud/x", ".config/other",
-                 ".netrc", ".local/share/sandlock/ca/ca.key", "notes.txt"):
+                 ".netrc", ".local/share/sandlock/ca/ca.key", "notes.txt", ".local/bin/tool",
+                 ".cache/pip/x"):
         make(home / name)
     cwd.mkdir()
-    return home, cwd, default_workspace(str(home), str(cwd), {})
+    return home, cwd, default_workspace(str(home), str(cwd), {}, widen={})
 
 
 def test_default_workspace_confines(workspace):
@@ -446,12 +451,16 @@ def test_default_workspace_confines(workspace):
                 *(op("read", home / name) for name in secrets),
                 op("read", home / "notes.txt"), op("read", home / ".config" / "other"),
                 op("create", cwd / "new"), op("create", Path(scratch) / "new"),
-                op("read", "/etc/passwd"), op("create", probe_file), op("append", "/dev/null"),
+                op("read", "/etc/passwd"), op("read", home / ".local/bin/tool"),
+                op("create", home / ".cache/pip/y"),
+                op("create", probe_file), op("append", "/dev/null"), op("create", home / "new"),
                 read=read, write=write, deny=deny,
             )
         finally:
             Path(probe_file).unlink(missing_ok=True)
-    assert results == ["EACCES"] * len(secrets) + ["ok"] * 5 + ["EACCES", "ok"]
+    # Nothing of $HOME but its tools and caches: notes.txt and .config/other too.
+    assert results == (["EACCES"] * len(secrets) + ["EACCES", "EACCES"] + ["ok"] * 5
+                       + ["EACCES", "ok", "EACCES"])
 
 
 def _pty_available() -> bool:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SANDLOCK, sandlock
+from conftest import SANDLOCK, UNWIDENED, sandlock
 from httpservers import Upstream, free_port_on
 from sandlock.policy._schema import BY_SECTION, KEYS
 from sandlock.policy._toml import _scalar
@@ -122,7 +122,8 @@ def test_console_blocks_show_what_sandlock_prints(doc, text):
         command, _, expected = session.partition("\n")
         argv = shlex.split(command)
         assert argv[0] == "sandlock"
-        result = subprocess.run([*SANDLOCK, *argv[1:]], capture_output=True, text=True, cwd=ROOT)
+        result = subprocess.run([*SANDLOCK, *argv[1:]], capture_output=True, text=True, cwd=ROOT,
+                                env=UNWIDENED)
         assert result.stdout + result.stderr == expected, command
 
 

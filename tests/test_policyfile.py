@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SANDLOCK, sandlock
+from conftest import SANDLOCK, UNWIDENED, sandlock
 from sandlock import Policy
 from sandlock.cli import _main as _cli
 from sandlock.cli._parser import build_parser
@@ -303,7 +303,7 @@ def test_print_policy_round_trips(tmp_path):
 
 
 def test_print_policy_runs_nothing_and_shows_the_default_workspace(tmp_path):
-    result = sandlock("run", "--print-policy", "--", "touch", "ran", cwd=tmp_path)
+    result = sandlock("run", "--print-policy", "--", "touch", "ran", cwd=tmp_path, env=UNWIDENED)
     assert result.returncode == 0
     assert result.stdout == ("# no [filesystem] read or write paths: the default workspace "
                              "applies (docs/usage.md)\n")

@@ -40,20 +40,23 @@ def test_allowlist_unprivileged(as_nobody, world_tmp):
     assert "Permission denied" in ok.stderr
 
 
-def test_default_workspace_credentials_unprivileged(as_nobody, world_tmp):
-    home = world_tmp / "home"
+def test_default_workspace_credentials_unprivileged(as_nobody, unscratched):
+    home = unscratched / "home"  # outside /tmp, which the default workspace may write
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_rsa").write_text("secret")
     (home / "notes.txt").write_text("notes")
-    for path in (home, home / ".ssh"):
+    (home / "proj").mkdir()
+    for path in (home, home / ".ssh", home / "proj"):
         path.chmod(0o777)
     for path in (home / ".ssh" / "id_rsa", home / "notes.txt"):
         path.chmod(0o666)
     env = {**os.environ, "HOME": str(home)}
-    result = run_as(as_nobody, "run", "--cwd", str(home), "--", "sh", "-c",
-                    "cat ~/.ssh/id_rsa; cat ~/notes.txt", env=env)
-    assert result.stdout == "notes"
-    assert "Permission denied" in result.stderr
+    result = run_as(as_nobody, "run", "--cwd", str(home / "proj"), "--", "sh", "-c",
+                    "cat ~/.ssh/id_rsa; cat ~/notes.txt; echo done > out; cat out", env=env)
+    assert result.stdout == "done\n"  # the workspace is writable, nothing of $HOME readable
+    assert result.stderr.count("Permission denied") == 2
+    refused = run_as(as_nobody, "run", "--cwd", str(home), "--", "true", env=env)
+    assert refused.returncode == 2 and "your home directory" in refused.stderr
 
 
 def test_syscall_filter_unprivileged(as_nobody):

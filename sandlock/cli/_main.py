@@ -75,10 +75,21 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_policy:
         from ..policy import dumps
 
-        sys.stdout.write(dumps(policy))
+        sys.stdout.write(dumps(policy, comments=_widening_notes(policy)))
         return 0
     return _execute(policy, _command_of(args), audit=args.audit, quiet=args.quiet,
                     pass_fds=args.pass_fds)
+
+
+def _widening_notes(policy: Policy) -> list[str]:
+    """What SANDLOCK_FS_READ/WRITE add to this run (not part of the policy: they are
+    this environment's)."""
+    if not policy.uses_default_workspace:
+        return []
+    from ..confine import widening
+
+    return [f"{name} adds to the default workspace: {':'.join(paths)}"
+            for name, paths in widening().items()]
 
 
 def _learn(args: argparse.Namespace) -> int:

@@ -19,6 +19,9 @@ from ..policy import Policy
 from ..process import Result, Sandbox
 
 PY = sys.executable
+# The interpreter itself, not a venv's link to it: the default workspace need not cover
+# the venv (its pyvenv.cfg), wherever it is.
+BASE_PY = os.path.realpath(sys.executable)
 
 # Snippets run inside the sandbox; each prints what happened for the check to judge.
 _TRY_WRITE = """
@@ -32,6 +35,13 @@ _TRY_READ = """
 import sys
 try:
     open(sys.argv[1]).read(); print("read")
+except OSError as e:
+    print(e.strerror)
+"""
+_TRY_LIST = """
+import os, sys
+try:
+    os.listdir(sys.argv[1]); print("listed")
 except OSError as e:
     print(e.strerror)
 """
@@ -116,7 +126,7 @@ class Selftest:
         return Sandbox(Policy(fs_readable=("/",), fs_writable=(self.inside, self.other), **extra), quiet=True)
 
     def python(self, sandbox: Sandbox, snippet: str, *args: str) -> str:
-        result = sandbox.run([PY, "-c", snippet, *args], timeout=30)
+        result = sandbox.run([BASE_PY, "-c", snippet, *args], timeout=30)
         return _output(result)
 
     # Each check returns (passed, what was observed).
@@ -137,8 +147,14 @@ class Selftest:
     def credentials(self) -> tuple[bool, str]:
         sandbox = Sandbox(Policy(env={"HOME": self.home}, cwd=self.inside), quiet=True)
         key = self.python(sandbox, _TRY_READ, os.path.join(self.home, ".ssh", "id_selftest"))
-        notes = self.python(sandbox, _TRY_READ, os.path.join(self.home, "notes.txt"))
-        return (key, notes) == ("Permission denied", "read"), f"~/.ssh: {key}; ~/notes.txt: {notes}"
+        return key == "Permission denied", f"~/.ssh: {key}"
+
+    def home_closed(self) -> tuple[bool, str]:
+        """The default workspace reads nothing of the real $HOME but its tools and caches."""
+        home = os.path.expanduser("~")
+        sandbox = Sandbox(Policy(cwd=self.inside), quiet=True)
+        out = self.python(sandbox, _TRY_LIST, home)
+        return out == "Permission denied", f"{home}: {out}"
 
     def ptrace(self) -> tuple[bool, str]:
         out = self.python(self.allowlist(), _TRY_SYSCALL, str(PTRACE), "0", "0", "0", "0")
@@ -153,7 +169,7 @@ class Selftest:
         return out == "Operation not permitted", out
 
     def i386_syscalls(self) -> tuple[bool, str]:
-        result = self.allowlist().run([PY, "-c", _INT80], timeout=30)
+        result = self.allowlist().run([BASE_PY, "-c", _INT80], timeout=30)
         killed = result.signal == signal.SIGSYS
         return killed, "killed by SIGSYS" if killed else _output(result)
 
@@ -244,6 +260,7 @@ CHECKS: list[tuple[str, Callable[[Selftest], tuple[bool, str]]]] = [
     ("write outside the allowed directories is denied", Selftest.write_outside),
     ("rename across two writable directories works", Selftest.rename_across),
     ("credential stores are unreadable by default", Selftest.credentials),
+    ("the rest of $HOME is unreadable by default", Selftest.home_closed),
     ("ptrace is denied", Selftest.ptrace),
     ("io_uring is denied", Selftest.io_uring),
     ("namespaces cannot be created", Selftest.namespaces),

@@ -24,6 +24,7 @@ from ..kernel import (
     seccomp,
 )
 from . import _fspolicy
+from ._workspace import check_workspace, default_workspace
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def _filesystem_ruleset(
     ruleset = landlock.Ruleset(handled_fs=landlock.fs_handled(abi), scoped=scoped)
     access = level_access(abi)
     try:
-        read, write, deny = _grants(policy, cwd, env, warnings)
+        read, write, deny = _grants(policy, cwd, env)
         for rule in _fspolicy.compile_grants([*read, *extra_read], write, deny):
             try:
                 ruleset.allow_path(rule.path, access[rule.level])
@@ -130,7 +131,7 @@ def level_access(abi: int) -> dict[int, int]:
 
 
 def _grants(
-    policy: Policy, cwd: str, env: Mapping[str, str], warnings: list[str]
+    policy: Policy, cwd: str, env: Mapping[str, str]
 ) -> tuple[list[str], list[str], list[str]]:
     homes = _user_homes(env)
     # Credential stores and the CA are denied in every policy, for the home the
@@ -143,13 +144,10 @@ def _grants(
     # A CA key the user brings (--http-key) is as secret as sandlock's own.
     deny = [*policy.fs_denied, *protected, *filter(None, (policy.http_key,))]
     if policy.uses_default_workspace:
-        if os.path.realpath(cwd) in ("/", *(os.path.realpath(home) for home, _ in homes)):
-            warnings.append(
-                f"the default workspace makes the current directory ({cwd}) writable, with "
-                "everything beneath it (shell start-up files included); use -r/-w to choose"
-            )
-        read, write, _ = _fspolicy.default_workspace(homes[0][0], cwd, env)
-        return list(read), list(write), deny
+        for home, _ in homes[1:]:  # the user's real home too, whatever HOME says
+            check_workspace(cwd, home)
+        read, write, _ = default_workspace(homes[0][0], cwd, env)
+        return read, write, deny
     write = [*policy.fs_writable, *_fspolicy.PSEUDO_DEVICES]
     return list(policy.fs_readable), write, deny
 

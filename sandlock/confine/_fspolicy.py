@@ -31,27 +31,29 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-# Credential stores denied by the default workspace, relative to $HOME.
+# Credential stores, relative to $HOME: denied in every policy (inside explicit grants
+# too), for the command's home and the user's real one. A second layer: the default
+# workspace grants nothing of $HOME beyond its tools and caches anyway.
 CREDENTIAL_STORES: tuple[str, ...] = (
-    ".ssh",
-    ".aws",
-    ".gnupg",
-    ".config/gcloud",
-    ".azure",
-    ".kube",
-    ".docker",
-    ".netrc",
-    ".git-credentials",
-    ".pypirc",
-    ".npmrc",
+    # keys and cloud or cluster credentials
+    ".ssh", ".gnupg", ".aws", ".config/gcloud", ".azure", ".kube", ".docker", ".config/doctl",
+    ".oci", ".s3cfg", ".boto", ".config/rclone", ".terraform.d/credentials.tfrc.json",
+    ".vault-token", ".config/op", ".password-store", ".local/share/keyrings",
+    # tokens of tools and registries
+    ".netrc", ".git-credentials", ".config/gh", ".config/hub", ".pypirc", ".npmrc",
+    ".yarnrc", ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
+    ".m2/settings-security.xml", ".pgpass", ".my.cnf",
+    # browser profiles (cookies, saved passwords)
+    ".mozilla", ".thunderbird", ".config/google-chrome", ".config/chromium",
+    ".config/BraveSoftware", ".config/microsoft-edge", "snap/firefox",
+    # shell and REPL histories (commands with tokens in them)
+    ".bash_history", ".zsh_history", ".local/share/fish/fish_history", ".python_history",
+    ".node_repl_history", ".psql_history", ".mysql_history", ".sqlite_history", ".lesshst",
 )
 
-_SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 # Devices that hold no data: writable in every policy, explicit allowlists included,
 # because nearly every program opens /dev/null (git refuses to run without it).
 PSEUDO_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
-# The default workspace adds the terminal (writable, and IOCTL_DEV for terminal ioctls).
-_DEVICES = (*PSEUDO_DEVICES, "/dev/tty", "/dev/ptmx", "/dev/pts")
 
 
 # Access levels of a rule, each including the ones below it.
@@ -85,22 +87,14 @@ def compile_grants(
                   if not _covered(path, level, rules))
 
 
-def default_workspace(
-    home: str, cwd: str, env: Mapping[str, str]
-) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """(read, write, deny) when no filesystem policy is given.
-
-    Everything is readable; cwd, the scratch directories and the usual devices
-    are writable; credential stores and sandlock's CA are denied.
-    """
-    read = ("/",)
-    write = (cwd, *_SCRATCH_DIRS, *_DEVICES)
-    return read, write, protected_paths(home, env)
-
-
 def protected_paths(home: str, env: Mapping[str, str]) -> tuple[str, ...]:
-    """The credential stores under ``home`` and sandlock's CA directory."""
-    return (*(os.path.join(home, store) for store in CREDENTIAL_STORES), sandlock_ca_dir(env, home))
+    """The credential stores under ``home`` (and where CARGO_HOME moved cargo's), and
+    sandlock's CA directory."""
+    stores = [os.path.join(home, store) for store in CREDENTIAL_STORES]
+    cargo = env.get("CARGO_HOME", "")
+    if os.path.isabs(cargo):
+        stores += [os.path.join(cargo, name) for name in ("credentials", "credentials.toml")]
+    return (*stores, sandlock_ca_dir(env, home))
 
 
 def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:

@@ -1,0 +1,147 @@
+"""The default workspace: what a command may touch when the policy names no paths.
+
+Deny by default for the home directory (docs/usage.md, "The default workspace"): the
+system trees are readable, the workspace (the current directory) and the scratch
+directories writable, and of $HOME only the tools a build runs (read) and the caches
+toolchains fill (read and write); nothing else of it, so another project, a token
+file or a browser profile is out of reach even when no credential list names it.
+The credential stores (``CREDENTIAL_STORES``) are denied on top, in every policy.
+
+Every path is a fact about this machine's conventions, kept here as data.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+
+from .._errors import EXIT_USAGE, SandlockError
+from ._fspolicy import PSEUDO_DEVICES, protected_paths
+
+# System trees: programs, libraries, configuration, and what runtimes read of the
+# kernel (CPU count, cgroup limits, huge page mode). /proc and /dev as before.
+SYSTEM_READ = (
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+    "/snap", "/nix", "/gnu", "/proc", "/dev",
+    "/sys/devices/system/cpu", "/sys/fs/cgroup", "/sys/kernel/mm/transparent_hugepage",
+)
+SCRATCH_WRITE = ("/tmp", "/var/tmp", "/dev/shm")
+# The terminal: writable (and IOCTL_DEV) for interactive commands.
+DEVICES_WRITE = (*PSEUDO_DEVICES, "/dev/tty", "/dev/ptmx", "/dev/pts")
+
+# Of $HOME, read only: the tools a build runs and the configuration they need.
+HOME_TOOLS_READ = (
+    ".local/bin", ".local/lib", ".gitconfig", ".config/git",
+    ".cargo/bin", ".cargo/config.toml", ".cargo/config", ".rustup",
+    "go/bin", ".pyenv", ".nvm", ".volta", ".bun/bin", ".deno/bin", ".sdkman/candidates",
+)
+# Of $HOME, read and write: the caches package managers and compilers fill.
+HOME_CACHES_WRITE = (
+    ".cache", ".npm", ".cargo/registry", ".cargo/git", "go/pkg/mod",
+    ".m2/repository", ".gradle/caches", ".pnpm-store", ".yarn/berry/cache",
+)
+# Variables that move a tool or a cache; each adds its place to the lists above.
+TOOL_VARIABLES_READ = ("PYENV_ROOT", "NVM_DIR", "RUSTUP_HOME", "VOLTA_HOME")
+CACHE_VARIABLES_WRITE = ("XDG_CACHE_HOME", "GOCACHE", "GOMODCACHE", "npm_config_cache",
+                         "PIP_CACHE_DIR", "CARGO_TARGET_DIR")
+# Widening the default workspace without editing a policy (colon-separated paths).
+WIDEN_READ = "SANDLOCK_FS_READ"
+WIDEN_WRITE = "SANDLOCK_FS_WRITE"
+
+
+class WorkspaceError(SandlockError):
+    """The default workspace cannot be what was asked (the message says why)."""
+
+    exit_code = EXIT_USAGE
+
+
+def default_workspace(home: str, cwd: str, env: Mapping[str, str],
+                      widen: Mapping[str, str] = os.environ,
+                      ) -> tuple[list[str], list[str], tuple[str, ...]]:
+    """(read, write, deny) of the default workspace for a command started in ``cwd``
+    with ``env``; ``widen`` holds SANDLOCK_FS_READ/WRITE (sandlock's own environment)."""
+    check_workspace(cwd, home)
+    _create_caches(home)
+    read = [*SYSTEM_READ, *_under(home, HOME_TOOLS_READ), *_tool_homes(env, home, read=True)]
+    write = [cwd, *SCRATCH_WRITE, *DEVICES_WRITE, *_under(home, HOME_CACHES_WRITE),
+             *_tool_homes(env, home, read=False)]
+    repository = _enclosing_repository(cwd)
+    if repository is not None and _harmless(repository, home):  # git reads the whole tree
+        read.append(repository)
+        write.append(os.path.join(repository, ".git"))
+    read += [os.path.expanduser(path) for path in widening(widen).get(WIDEN_READ, ())]
+    write += [os.path.expanduser(path) for path in widening(widen).get(WIDEN_WRITE, ())]
+    return read, write, protected_paths(home, env)
+
+
+def check_workspace(cwd: str, home: str) -> None:
+    """The current directory becomes writable with everything beneath it: never the
+    whole machine or the whole home (shell start-up files, every other project)."""
+    real = os.path.realpath(cwd)
+    real_home = os.path.realpath(home)
+    if real == "/" or _within(real_home, real):
+        raise WorkspaceError(
+            f"the default workspace would make {cwd} writable with everything beneath it "
+            f"({'the whole machine' if real == '/' else 'your home directory'}): run from a "
+            "project directory, or choose with -w/--fs-write and -r/--fs-read")
+
+
+def widening(env: Mapping[str, str] = os.environ) -> dict[str, tuple[str, ...]]:
+    """What SANDLOCK_FS_READ/WRITE add, for --print-policy."""
+    found = {name: tuple(p for p in env.get(name, "").split(":") if p)
+             for name in (WIDEN_READ, WIDEN_WRITE)}
+    return {name: paths for name, paths in found.items() if paths}
+
+
+def _create_caches(home: str) -> None:
+    """Create the missing cache directories whose parent exists ($HOME, or a tool's
+    directory such as ~/.cargo): a rule needs an existing path, and a tool could not
+    create its cache in a directory the sandbox may not write."""
+    for cache in _under(home, HOME_CACHES_WRITE):
+        if not os.path.lexists(cache) and os.path.isdir(os.path.dirname(cache)):
+            try:
+                os.mkdir(cache, 0o700)
+            except OSError:
+                pass  # not ours to create: the tool will say what it cannot do
+
+
+def _under(home: str, relative: Iterable[str]) -> Iterator[str]:
+    return (os.path.join(home, path) for path in relative)
+
+
+def _tool_homes(env: Mapping[str, str], home: str, *, read: bool) -> list[str]:
+    """Places the environment moved a tool (read) or a cache (write) to; CARGO_HOME and
+    GOPATH split into their tool part and their cache part."""
+    found = []
+    if read:
+        found += [env[name] for name in TOOL_VARIABLES_READ if env.get(name)]
+        found += [os.path.join(env["CARGO_HOME"], "bin")] if env.get("CARGO_HOME") else []
+        found += [os.path.join(p, "bin") for p in env.get("GOPATH", "").split(":") if p]
+    else:
+        found += [env[name] for name in CACHE_VARIABLES_WRITE if env.get(name)]
+        cargo = env.get("CARGO_HOME")
+        found += [os.path.join(cargo, part) for part in ("registry", "git")] if cargo else []
+        found += [os.path.join(p, "pkg", "mod") for p in env.get("GOPATH", "").split(":") if p]
+    return [path for path in found if _harmless(path, home)]
+
+
+def _harmless(path: str, home: str) -> bool:
+    """A variable may move a tool or a cache, not open the home or the machine."""
+    if not os.path.isabs(path):
+        return False
+    real = os.path.realpath(path)
+    return real != "/" and not _within(os.path.realpath(home), real)
+
+
+def _enclosing_repository(cwd: str) -> str | None:
+    """The work tree above ``cwd`` (not ``cwd`` itself: its .git is in the workspace)."""
+    directory = os.path.dirname(os.path.realpath(cwd))
+    while directory != "/":
+        if os.path.isdir(os.path.join(directory, ".git")):
+            return directory
+        directory = os.path.dirname(directory)
+    return None
+
+
+def _within(path: str, ancestor: str) -> bool:
+    return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
