@@ -5,14 +5,17 @@ user's other projects stay out of reach."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import SANDLOCK
+from conftest import SANDLOCK, sandlock
+from sandlock import Policy, PolicyError, Sandbox
 from test_policy_docs import wheel
 
 SECRETS = {
@@ -152,3 +155,57 @@ def test_deny_by_default_unprivileged(home, as_nobody):
 def test_explicit_grants_still_deny_the_new_credential_stores(home):
     result = run(home, 'cat "$HOME/.config/gh/hosts.yml"', "-r", "/", "-w", str(home / "proj"))
     assert result.returncode != 0 and "Permission denied" in result.stderr
+
+
+# --- modes (LocalGPT 3.3) -----------------------------------------------------------------
+
+
+def test_read_only_mode_reads_like_the_default_and_writes_nothing(home):
+    (home / "proj" / "src.txt").write_text("source\n")
+    script = ('cat src.txt; for f in new "$HOME/.cache/x" /tmp/sandlock-ro; do '
+              'echo x > "$f" 2>/dev/null && echo "wrote $f"; done; echo y > /dev/null && echo null')
+    result = run(home, script, "--mode", "read-only")
+    assert (result.returncode, result.stdout) == (0, "source\nnull\n"), result.stderr
+    assert not (home / "proj" / "new").exists()
+
+
+def test_full_access_needs_consent_then_opens_everything(home, tmp_path):
+    refused = run(home, "true", "--mode", "full-access")
+    assert refused.returncode == 2 and "--dangerously-allow-full-access" in refused.stderr
+    server = socket.create_server(("127.0.0.71", 0))
+    audit = tmp_path / "audit.jsonl"
+    with server:
+        script = (f'cat "$HOME/notes.txt"; python3 -c "import socket; '
+                  f"socket.create_connection(('127.0.0.71', {server.getsockname()[1]})); print(' net')\"")
+        result = run(home, script, "--mode", "full-access", "--dangerously-allow-full-access", "-q",
+                     "--audit", str(audit))
+    assert (result.returncode, result.stdout) == (0, "secret net\n"), result.stderr
+    assert "full-access mode: sh runs unconfined" in result.stderr  # even with -q
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert records[0]["event"] == "full-access" and records[0]["program"] == "sh"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--mode", "read-only", "-w", "/tmp"], "--mode: read-only cannot be combined with --fs-write"),
+    (["--mode", "full-access", "-r", "/usr"], "--mode: full-access confines nothing: --fs-read"),
+    (["--mode", "whatever"], "argument --mode: invalid choice"),
+])
+def test_mode_conflicts_are_usage_errors(options, message):
+    result = sandlock("run", *options, "--", "true")
+    assert result.returncode == 2 and result.stderr.startswith(f"sandlock: error: {message}")
+
+
+def test_modes_from_python_and_policy_files(home, tmp_path):
+    with pytest.raises(PolicyError, match="dangerously-allow-full-access"):
+        Sandbox(Policy(mode="full-access")).run(["true"])
+    ran = Sandbox(Policy(mode="full-access"), quiet=True,
+                  dangerously_allow_full_access=True).run(["cat", str(home / "notes.txt")])
+    assert ran.stdout == b"secret"
+    (tmp_path / "ro.toml").write_text('mode = "read-only"\n')
+    result = run(home, "echo x > new", "--policy", str(tmp_path / "ro.toml"))
+    assert result.returncode != 0 and not (home / "proj" / "new").exists()
+
+
+def test_check_reports_the_protection_level():
+    result = sandlock("check")
+    assert "protection level: Full (filesystem, IPC and signal scoping" in result.stdout

@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.write(dumps(policy, comments=_widening_notes(policy)))
         return 0
     return _execute(policy, _command_of(args), audit=args.audit, quiet=args.quiet,
-                    pass_fds=args.pass_fds)
+                    pass_fds=args.pass_fds, full_access=args.dangerously_allow_full_access)
 
 
 def _widening_notes(policy: Policy) -> list[str]:
@@ -127,7 +127,7 @@ def _learn(args: argparse.Namespace) -> int:
 
 
 def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bool,
-             pass_fds: list[int] | tuple[int, ...] = ()) -> int:
+             pass_fds: list[int] | tuple[int, ...] = (), full_access: bool = False) -> int:
     """Run ``command`` under ``policy`` in the foreground; its exit status."""
     from ..process import Sandbox, TimeoutExpired
 
@@ -147,7 +147,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
     for sig in FORWARDED_SIGNALS:
         if signal.getsignal(sig) != signal.SIG_IGN:  # keep nohup's SIGHUP ignored
             signal.signal(sig, forward)
-    sandbox = Sandbox(policy, audit=audit, quiet=quiet)
+    sandbox = Sandbox(policy, audit=audit, quiet=quiet, dangerously_allow_full_access=full_access)
     try:
         process = sandbox.start(command, foreground=True, pass_fds=pass_fds)
     except PolicyError as exc:

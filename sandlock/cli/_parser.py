@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from .._errors import EXIT_USAGE, error_line
-from ..policy import HTTPS_INSPECT_MODES, flag_of
+from ..policy import HTTPS_INSPECT_MODES, MODES, flag_of
 
 
 class Parser(argparse.ArgumentParser):
@@ -78,6 +78,9 @@ def _add_run_parser(commands: argparse._SubParsersAction) -> None:
     groups["process"].add_argument("-i", "--interactive", action="store_true",
                                    help="keep the terminal and stdin (always the case: "
                                    "COMMAND gets both, and job control works)")
+    groups["filesystem"].add_argument("--dangerously-allow-full-access", action="store_true",
+                                      help="consent to --mode full-access (announced on "
+                                      "stderr and in the audit log)")
     groups["process"].add_argument("--pass-fd", dest="pass_fds", type=int, action="append",
                                    default=[], metavar="N",
                                    help="let COMMAND inherit descriptor N (repeatable; "
@@ -103,6 +106,10 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._
             help="allow reading and writing PATH (repeatable)")
     _option(fs, "fs_denied", action="append", metavar="PATH",
             help="deny PATH even inside an allowed one (repeatable)")
+    _option(fs, "mode", choices=MODES,
+            help="workspace-write (default): the default workspace; read-only: the same "
+            "reads, no writes; full-access: no confinement (with "
+            "--dangerously-allow-full-access)")
     net = parser.add_argument_group("network (default: none)")
     _option(net, "net_allow", action="append", metavar="SPEC",
             help="allow [tcp://|udp://|icmp://]TARGET[:PORTS]; TARGET: host, IP, CIDR, "
@@ -165,7 +172,7 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._
     _option(proc, "cwd", metavar="DIR", help="run COMMAND in DIR")
     _option(proc, "timeout", "-t", type=float, metavar="SECONDS",
             help="kill COMMAND and everything it started after SECONDS (exit 124)")
-    return {"files": files, "network": net, "process": proc}
+    return {"files": files, "filesystem": fs, "network": net, "process": proc}
 
 
 def _option(group: argparse._ArgumentGroup, field: str, *short: str, **kwargs: object) -> None:

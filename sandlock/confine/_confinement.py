@@ -24,7 +24,7 @@ from ..kernel import (
     seccomp,
 )
 from . import _fspolicy
-from ._workspace import check_workspace, default_workspace
+from ._workspace import DEVICES_WRITE, check_workspace, default_workspace
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -52,7 +52,8 @@ class Confinement:
         abi = landlock.abi_version()
         ruleset = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings)
         program = _seccomp_program(policy)
-        scopes_signals = ruleset is not None and abi >= MIN_SCOPE_ABI and not policy.allow_ipc
+        scopes_signals = (ruleset is not None and abi >= MIN_SCOPE_ABI
+                          and not (policy.allow_ipc or policy.full_access))
         return cls(ruleset, program, scopes_signals, warnings)
 
     def apply(self) -> int:
@@ -89,11 +90,13 @@ def _filesystem_ruleset(
         _missing("Landlock (filesystem confinement) is not available in this kernel", policy, warnings)
         return None
     scoped = 0
-    if not policy.allow_ipc:
+    if not (policy.allow_ipc or policy.full_access):
         if abi >= MIN_SCOPE_ABI:
             scoped = landlock.SCOPE_ABSTRACT_UNIX_SOCKET | landlock.SCOPE_SIGNAL
         else:
             _missing(f"Landlock IPC scoping needs ABI {MIN_SCOPE_ABI}, kernel has ABI {abi}", policy, warnings)
+    if policy.full_access:  # no filesystem rules; a ruleset for the IPC scopes only
+        return None
     ruleset = landlock.Ruleset(handled_fs=landlock.fs_handled(abi), scoped=scoped)
     access = level_access(abi)
     try:
@@ -147,6 +150,9 @@ def _grants(
         for home, _ in homes[1:]:  # the user's real home too, whatever HOME says
             check_workspace(cwd, home)
         read, write, _ = default_workspace(homes[0][0], cwd, env)
+        if policy.mode == "read-only":  # what it could write becomes readable only
+            read += [path for path in write if path not in DEVICES_WRITE]
+            write = list(DEVICES_WRITE)
         return read, write, deny
     write = [*policy.fs_writable, *_fspolicy.PSEUDO_DEVICES]
     return list(policy.fs_readable), write, deny

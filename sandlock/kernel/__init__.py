@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from . import _landlock as landlock, _seccomp as seccomp
     from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
     from ._fds import close_on_exec_from
-    from ._features import probe
+    from ._features import probe, protection_level
     from ._landlock import restrict_self
     from ._libc import (
         IoVec,
@@ -70,6 +70,7 @@ _EXPORTS = {
     "open_pidfd": "_remote",
     "prctl": "_libc",
     "probe": "_features",
+    "protection_level": "_features",
     "read_memory": "_remote",
     "restrict_self": "_landlock",
     "seccomp": "_seccomp:",

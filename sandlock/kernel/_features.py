@@ -55,3 +55,26 @@ def probe() -> list[Feature]:
                 "on-behalf socket operations (network supervisor)", True),
     ]
     return features
+
+
+# LocalGPT's protection levels, from the most to the least this kernel allows.
+LEVELS = (
+    ("Full", "filesystem, IPC and signal scoping, syscall filter, network supervisor"),
+    ("Standard", "filesystem, syscall filter, network supervisor; no IPC scoping "
+                 "(sandlock run needs --best-effort)"),
+    ("Minimal", "syscall filter and network supervisor only; no filesystem confinement "
+                "(sandlock run needs --best-effort)"),
+    ("None", "sandlock cannot confine commands here"),
+)
+
+
+def protection_level(features: list[Feature]) -> tuple[str, str]:
+    """(level, what it gives) for the features ``probe`` found."""
+    have = {feature.name: feature.available for feature in features}
+    supervised = all(have[name] for name in ("seccomp filter", "seccomp user notification",
+                                             "pidfd_open", "pidfd_getfd"))
+    if not supervised:
+        return LEVELS[3]
+    if not have["Landlock"]:
+        return LEVELS[2]
+    return LEVELS[0] if have["Landlock IPC scoping"] else LEVELS[1]

@@ -77,7 +77,8 @@ class Network(Services):
         self._closed = False
         self._ruleset_fd = ruleset_fd  # kept for a confined worker made on first need
         self._confined: ConfinedWorker | None = None
-        context = RunContext(rules, self.pins, self._listeners, ipc_scoped=not policy.allow_ipc)
+        context = RunContext(rules, self.pins, self._listeners,
+                             ipc_scoped=not (policy.allow_ipc or policy.full_access))
         self._supervisor = Supervisor(native_arch(), context, self.audit, self)
 
     def serve(self, listener_fd: int) -> None:

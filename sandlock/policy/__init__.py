@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._file import PolicyFile, load as load_policy_file
     from ._learn import applied as apply_learned, learn, observing as observing_policy, read_audit
-    from ._policy import HTTPS_INSPECT_MODES, Policy, flag_of
+    from ._policy import HTTPS_INSPECT_MODES, MODES, Policy, flag_of
     from ._profiles import (
         directory as profiles_directory,
         load_profile,
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 # each module is imported on first use, so importing the package costs nothing
 _EXPORTS = {
     "HTTPS_INSPECT_MODES": "_policy",
+    "MODES": "_policy",
     "Policy": "_policy",
     "PolicyFile": "_file",
     "PolicyTester": "_tester",

@@ -17,6 +17,8 @@ from ._values import Environment
 DEFAULT_HTTP_PORTS = (80, 443)
 PortList = tuple[str, ...]  # port lists as --net-allow-bind takes them: "8080", "8000-8100", "*"
 HTTPS_INSPECT_MODES = ("auto", "on", "off")
+# LocalGPT's modes: the default workspace; the same reads and no writes; no confinement.
+MODES = ("workspace-write", "read-only", "full-access")
 
 
 def _flag(name: str, key: str, *, path: bool = False, **kwargs: object) -> object:
@@ -39,6 +41,7 @@ class Policy:
     fs_readable: tuple[str, ...] = _flag("--fs-read", "filesystem.read", path=True, default=())
     fs_writable: tuple[str, ...] = _flag("--fs-write", "filesystem.write", path=True, default=())
     fs_denied: tuple[str, ...] = _flag("--fs-deny", "filesystem.deny", path=True, default=())
+    mode: str = _flag("--mode", "filesystem.mode", default="workspace-write")
     allow_ipc: bool = _flag("--allow-ipc", "confinement.allow_ipc", default=False)
     # Always true (the seeds' spellings of sandlock's default); allow_ipc relaxes both.
     isolate_ipc: bool = _flag("--isolate-ipc", "confinement.isolate_ipc", default=True)
@@ -85,20 +88,37 @@ class Policy:
         if self.net_deny and allows:
             raise PolicyError("net_deny", f"cannot be combined with {' or '.join(allows)} "
                               "(choose an allowlist or a denylist)")
+        self._check_mode()
         if (self.http_ca is None) != (self.http_key is None):
             missing = "http_key" if self.http_key is None else "http_ca"
             raise PolicyError(missing, "--http-ca and --http-key go together (give both)")
         if self.http_ca is not None:
             check.check_user_ca(self.http_ca, self.http_key)
 
+    def _check_mode(self) -> None:
+        if self.mode == "read-only" and self.fs_writable:
+            raise PolicyError("mode", "read-only cannot be combined with --fs-write")
+        if self.mode == "full-access":
+            given = [flag_of(name) for name in ("fs_readable", "fs_writable", "fs_denied",
+                                                "net_deny") if getattr(self, name)]
+            if given:
+                raise PolicyError("mode", f"full-access confines nothing: {', '.join(given)} "
+                                  "would mean nothing with it")
+
     @property
     def uses_default_workspace(self) -> bool:
         return not self.fs_readable and not self.fs_writable
 
     @property
+    def full_access(self) -> bool:
+        return self.mode == "full-access"
+
+    @property
     def net_allow_specs(self) -> tuple[str, ...]:
         """Every allow rule, in --net-allow's grammar: --net-allow itself, each
         --net-allow-host (every port) and each --net-connect (TCP, any host)."""
+        if self.full_access:
+            return ("*",)
         connect = tuple(f"tcp://*:{ports}" for ports in self.net_connect)
         return (*self.net_allow, *self.net_allow_hosts, *connect)
 
@@ -113,6 +133,7 @@ _CHECKS = {
     "fs_readable": check.existing_paths,
     "fs_writable": check.existing_paths,
     "fs_denied": check.absolute_paths,
+    "mode": check.choice(MODES),
     "allow_ipc": check.boolean,
     "isolate_ipc": check.isolated,
     "isolate_signals": check.isolated,

@@ -47,10 +47,12 @@ class Sandbox:
     """Runs commands under one Policy."""
 
     def __init__(self, policy: Policy | str | None = None, *, audit: str | None = None,
-                 quiet: bool = False) -> None:
+                 quiet: bool = False, dangerously_allow_full_access: bool = False) -> None:
         """``policy``: a Policy, or the name of a profile to load (``Sandbox("build")``).
         ``audit``: a file receiving one JSON line per network decision.
-        ``quiet``: no notices on stderr (denials, DNS warnings)."""
+        ``quiet``: no notices on stderr (denials, DNS warnings).
+        ``dangerously_allow_full_access``: the consent a policy in mode full-access needs
+        (it never comes from the policy itself, which someone else may have written)."""
         if isinstance(policy, str):
             from ..policy import load_profile
 
@@ -58,6 +60,7 @@ class Sandbox:
         self.policy = policy if policy is not None else Policy()
         self.audit = audit
         self.quiet = quiet
+        self.full_access_allowed = dangerously_allow_full_access
         self.warnings: list[str] = []
 
     def start(
@@ -78,9 +81,14 @@ class Sandbox:
         """
         argv = _check_argv(argv)
         pass_fds = _check_pass_fds(pass_fds)
+        if self.policy.full_access and not self.full_access_allowed:
+            raise PolicyError("mode", "full-access runs the command unconfined: it needs "
+                              "--dangerously-allow-full-access as well")
         env = child_environment(self.policy, os.environ)
         cwd = self.policy.cwd or os.getcwd()
         audit = _open_audit(self.audit)
+        if self.policy.full_access:
+            _record_full_access(audit, argv)
         http = _start_http(self.policy, env, audited=audit is not None)
         try:
             # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
@@ -296,6 +304,20 @@ def _check_argv(argv: Sequence[str]) -> list[str]:
     if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
         raise PolicyError("argv", "expected a non-empty list of strings")
     return list(argv)
+
+
+def _record_full_access(audit: TextIO | None, argv: list[str]) -> None:
+    """Announced on stderr whatever -q says, and recorded in the audit log."""
+    program = os.path.basename(argv[0])  # not the arguments: they may carry tokens
+    print(f"sandlock: warning: full-access mode: {program} runs unconfined (filesystem, "
+          "network and IPC open; only the syscall filter stays)", file=sys.stderr, flush=True)
+    if audit is not None:
+        import json
+        import time
+
+        audit.write(json.dumps({"time": round(time.time(), 6), "event": "full-access",
+                                "program": program}) + "\n")
+        audit.flush()
 
 
 def _check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:
