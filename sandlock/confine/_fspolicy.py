@@ -78,7 +78,7 @@ def compile_grants(
     Write implies read; overlapping grants combine as Landlock does (a nested
     rule adds rights, never removes them).  Grants that do not exist are dropped.
     """
-    denies = sorted({path for path in map(os.path.realpath, deny) if os.path.exists(path)})
+    denies = sorted({path for path in map(os.path.realpath, _present(deny)) if os.path.exists(path)})
     rules: dict[str, int] = {}
     for grant, level in _grants(read, write).items():
         for path, expanded in _subtract(grant, denies):
@@ -105,10 +105,16 @@ def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:
     return os.path.join(data_home, "sandlock", "ca")
 
 
+def _present(paths: Iterable[str]) -> list[str]:
+    """Each path once, if something is there: realpath costs a stat per component, and
+    most of the ~150 credential paths of a run do not exist."""
+    return [path for path in dict.fromkeys(paths) if os.path.lexists(path)]
+
+
 def _grants(read: Iterable[str], write: Iterable[str]) -> dict[str, int]:
     """Existing granted real paths -> level (write wins over read)."""
-    grants = {path: READ for path in map(os.path.realpath, read)}
-    grants.update((path, WRITE) for path in map(os.path.realpath, write))
+    grants = {path: READ for path in map(os.path.realpath, _present(read))}
+    grants.update((path, WRITE) for path in map(os.path.realpath, _present(write)))
     return {path: level for path, level in grants.items() if os.path.exists(path)}
 
 
