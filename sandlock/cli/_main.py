@@ -172,7 +172,27 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
     if not quiet:
         for notice in process.notices:
             print(notice, file=sys.stderr)
+        if code != 0 and policy.uses_default_workspace and not policy.full_access:
+            _name_what_was_outside(policy, command)
     return code
+
+
+def _name_what_was_outside(policy: Policy, command: list[str]) -> None:
+    """After a failure, the paths in the command's arguments that the default workspace
+    did not grant, and how to grant them: never a bare "Permission denied" that sends
+    users to --mode full-access."""
+    from ..confine import unreachable
+
+    env = {**os.environ, **policy.env}
+    home = env.get("HOME") or os.path.expanduser("~")
+    for path, denied in unreachable(command[1:], home, policy.cwd or os.getcwd(), env):
+        if denied:
+            print(f"sandlock: note: {path} is a credential store, denied in every policy",
+                  file=sys.stderr)
+        else:
+            print(f"sandlock: note: {path} is outside the default workspace; "
+                  f"SANDLOCK_FS_READ={path} (or SANDLOCK_FS_WRITE) grants it, "
+                  "or choose the paths with -r/-w", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

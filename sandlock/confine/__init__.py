@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._confinement import Confinement, keeper_scope
     from ._fspolicy import sandlock_ca_dir
-    from ._workspace import widening
+    from ._workspace import unreachable, widening
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
 # ``module:`` for the module itself);
@@ -22,6 +22,7 @@ _EXPORTS = {
     "Confinement": "_confinement",
     "keeper_scope": "_confinement",
     "sandlock_ca_dir": "_fspolicy",
+    "unreachable": "_workspace",
     "widening": "_workspace",
 }
 

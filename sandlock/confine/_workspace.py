@@ -61,7 +61,7 @@ def default_workspace(home: str, cwd: str, env: Mapping[str, str],
     """(read, write, deny) of the default workspace for a command started in ``cwd``
     with ``env``; ``widen`` holds SANDLOCK_FS_READ/WRITE (sandlock's own environment)."""
     check_workspace(cwd, home)
-    _create_caches(home)
+    _create_caches(home, env)
     read = [*SYSTEM_READ, *_under(home, HOME_TOOLS_READ), *_tool_homes(env, home, read=True)]
     write = [cwd, *SCRATCH_WRITE, *DEVICES_WRITE, *_under(home, HOME_CACHES_WRITE),
              *_tool_homes(env, home, read=False)]
@@ -93,16 +93,28 @@ def widening(env: Mapping[str, str] = os.environ) -> dict[str, tuple[str, ...]]:
     return {name: paths for name, paths in found.items() if paths}
 
 
-def _create_caches(home: str) -> None:
-    """Create the missing cache directories whose parent exists ($HOME, or a tool's
-    directory such as ~/.cargo): a rule needs an existing path, and a tool could not
-    create its cache in a directory the sandbox may not write."""
-    for cache in _under(home, HOME_CACHES_WRITE):
-        if not os.path.lexists(cache) and os.path.isdir(os.path.dirname(cache)):
-            try:
-                os.mkdir(cache, 0o700)
-            except OSError:
-                pass  # not ours to create: the tool will say what it cannot do
+def _create_caches(home: str, env: Mapping[str, str]) -> None:
+    """Create the missing cache directories a tool could not create itself (a rule
+    needs an existing path, and the sandbox may not write $HOME): in a tool's
+    directory that exists (~/.cargo/registry once cargo is installed); in $HOME only
+    ~/.cache, and ~/.npm when npm is on the command's PATH (no litter for others)."""
+    for name in HOME_CACHES_WRITE:
+        cache = os.path.join(home, name)
+        parent = os.path.dirname(cache)
+        if os.path.lexists(cache) or not os.path.isdir(parent):
+            continue
+        if parent == home.rstrip("/") and name != ".cache" and not (
+                name == ".npm" and _on_path("npm", env)):
+            continue
+        try:
+            os.mkdir(cache, 0o700)
+        except OSError:
+            pass  # not ours to create: the tool will say what it cannot do
+
+
+def _on_path(program: str, env: Mapping[str, str]) -> bool:
+    return any(os.access(os.path.join(directory, program), os.X_OK)
+               for directory in env.get("PATH", "").split(":") if directory)
 
 
 def _under(home: str, relative: Iterable[str]) -> Iterator[str]:
@@ -145,3 +157,25 @@ def _enclosing_repository(cwd: str) -> str | None:
 
 def _within(path: str, ancestor: str) -> bool:
     return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
+
+
+def unreachable(arguments: list[str], home: str, cwd: str, env: Mapping[str, str],
+                widen: Mapping[str, str] = os.environ) -> list[tuple[str, bool]]:
+    """(path, denied in every policy) for the command's path arguments that exist but
+    that the default workspace does not grant: what to name when a command failed."""
+    read, write, deny = default_workspace(home, cwd, env, widen)
+    granted = [os.path.realpath(path) for path in (*read, *write)]
+    denied = [os.path.realpath(path) for path in deny]
+    found = []
+    for argument in arguments:
+        candidate = argument.partition("=")[2] if argument.startswith("-") else argument
+        if "/" not in candidate and not candidate.startswith("~"):
+            continue
+        path = os.path.realpath(os.path.join(cwd, os.path.expanduser(candidate)))
+        if not os.path.exists(path):
+            continue
+        if any(_within(path, d) for d in denied):
+            found.append((path, True))
+        elif not any(_within(path, g) for g in granted):
+            found.append((path, False))
+    return list(dict.fromkeys(found))
