@@ -15,8 +15,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SANDLOCK = ROOT / "sandlock"
 # Each may import only those before it (the base modules, _errors and _lazy, are below
-# them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca.
-LAYERS = ("kernel", "confine", "ca", "proxy", "net", "policy", "process", "cli")
+# them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca; those two and
+# shellpolicy are public, the others internal.
+LAYERS = ("kernel", "shellpolicy", "confine", "ca", "proxy", "net", "policy", "process", "cli")
 INTERNAL = ("kernel", "net", "confine", "policy", "process", "cli")
 MAX_LINES = 400
 

@@ -81,6 +81,27 @@ def _run(args: argparse.Namespace) -> int:
                     pass_fds=args.pass_fds, full_access=args.dangerously_allow_full_access)
 
 
+def _vet(args: argparse.Namespace) -> int:
+    """0 allowed, 1 refused; the decision on stdout (a line, or JSON)."""
+    words = list(args.command)
+    if words[:1] == ["--"]:
+        words = words[1:]
+    if not words:
+        fail("vet: missing COMMAND (usage: sandlock vet [--verify] -- 'COMMAND')")
+    from .. import shellpolicy
+
+    decide = shellpolicy.decide_verify if args.verify else shellpolicy.decide
+    decision = decide(" ".join(words))
+    if args.json:
+        import json
+
+        print(json.dumps({"allowed": decision.allowed, "code": decision.code,
+                          "reason": decision.reason}))
+    else:
+        print("allowed" if decision.allowed else f"refused ({decision.code}): {decision.reason}")
+    return 0 if decision.allowed else 1
+
+
 def _widening_notes(policy: Policy) -> list[str]:
     """What SANDLOCK_FS_READ/WRITE add to this run (not part of the policy: they are
     this environment's)."""
@@ -225,6 +246,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         from ._check import main as check
 
         return check()
+    if args.subcommand == "vet":
+        return _vet(args)
     if args.subcommand == "selftest":
         from ._selftest import main as selftest
 

@@ -31,6 +31,7 @@ COMMANDS = {
     "ca": "manage sandlock's persistent CA (init, show, export, install, uninstall)",
     "check": "show which kernel features sandlock can use",
     "selftest": "run real confined programs and check each protection",
+    "vet": "check an agent's shell command before it runs (cd, redirects, syntax; --verify: changes)",
 }
 
 
@@ -44,7 +45,8 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_VersionAction, nargs=0, help="show the version")
     commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=Parser)
     builders = {"run": _add_run_parser, "learn": _add_learn_parser,
-                "policy": _add_policy_parser, "profile": _add_profile_parser}
+                "policy": _add_policy_parser, "profile": _add_profile_parser,
+                "vet": _add_vet_parser}
     if wanted not in COMMANDS:
         wanted = None  # build them all: --help, or argparse's error listing the choices
     for name, summary in COMMANDS.items():
@@ -56,6 +58,19 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
             # selftest take no options.
             commands.add_parser(name, help=summary)
     return parser
+
+
+def _add_vet_parser(commands: argparse._SubParsersAction) -> None:
+    vet = commands.add_parser(
+        "vet", help=COMMANDS["vet"], usage="sandlock vet [--verify] [--json] -- 'COMMAND'",
+        description="Decide whether an agent's bash command may run (docs/vet.md): a first "
+        "pass, not a boundary. Exit status: 0 allowed, 1 refused (the reason on stdout), "
+        "2 for invalid options.")
+    vet.add_argument("--verify", action="store_true",
+                     help="verify mode: also refuse commands that change files or the repository")
+    vet.add_argument("--json", action="store_true",
+                     help='print {"allowed": ..., "code": ..., "reason": ...}')
+    vet.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND")
 
 
 def _add_run_parser(commands: argparse._SubParsersAction) -> None:
