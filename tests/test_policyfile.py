@@ -74,6 +74,7 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
                     f'[filesystem]\ndeny = ["{work / "secret"}"]'),
         "mode": (["--mode", "read-only"], '[filesystem]\nmode = "read-only"'),
         "allow_ipc": (["--allow-ipc"], "[confinement]\nallow_ipc = true"),
+        "allow_sysv_ipc": (["--allow-sysv-ipc"], "[confinement]\nallow_sysv_ipc = true"),
         "allow_syscalls": (["--allow-syscall", "ptrace"],
                            '[confinement]\nallow_syscalls = ["ptrace"]'),
         "env": (["--env", "A=1", "--env", "B=x=y"], '[process]\nenv = { A = "1", B = "x=y" }'),

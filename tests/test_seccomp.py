@@ -165,6 +165,19 @@ DENIED_ARGS: dict[str, tuple[int, ...]] = {
     "io_uring_setup": (0, 0),
     "io_uring_enter": (-1, 0, 0, 0, 0, 0),
     "io_uring_register": (-1, 0, 0, 0),
+    # SysV IPC: arguments each call refuses (EINVAL; ENOENT for a key nobody created)
+    "shmget": (0, 0, 0),
+    "shmat": (-1, 0, 0),
+    "shmdt": (1,),
+    "shmctl": (-1, 0xFFFF, 0),
+    "semget": (0, -1, 0),
+    "semop": (-1, 0, 0),
+    "semtimedop": (-1, 0, 0, 0),
+    "semctl": (-1, 0, 0xFFFF),
+    "msgget": (0x7FFFABCD, 0),
+    "msgsnd": (-1, 0, 0, 0),
+    "msgrcv": (-1, 0, 0, 0, 0),
+    "msgctl": (-1, 0xFFFF, 0),
 }
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET, AF_ALG, AF_VSOCK = 1, 2, 10, 16, 17, 38, 40

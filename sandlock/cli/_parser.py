@@ -174,6 +174,9 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._
             help="isolate abstract unix sockets (the default; --allow-ipc relaxes it)")
     _option(confine, "isolate_signals", action="store_true",
             help="isolate signals (the default; --allow-ipc relaxes it)")
+    _option(confine, "allow_sysv_ipc", action="store_true",
+            help="allow SysV IPC and POSIX message queues (machine-wide: a channel to "
+            "other processes)")
     _option(confine, "allow_syscalls", action="append", metavar="NAME",
             help="DANGEROUS: lift sandlock's restriction on syscall NAME")
     _option(confine, "best_effort", action="store_true",

@@ -121,7 +121,8 @@ def _seccomp_program(policy: Policy) -> bytes:
         if not seccomp.action_available(action):
             raise SetupError(f"{what} is not available: the network policy cannot be "
                              "enforced (run `sandlock check`)")
-    return seccomp.build_filter(arch, frozenset(policy.allow_syscalls), frozenset(seccomp.SUPERVISED))
+    waived = {*policy.allow_syscalls, *(seccomp.SYSV_IPC if policy.allow_sysv_ipc else ())}
+    return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED))
 
 
 def level_access(abi: int) -> dict[int, int]:

@@ -122,6 +122,14 @@ _DENIED = (
     # io_uring performs connect/sendmsg without passing through seccomp
     "io_uring_setup", "io_uring_enter", "io_uring_register",
 )  # fmt: skip
+# SysV IPC objects live in the machine-wide IPC namespace: a channel between sandboxes
+# and to host processes. Waived together by --allow-sysv-ipc. (POSIX message queues
+# are files of the mqueue filesystem, which no Landlock rule grants.)
+SYSV_IPC = (
+    "shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl",
+    "msgget", "msgsnd", "msgrcv", "msgctl",
+)  # fmt: skip
+_PER_LINUX, _PERSONALITY_QUERY = 0, 0xFFFFFFFF
 
 
 def _inet(family: int, icmp: int) -> Clause:
@@ -140,6 +148,11 @@ def _inet(family: int, icmp: int) -> Clause:
 
 RULES: dict[str, Rule] = {
     **{name: Rule(default=EPERM) for name in _DENIED},
+    **{name: Rule(default=EPERM) for name in SYSV_IPC},
+    # Persona flags weaken what runs next (ADDR_NO_RANDOMIZE turns off ASLR,
+    # READ_IMPLIES_EXEC makes data executable): only PER_LINUX and the query pass.
+    # persona is unsigned int.
+    "personality": Rule(Clause(ALLOW, Match(0, [_PER_LINUX, _PERSONALITY_QUERY])), default=EPERM),
     # Namespaces would escape the sandbox's view. clone's flags are a register
     # argument (the kernel uses only the low 32 bits)...
     "clone": Rule(Clause(ALLOW, Match(0, [0], mask=_CLONE_NEW_NAMESPACES)), default=EPERM),

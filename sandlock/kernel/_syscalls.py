@@ -87,6 +87,10 @@ _X86_64 = Arch(
         "landlock_add_rule": 445,
         "landlock_restrict_self": 446,
         "open_tree_attr": 467,
+        # SysV IPC (machine-wide objects), personality
+        "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66,
+        "shmdt": 67, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+        "semtimedop": 220, "personality": 135,
     },
 )
 

@@ -49,6 +49,7 @@ class Policy:
                                   default=True)
     allow_syscalls: tuple[str, ...] = _flag("--allow-syscall", "confinement.allow_syscalls",
                                             default=())
+    allow_sysv_ipc: bool = _flag("--allow-sysv-ipc", "confinement.allow_sysv_ipc", default=False)
     env: Environment = _flag("--env", "process.env", default=Environment())
     clean_env: bool = _flag("--clean-env", "process.clean_env", default=False)
     cwd: str | None = _flag("--cwd", "process.cwd", path=True, default=None)
@@ -138,6 +139,7 @@ _CHECKS = {
     "isolate_ipc": check.isolated,
     "isolate_signals": check.isolated,
     "allow_syscalls": check.waivers,
+    "allow_sysv_ipc": check.boolean,
     "env": check.environment,
     "clean_env": check.boolean,
     "cwd": check.directory,
