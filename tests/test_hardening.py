@@ -4,8 +4,10 @@ the sandbox, and persona flags that weaken what the command runs next."""
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -86,3 +88,30 @@ def test_sysv_ipc_and_personality_unprivileged(as_nobody, host_segment):
     assert result.stdout.count("Operation not permitted") == 4, result.stderr
     persona = run_python(code=PERSONA, args=[str(ADDR_NO_RANDOMIZE)], as_user=as_nobody)
     assert persona.stdout.strip() == "Operation not permitted"
+
+
+def test_env_name_passes_a_secret_without_putting_it_in_argv(tmp_path):
+    """--env NAME: the value comes from sandlock's environment, never from its command
+    line (readable by every process through /proc) or a printed policy."""
+    env = {**os.environ, "API_TOKEN": "s3cret-value"}
+    marker = tmp_path / "started"
+    sandbox = subprocess.Popen([*SANDLOCK, "run", "--clean-env", "--env", "API_TOKEN", "--",
+                                "sh", "-c", f'echo "$API_TOKEN" > {marker}; sleep 30'],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.read_text() == "s3cret-value\n"
+        with open(f"/proc/{sandbox.pid}/cmdline", "rb") as cmdline:
+            assert b"s3cret" not in cmdline.read()
+    finally:
+        sandbox.kill()
+        sandbox.wait()
+    printed = subprocess.run([*SANDLOCK, "run", "--env", "API_TOKEN", "--print-policy"],
+                             env=env, capture_output=True, text=True)
+    assert 'env = ["API_TOKEN"]' in printed.stdout and "s3cret" not in printed.stdout
+    unset = sandlock("run", "--env", "SANDLOCK_TEST_UNSET_X", "--", "true")
+    assert unset.returncode == 2
+    assert unset.stderr.strip() == ("sandlock: error: --env: SANDLOCK_TEST_UNSET_X: not set "
+                                    "in sandlock's environment (--env NAME passes it from there)")

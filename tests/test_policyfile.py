@@ -171,8 +171,8 @@ def test_relative_paths_are_the_files_directory_and_tilde_is_home(tmp_path):
                                            "got a string"),
     ("[process]\nenv = { A = 1 }\n", 'p.toml:2: process.env: expected a table of strings or a '
                                      'list of "K=V" strings, got an integer in the table'),
-    ("[process]\nenv = [\n  'A=1',\n  'NOEQUALS',\n]\n",
-     "p.toml:4: process.env: 'NOEQUALS': expected K=V"),
+    ("[process]\nenv = [\n  'A=1',\n  '=NONAME',\n]\n",
+     "p.toml:4: process.env: invalid variable name ''"),
     ("network = 1\n", "p.toml:1: network: expected a table ([network]), got an integer"),
     ("description = 1\n", "p.toml:1: description: expected a string, got an integer"),
     ("[network]\nallow = [\n  'github.com:22',\n  'github.com:22,99999',\n]\n",

@@ -183,8 +183,9 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._
             help="run without Landlock or IPC scoping if the kernel lacks them, "
             "with a warning (seccomp stays required)")
     proc = parser.add_argument_group("process")
-    _option(proc, "env", action="append", metavar="K=V",
-            help="set an environment variable (repeatable)")
+    _option(proc, "env", action="append", metavar="K=V|NAME",
+            help="set an environment variable, or pass NAME from sandlock's environment "
+            "(for secrets: not in sandlock's command line) (repeatable)")
     _option(proc, "clean_env", action="store_true",
             help="keep only PATH HOME TERM LANG USER SHELL from the environment")
     _option(proc, "cwd", metavar="DIR", help="run COMMAND in DIR")

@@ -43,7 +43,7 @@ def _section(policy: Policy, section: str) -> list[str]:
 
 def _value(key: Key, value: object) -> str:
     if key.kind is ENV:  # written as the option takes it: K=V
-        value = tuple(f"{name}={text}" for name, text in value.items())
+        value = tuple(name if text is None else f"{name}={text}" for name, text in value.items())
     if isinstance(value, tuple):
         return _array([_scalar(item) for item in value], indent=len(key.name) + 3)
     return _scalar(value)

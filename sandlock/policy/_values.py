@@ -62,16 +62,18 @@ def boolean(name: str, value: object) -> bool:
     return value
 
 
-class Environment(Mapping[str, str]):
+class Environment(Mapping[str, "str | None"]):
     """The variables a Policy sets, in the order given: an immutable mapping (hashable,
-    like the rest of a frozen Policy); ``Policy(env={"LANG": "C.UTF-8"})``."""
+    like the rest of a frozen Policy); ``Policy(env={"LANG": "C.UTF-8"})``. A value of
+    None passes the variable from sandlock's own environment (``--env NAME``), so that
+    a secret never appears in sandlock's argv, a policy file or --print-policy."""
 
     __slots__ = ("_items",)
 
     def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
         self._items = dict(items)
 
-    def __getitem__(self, name: str) -> str:
+    def __getitem__(self, name: str) -> str | None:
         return self._items[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -88,23 +90,23 @@ class Environment(Mapping[str, str]):
 
 
 def environment(name: str, value: object) -> Environment:
-    """A mapping, or a sequence of ``K=V`` strings or (K, V) pairs (as --env gives them)."""
+    """A mapping, or a sequence of ``K=V`` strings, ``NAME`` strings (passed from
+    sandlock's environment) or (K, V) pairs (as --env gives them)."""
     items = value.items() if isinstance(value, Mapping) else value
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise PolicyError(name, f"expected a mapping or K=V strings, got {value!r}")
-    pairs: dict[str, str] = {}
+    pairs: dict[str, str | None] = {}
     for item in items:
         if isinstance(item, str):
             key, sep, val = item.partition("=")
-            if not sep:
-                raise PolicyError(name, f"{item!r}: expected K=V")
+            val = val if sep else None  # NAME: from sandlock's environment
         elif isinstance(item, tuple) and len(item) == 2:
             key, val = item
         else:
             raise PolicyError(name, f"{item!r}: expected K=V")
         if not isinstance(key, str) or not key or "=" in key or "\0" in key:
             raise PolicyError(name, f"invalid variable name {key!r}")
-        if not isinstance(val, str) or "\0" in val:
+        if val is not None and (not isinstance(val, str) or "\0" in val):
             raise PolicyError(name, f"invalid value for {key}")
         pairs[key] = val
     return Environment(pairs.items())

@@ -296,7 +296,13 @@ def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dic
         env = {key: base[key] for key in CLEAN_ENV_KEEP if key in base}
     else:
         env = dict(base)
-    env.update(policy.env)
+    for name, value in policy.env.items():
+        if value is None:  # --env NAME: sandlock's own value, never written anywhere
+            if name not in os.environ:
+                raise PolicyError("env", f"{name}: not set in sandlock's environment "
+                                  "(--env NAME passes it from there)")
+            value = os.environ[name]
+        env[name] = value
     return env
 
 
