@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from ..policy import Policy
 from ..process import Result, Sandbox
+from . import _probes as probes
 
 PY = sys.executable
 # The interpreter itself, not a venv's link to it: the default workspace need not cover
@@ -24,88 +25,6 @@ PY = sys.executable
 BASE_PY = os.path.realpath(sys.executable)
 
 # Snippets run inside the sandbox; each prints what happened for the check to judge.
-_TRY_WRITE = """
-import sys
-try:
-    open(sys.argv[1], "w").write("x"); print("written")
-except OSError as e:
-    print(e.strerror)
-"""
-_TRY_READ = """
-import sys
-try:
-    open(sys.argv[1]).read(); print("read")
-except OSError as e:
-    print(e.strerror)
-"""
-_TRY_LIST = """
-import os, sys
-try:
-    os.listdir(sys.argv[1]); print("listed")
-except OSError as e:
-    print(e.strerror)
-"""
-_TRY_SYSCALL = """
-import ctypes, sys
-libc = ctypes.CDLL(None, use_errno=True)
-args = [ctypes.c_long(int(a)) for a in sys.argv[1:]]
-r = libc.syscall(*args)
-print("ok" if r >= 0 else __import__("os").strerror(ctypes.get_errno()))
-"""
-_INT80 = """
-import ctypes, mmap
-# mov eax, 20 (i386 getpid); int 0x80; ret
-code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])
-mem = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-mem.write(code)
-addr = ctypes.addressof(ctypes.c_char.from_buffer(mem))
-ctypes.CFUNCTYPE(ctypes.c_int)(addr)()
-print("survived")
-"""
-_RAW_SOCKET = """
-import socket
-try:
-    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print("created")
-except OSError as e:
-    print(e.strerror)
-"""
-_SIGNAL_OUTSIDE = """
-import os, sys
-try:
-    os.kill(int(sys.argv[1]), 0); print("delivered")
-except OSError as e:
-    print(e.strerror)
-"""
-
-_CONNECT = """
-import socket, sys
-s = socket.socket(socket.AF_UNIX if sys.argv[1].startswith("/") else socket.AF_INET)
-try:
-    s.connect(sys.argv[1] if sys.argv[1].startswith("/") else (sys.argv[1], int(sys.argv[2])))
-    print("connected")
-except OSError as e:
-    print(e.strerror)
-"""
-_RESOLVE = """
-import socket, sys
-for name in sys.argv[1:]:
-    try:
-        print(socket.gethostbyname(name))
-    except OSError:
-        print("unresolved")
-"""
-
-_HTTP_GET = """
-import sys, urllib.request, urllib.error
-for url in sys.argv[1:]:
-    try:
-        print(urllib.request.urlopen(url, timeout=10).status)
-    except urllib.error.HTTPError as e:
-        print(e.code, e.headers.get("X-Sandlock-Denied"))
-    except OSError as e:
-        print(getattr(e, "reason", e))
-"""
-
 PTRACE, IO_URING_SETUP, UNSHARE = 101, 425, 272
 CLONE_NEWUSER = 0x10000000
 
@@ -131,11 +50,11 @@ class Selftest:
 
     # Each check returns (passed, what was observed).
     def write_inside(self) -> tuple[bool, str]:
-        out = self.python(self.allowlist(), _TRY_WRITE, os.path.join(self.inside, "f"))
+        out = self.python(self.allowlist(), probes.TRY_WRITE, os.path.join(self.inside, "f"))
         return out == "written", out
 
     def write_outside(self) -> tuple[bool, str]:
-        out = self.python(self.allowlist(), _TRY_WRITE, os.path.join(self.outside, "f"))
+        out = self.python(self.allowlist(), probes.TRY_WRITE, os.path.join(self.outside, "f"))
         return out == "Permission denied", out
 
     def rename_across(self) -> tuple[bool, str]:
@@ -146,61 +65,61 @@ class Selftest:
 
     def credentials(self) -> tuple[bool, str]:
         sandbox = Sandbox(Policy(env={"HOME": self.home}, cwd=self.inside), quiet=True)
-        key = self.python(sandbox, _TRY_READ, os.path.join(self.home, ".ssh", "id_selftest"))
+        key = self.python(sandbox, probes.TRY_READ, os.path.join(self.home, ".ssh", "id_selftest"))
         return key == "Permission denied", f"~/.ssh: {key}"
 
     def home_closed(self) -> tuple[bool, str]:
         """The default workspace reads nothing of the real $HOME but its tools and caches."""
         home = os.path.expanduser("~")
         sandbox = Sandbox(Policy(cwd=self.inside), quiet=True)
-        out = self.python(sandbox, _TRY_LIST, home)
+        out = self.python(sandbox, probes.TRY_LIST, home)
         return out == "Permission denied", f"{home}: {out}"
 
     def ptrace(self) -> tuple[bool, str]:
-        out = self.python(self.allowlist(), _TRY_SYSCALL, str(PTRACE), "0", "0", "0", "0")
+        out = self.python(self.allowlist(), probes.TRY_SYSCALL, str(PTRACE), "0", "0", "0", "0")
         return out == "Operation not permitted", out
 
     def io_uring(self) -> tuple[bool, str]:
-        out = self.python(self.allowlist(), _TRY_SYSCALL, str(IO_URING_SETUP), "8", "0")
+        out = self.python(self.allowlist(), probes.TRY_SYSCALL, str(IO_URING_SETUP), "8", "0")
         return out == "Operation not permitted", out
 
     def namespaces(self) -> tuple[bool, str]:
-        out = self.python(self.allowlist(), _TRY_SYSCALL, str(UNSHARE), str(CLONE_NEWUSER))
+        out = self.python(self.allowlist(), probes.TRY_SYSCALL, str(UNSHARE), str(CLONE_NEWUSER))
         return out == "Operation not permitted", out
 
     def i386_syscalls(self) -> tuple[bool, str]:
-        result = self.allowlist().run([BASE_PY, "-c", _INT80], timeout=30)
+        result = self.allowlist().run([BASE_PY, "-c", probes.INT80], timeout=30)
         killed = result.signal == signal.SIGSYS
         return killed, "killed by SIGSYS" if killed else _output(result)
 
     def raw_socket(self) -> tuple[bool, str]:
-        out = self.python(self.allowlist(), _RAW_SOCKET)
+        out = self.python(self.allowlist(), probes.RAW_SOCKET)
         return out == "Operation not permitted", out
 
     def signal_outside(self) -> tuple[bool, str]:
         with subprocess.Popen(["sleep", "30"]) as outsider:
             try:
-                out = self.python(self.allowlist(), _SIGNAL_OUTSIDE, str(outsider.pid))
+                out = self.python(self.allowlist(), probes.SIGNAL_OUTSIDE, str(outsider.pid))
             finally:
                 outsider.kill()
         return out == "Operation not permitted", out
 
     def network_denied(self) -> tuple[bool, str]:
         with _LocalServer() as port:
-            out = self.python(self.allowlist(), _CONNECT, "127.0.0.1", str(port))
+            out = self.python(self.allowlist(), probes.CONNECT, "127.0.0.1", str(port))
         return out == "Permission denied", out
 
     def network_allowed(self) -> tuple[bool, str]:
         with _LocalServer() as port:
             sandbox = self.allowlist(net_allow=(f"127.0.0.1:{port}",))
-            allowed = self.python(sandbox, _CONNECT, "127.0.0.1", str(port))
-            other = self.python(sandbox, _CONNECT, "127.0.0.1", str(port + 1 if port < 65535 else 1))
+            allowed = self.python(sandbox, probes.CONNECT, "127.0.0.1", str(port))
+            other = self.python(sandbox, probes.CONNECT, "127.0.0.1", str(port + 1 if port < 65535 else 1))
         return (allowed, other) == ("connected", "Permission denied"), f"{allowed}; other port: {other}"
 
     def dns_pinned(self) -> tuple[bool, str]:
         sandbox = self.allowlist(resolve=("selftest.sandlock.test=127.0.0.1",),
                                  net_allow=("selftest.sandlock.test:1",))
-        out = self.python(sandbox, _RESOLVE, "selftest.sandlock.test", "unlisted.sandlock.test")
+        out = self.python(sandbox, probes.RESOLVE, "selftest.sandlock.test", "unlisted.sandlock.test")
         return out.split() == ["127.0.0.1", "unresolved"], out.replace("\n", ", ")
 
     def unix_daemon(self) -> tuple[bool, str]:
@@ -210,9 +129,9 @@ class Selftest:
         with socket.socket(socket.AF_UNIX) as daemon:
             daemon.bind(path)
             daemon.listen()
-            denied = self.python(Sandbox(Policy(cwd=self.inside), quiet=True), _CONNECT, path)
+            denied = self.python(Sandbox(Policy(cwd=self.inside), quiet=True), probes.CONNECT, path)
             allowed = self.python(Sandbox(Policy(cwd=self.inside, unix_allow=(path,)), quiet=True),
-                                  _CONNECT, path)
+                                  probes.CONNECT, path)
         return (denied, allowed) == ("Permission denied", "connected"), f"{denied}; with --unix-allow: {allowed}"
 
     def http_rules(self) -> tuple[bool, str]:
@@ -220,7 +139,7 @@ class Selftest:
             name = "selftest.sandlock.test"
             sandbox = self.allowlist(resolve=(f"{name}=127.0.0.1",), http_ports=(port,),
                                      http_allow=(f"GET {name}/allowed/*",), https_inspect="off")
-            out = self.python(sandbox, _HTTP_GET, f"http://{name}:{port}/allowed/x",
+            out = self.python(sandbox, probes.HTTP_GET, f"http://{name}:{port}/allowed/x",
                               f"http://{name}:{port}/other", f"http://127.0.0.1:{port + 1}/")
         lines = out.splitlines()
         passed = (len(lines) == 3 and lines[0] == "200" and lines[1].startswith("403 ")
@@ -234,7 +153,7 @@ class Selftest:
             _write(ca_file, upstream_ca.decode())
             sandbox = self.allowlist(resolve=(f"{name}=127.0.0.1",), http_ports=(port,),
                                      http_allow=(f"GET {name}/allowed/*",), upstream_ca=(ca_file,))
-            out = self.python(sandbox, _HTTP_GET, f"https://{name}:{port}/allowed/x",
+            out = self.python(sandbox, probes.HTTP_GET, f"https://{name}:{port}/allowed/x",
                               f"https://{name}:{port}/other")
         lines = out.splitlines()
         passed = len(lines) == 2 and lines[0] == "200" and lines[1].startswith("403 ")

@@ -1,0 +1,84 @@
+"""The small programs `sandlock selftest` runs inside sandboxes: each tries one thing
+and prints what happened (the error's text, or what it read), for a check to compare."""
+
+TRY_WRITE = """
+import sys
+try:
+    open(sys.argv[1], "w").write("x"); print("written")
+except OSError as e:
+    print(e.strerror)
+"""
+TRY_READ = """
+import sys
+try:
+    open(sys.argv[1]).read(); print("read")
+except OSError as e:
+    print(e.strerror)
+"""
+TRY_LIST = """
+import os, sys
+try:
+    os.listdir(sys.argv[1]); print("listed")
+except OSError as e:
+    print(e.strerror)
+"""
+TRY_SYSCALL = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+args = [ctypes.c_long(int(a)) for a in sys.argv[1:]]
+r = libc.syscall(*args)
+print("ok" if r >= 0 else __import__("os").strerror(ctypes.get_errno()))
+"""
+INT80 = """
+import ctypes, mmap
+# mov eax, 20 (i386 getpid); int 0x80; ret
+code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])
+mem = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+mem.write(code)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+ctypes.CFUNCTYPE(ctypes.c_int)(addr)()
+print("survived")
+"""
+RAW_SOCKET = """
+import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print("created")
+except OSError as e:
+    print(e.strerror)
+"""
+SIGNAL_OUTSIDE = """
+import os, sys
+try:
+    os.kill(int(sys.argv[1]), 0); print("delivered")
+except OSError as e:
+    print(e.strerror)
+"""
+
+CONNECT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX if sys.argv[1].startswith("/") else socket.AF_INET)
+try:
+    s.connect(sys.argv[1] if sys.argv[1].startswith("/") else (sys.argv[1], int(sys.argv[2])))
+    print("connected")
+except OSError as e:
+    print(e.strerror)
+"""
+RESOLVE = """
+import socket, sys
+for name in sys.argv[1:]:
+    try:
+        print(socket.gethostbyname(name))
+    except OSError:
+        print("unresolved")
+"""
+
+HTTP_GET = """
+import sys, urllib.request, urllib.error
+for url in sys.argv[1:]:
+    try:
+        print(urllib.request.urlopen(url, timeout=10).status)
+    except urllib.error.HTTPError as e:
+        print(e.code, e.headers.get("X-Sandlock-Denied"))
+    except OSError as e:
+        print(getattr(e, "reason", e))
+"""
