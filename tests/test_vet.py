@@ -27,6 +27,8 @@ BASELINE = {
     "make >> build.log 2>&1": "redirect",
     "cat a &> out": "redirect",
     "ls >| listing": "redirect",
+    "ls >& listing": "redirect",  # bash's other spelling of &>
+    "ls >&2; ls 2>&-; echo warn > /dev/stderr": None,
     "for f in *.py; do wc -l $f > $f.count; done": "redirect",
     'echo "unterminated': "syntax",
     "if then fi": "syntax",
@@ -59,6 +61,9 @@ VERIFY = {
     "find . -name '*.o' -delete": "mutation",
     "find . -exec rm {} +": "mutation",
     "env A=1 nice -n 5 mv a b": "mutation",
+    "\\rm x": "mutation",  # the shell removes quotes and backslashes from a name
+    "r'm' x": "mutation",
+    'while read f; do rm "$f"; done < list': "mutation",
     "git -C . rm foo_test.go": "mutation",
     "git -c user.name=x -C sub commit -m x": "mutation",
     "echo $(git push)": "mutation",

@@ -9,11 +9,15 @@ conditionals, loops, functions, and command or process substitutions.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-# Redirection operators that write (or may create) their target file.
-_OUTPUT_OPERATORS = frozenset({">", ">>", ">|", "&>", "&>>"})
-_DUPLICATIONS = frozenset({">&", "<&", ">&-", "<&-"})
+# Redirection operators that write (or may create) their target file. ">&" is
+# bash's other spelling of "&>" unless its target is a descriptor (2) or "-".
+_OUTPUT_OPERATORS = frozenset({">", ">>", ">|", "&>", "&>>", ">&"})
+# Targets that are not files in the workspace: discarding, or the command's own output.
+_NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -58,23 +62,31 @@ def _walk(node: object, source: bytes, commands: list[Command], writes: list[str
 
 def _redirect_target(node: object, source: bytes) -> str | None:
     """The file an output redirection writes; None for input, descriptor duplication
-    (2>&1) and /dev/null."""
+    (2>&1, >&-) and /dev/null."""
     operator = next((c.type for c in node.children if not c.is_named), "")
     destination = node.child_by_field_name("destination")
-    if destination is None or operator in _DUPLICATIONS or operator not in _OUTPUT_OPERATORS:
+    if destination is None or operator not in _OUTPUT_OPERATORS:
         return None
     target = _word(destination, source)
-    return None if target == "/dev/null" else target
+    if operator == ">&" and (target.isdigit() or target == "-"):
+        return None
+    return None if target in _NOT_FILES else target
 
 
 def _word(node: object, source: bytes) -> str:
-    """A word's text; the quotes of a literal string are removed."""
+    """A word as the shell would pass it, as far as that is certain without running
+    anything: quotes and backslashes removed (\\rm and r"m" are rm); expansions are
+    kept as written ("$f" is $f)."""
     text = source[node.start_byte:node.end_byte].decode(errors="replace")
-    if node.type == "command_name" and node.named_children:
-        return _word(node.named_children[0], source)
+    if node.type in ("command_name", "concatenation"):
+        return "".join(_word(child, source) for child in node.children) or text
+    if node.type == "word":
+        return _ESCAPE.sub(r"\1", text)
     if node.type == "raw_string":
         return text[1:-1]
-    if node.type == "string" and all(c.type == "string_content" for c in node.named_children):
+    if node.type == "ansi_c_string":
+        return text[2:-1]
+    if node.type == "string":
         return text[1:-1]
     return text
 
