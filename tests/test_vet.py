@@ -5,6 +5,7 @@ through wrappers and git's global options, while installs, kill and filters pass
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
@@ -33,6 +34,14 @@ BASELINE = {
     'echo "unterminated': "syntax",
     "if then fi": "syntax",
     "ls |": "syntax",
+    # what runs is what is vetted: through wrappers and into scripts run from a string
+    "command cd /": "cd",
+    "bash -c 'cd / && ls'": "cd",
+    "bash -e -o pipefail -c 'make > log'": "redirect",
+    "eval 'echo x > f'": "redirect",
+    r"find . -type d -execdir cd {} \;": "cd",
+    "bash -c 'echo \"'": "syntax",  # the script would not parse when it runs
+    "bash script.sh; sh -n x.sh": None,  # a script file is not read: not a boundary
 }
 VERIFY = {
     "pip install -r requirements.txt": None,
@@ -43,6 +52,18 @@ VERIFY = {
     "perl -ne 'print if /x/' f": None,
     "git status && git diff HEAD~1": None,
     "find . -name '*.py' -newer x": None,
+    # read-only forms of commands that can also write
+    "command -v rm": None,
+    "perl -Mstrict -ne 'print' f": None,
+    "sort -u a | uniq -c": None,
+    "tar -tzf a.tgz; tar -czf - src | wc -c; unzip -l a.zip; gzip -dc a.gz | head": None,
+    "curl -sSL https://x | jq .; curl -s -o /dev/null -w '%{http_code}' x; wget -qO- x": None,
+    "black --check .; ruff check .; ruff format --diff; cargo fmt --check; gofmt -l .": None,
+    "go mod download; go mod graph; go install ./cmd/x; cargo install ripgrep": None,
+    "git branch; git branch -vv --contains HEAD; git tag -n5 -l 'v*'; git stash list": None,
+    "git remote -v; git config --get user.name; git config user.name; git worktree list": None,
+    "git symbolic-ref HEAD; git format-patch --stdout -1; git log | head": None,
+    "dd if=/dev/zero of=/dev/null count=1": None,
     "rm -rf build": "mutation",
     "mv a b": "mutation",
     "cp a b": "mutation",
@@ -68,6 +89,43 @@ VERIFY = {
     "git -c user.name=x -C sub commit -m x": "mutation",
     "echo $(git push)": "mutation",
     "f() { rm a; }; f": "mutation",
+    # evasions: options of wrappers, option clusters, scripts, -exec, quoting
+    "env -u HOME rm -rf x": "mutation",
+    "doas -u root rm x": "mutation",
+    "watch -n 1 rm x": "mutation",
+    "exec -a name rm x": "mutation",
+    "nohup setsid flock /tmp/l rm x": "mutation",
+    "sed -ni p f": "mutation",
+    "sed --in-place=.bak s/a/b/ f": "mutation",
+    "perl -lpi -e s/a/b/ f": "mutation",
+    r"find . -exec grep -q x {} \; -exec rm {} \;": "mutation",
+    r"find . -execdir sh -c 'mv \"$1\" x' _ {} \;": "mutation",
+    "find . -ok rm {} +": "mutation",
+    "bash -lc 'rm -rf build'": "mutation",
+    "xargs sh -c 'git push'": "mutation",
+    "eval 'git commit -m x'": "mutation",
+    "sort -o sorted.txt in.txt": "mutation",
+    "uniq in.txt out.txt": "mutation",
+    "gzip big.log": "mutation",
+    "tar xzf a.tgz": "mutation",
+    "tar -cf out.tar src": "mutation",
+    "unzip a.zip": "mutation",
+    "curl -sSLo page.html https://x": "mutation",
+    "curl -O https://x/f.tgz": "mutation",
+    "wget https://x/f.tgz": "mutation",
+    "black .": "mutation",
+    "ruff check --fix .": "mutation",
+    "gofmt -w .": "mutation",
+    "cargo add serde": "mutation",
+    "go fmt ./...": "mutation",
+    "mkfifo p": "mutation",
+    "git branch -D old": "mutation",
+    "git branch new": "mutation",
+    "git tag v2": "mutation",
+    "git stash": "mutation",
+    "git config user.name x": "mutation",
+    "git --git-dir=.git --work-tree . clone x": "mutation",
+    "git format-patch -1": "mutation",
 }
 
 
@@ -84,12 +142,23 @@ def test_verify_mode(command, code):
     assert (decision.allowed, decision.code) == (code is None, code), decision.reason
 
 
+def test_shells_nested_past_the_limit_are_refused_not_followed():
+    line = "ls"
+    for depth in range(1, 7):
+        line = "bash -c " + shlex.quote(line)
+        decision = shellpolicy.decide(line)
+        assert decision.allowed == (depth <= 4), (depth, decision)
+    assert "nested more than 4 deep" in decision.reason
+
+
 def test_reasons_point_at_what_to_do_instead():
     assert "read tool" in shellpolicy.decide("cd x").reason
     assert "write or edit tool" in shellpolicy.decide("echo x > f").reason
     assert "notes.txt" in shellpolicy.decide("echo x > notes.txt").reason
     assert "git commit changes the repository" in shellpolicy.decide_verify("git commit").reason
     assert "(b)" in shellpolicy.decide_verify("mv a b").reason  # the write target
+    assert "(out.txt)" in shellpolicy.decide_verify("sort -uo out.txt in").reason
+    assert "column" in shellpolicy.decide("ls |").reason
 
 
 def test_cli_exit_status_and_output():

@@ -98,6 +98,6 @@ def _first_error(node: object) -> str | None:
     while stack:
         current = stack.pop(0)
         if current.type == "ERROR" or current.is_missing:
-            return f"column {current.start_point[1] + 1}"
+            return f"not valid bash at column {current.start_point[1] + 1}"
         stack.extend(current.children)
-    return "somewhere"
+    return "not valid bash"
