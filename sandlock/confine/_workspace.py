@@ -69,8 +69,9 @@ def default_workspace(home: str, cwd: str, env: Mapping[str, str],
     if repository is not None and _harmless(repository, home):  # git reads the whole tree
         read.append(repository)
         write.append(os.path.join(repository, ".git"))
-    read += [os.path.expanduser(path) for path in widening(widen).get(WIDEN_READ, ())]
-    write += [os.path.expanduser(path) for path in widening(widen).get(WIDEN_WRITE, ())]
+    widened = widening(widen)
+    read += [os.path.expanduser(path) for path in widened.get(WIDEN_READ, ())]
+    write += [os.path.expanduser(path) for path in widened.get(WIDEN_WRITE, ())]
     return read, write, protected_paths(home, env)
 
 
