@@ -19,6 +19,7 @@ _ID = struct.Struct("<Q")
 
 IOCTL_RECV = 0xC0502100
 IOCTL_SEND = 0xC0182101
+_FLAG_CONTINUE = 1  # SECCOMP_USER_NOTIF_FLAG_CONTINUE
 IOCTL_ID_VALID = 0x40082102
 IOCTL_SET_FLAGS = 0x40082104
 SET_FLAG_SYNC_WAKE_UP = 1  # wake the supervisor on the CPU the child runs on
@@ -100,8 +101,16 @@ class Listener:
 
     def reply(self, notif_id: int, value: int = 0, error: int = 0) -> bool:
         """Answer with ``value`` or ``-error``; False if the notification is gone."""
+        return self._send(_RESP.pack(notif_id, value, -error, 0))
+
+    def proceed(self, notif_id: int) -> bool:
+        """Let the kernel perform the call, as the caller (SECCOMP_USER_NOTIF_FLAG_CONTINUE).
+        Only where nothing was checked that the caller could change since."""
+        return self._send(_RESP.pack(notif_id, 0, 0, _FLAG_CONTINUE))
+
+    def _send(self, response: bytes) -> bool:
         try:
-            fcntl.ioctl(self.fd, IOCTL_SEND, _RESP.pack(notif_id, value, -error, 0))
+            fcntl.ioctl(self.fd, IOCTL_SEND, response)
             return True
         except OSError as exc:
             if exc.errno == errno.ENOENT:

@@ -32,6 +32,8 @@ _libc = ctypes.CDLL(None, use_errno=True)  # ctypes releases the GIL during thes
 _libc.sendmsg.restype = ctypes.c_ssize_t
 _O_PATH = 0o10000000
 _RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+_AT_FDCWD = -100
 _SOCK_STREAM = 1
 _AF_INET, _AF_INET6 = 2, 10
 _SOL_SOCKET, _SO_ERROR = 1, 4
@@ -145,6 +147,14 @@ def socket_error(fd: int) -> int:
     return value.value
 
 
+# Not an outcome: the kernel performs the call itself, as the command (seccomp CONTINUE).
+KERNEL_PROCEEDS: Outcome = (0, -1)
+
+
+def socket_inode(sock: Socket) -> int:
+    return os.fstat(sock.fd).st_ino
+
+
 def bind(sock: Socket, address: SockAddress) -> Outcome:
     raw = _sockaddr.encode(address)
     return _outcome(_libc.bind(sock.fd, raw, len(raw)))
@@ -153,14 +163,14 @@ def bind(sock: Socket, address: SockAddress) -> Outcome:
 def bound_socket(sock: Socket, address: UnixAddress) -> tuple[int, tuple[int, int] | None]:
     """What a successful bind made: the socket's inode (from our duplicate: exact) and,
     for a path, the socket file's (st_dev, st_ino) (a later lookup: a hint only)."""
-    socket_inode = os.fstat(sock.fd).st_ino
+    inode = socket_inode(sock)
     if address.abstract:
-        return socket_inode, None
+        return inode, None
     try:
-        found = os.lstat(address.path)
+        found = os.lstat(address.reachable)
     except OSError:
-        return socket_inode, None
-    return socket_inode, (found.st_dev, found.st_ino) if stat.S_ISSOCK(found.st_mode) else None
+        return inode, None
+    return inode, (found.st_dev, found.st_ino) if stat.S_ISSOCK(found.st_mode) else None
 
 
 def local_address_for_redirect(sock: Socket) -> tuple[str, int] | int:
@@ -291,7 +301,7 @@ class _kernel_address:
             return None
         if isinstance(address, UnixAddress) and not address.abstract and address.path:
             try:
-                self._fd = _open_socket_file(address.path, address.identity)
+                self._fd = _open_socket_file(address, address.identity)
             except OSError as exc:
                 return exc.errno or errno.ECONNREFUSED
             return _sockaddr.encode(_sockaddr.unix_path(f"/proc/self/fd/{self._fd}"))
@@ -302,17 +312,30 @@ class _kernel_address:
             os.close(self._fd)
 
 
-def _open_socket_file(path: bytes, identity: tuple[int, int] | None) -> int:
-    """An O_PATH fd on the socket file at ``path``, which must still be the file the
+def _open_socket_file(address: UnixAddress, identity: tuple[int, int] | None) -> int:
+    """An O_PATH fd on the socket file at ``address``, which must still be the file the
     verdict judged (``identity``: st_dev, st_ino), reached without any symlink."""
-    how = _OpenHow(_O_PATH | os.O_CLOEXEC, 0, _RESOLVE_NO_SYMLINKS)
-    fd = syscall(nr("openat2"), -100, path, ctypes.byref(how), ctypes.sizeof(how))  # AT_FDCWD
+    fd = _open_beneath(address.root, address.path, 0)
     found = os.fstat(fd)
     if not stat.S_ISSOCK(found.st_mode) or (
             identity is not None and (found.st_dev, found.st_ino) != identity):
         os.close(fd)
         raise OSError(errno.ECONNREFUSED, os.strerror(errno.ECONNREFUSED))
     return fd
+
+
+def _open_beneath(root: bytes, path: bytes, flags: int) -> int:
+    """O_PATH on ``path`` without following any symlink; beneath ``root`` if given."""
+    how = _OpenHow(_O_PATH | os.O_CLOEXEC | flags, 0, _RESOLVE_NO_SYMLINKS)
+    if not root:
+        return syscall(nr("openat2"), _AT_FDCWD, path, ctypes.byref(how), ctypes.sizeof(how))
+    root_fd = os.open(root, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        how.resolve |= _RESOLVE_BENEATH
+        return syscall(nr("openat2"), root_fd, path.lstrip(b"/") or b".",
+                       ctypes.byref(how), ctypes.sizeof(how))
+    finally:
+        os.close(root_fd)
 
 
 class ConfinedWorker:

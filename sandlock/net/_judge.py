@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from ._materialize import Message, Socket
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
+from ._ownsockets import SandboxSockets
 from ._pins import PinTable
 from ._sockaddr import AF_NETLINK, InetAddress, OtherAddress, SockAddress, UnixAddress
 from ._spec import unmapped
@@ -40,34 +41,6 @@ class OwnListeners:
         key = (str(canonical_address(address.address)), port)
         return key in self.others or any(
             a is not None and key == (str(a.address), a.port) for a in listeners)
-
-
-class SandboxSockets:
-    """Unix sockets the sandbox bound itself: its own IPC, always reachable.
-
-    Recognised by the socket's own inode, read from sandlock's duplicate of it at bind
-    time; which socket a file stands for is then asked of the kernel, never inferred
-    from a path the sandbox could swap. ``files`` (socket files' identities read after
-    the bind) only says when that question is worth asking.
-    """
-
-    def __init__(self) -> None:
-        self.sockets: dict[int, None] = {}  # socket inodes, oldest first
-        self.files: set[tuple[int, int]] = set()
-
-    def add(self, socket_inode: int, file: tuple[int, int] | None) -> None:
-        self.sockets[socket_inode] = None
-        if file is not None:
-            self.files.add(file)
-
-    def forget(self, socket_inode: int) -> None:
-        self.sockets.pop(socket_inode, None)
-
-    def may_be_ours(self, address: UnixAddress) -> bool:
-        return address.identity in self.files
-
-    def __contains__(self, address: UnixAddress) -> bool:
-        return address.bound_socket is not None and address.bound_socket in self.sockets
 
 
 class InetDecisions:

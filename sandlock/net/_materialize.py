@@ -198,11 +198,13 @@ def _address(pid: int, pointer: int, length: int) -> SockAddress:
 def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> SockAddress | None:
     """A unix address with what it names for the child.
 
-    Relative paths are relative to the child's cwd; symlinks are resolved so that the
-    verdict sees the socket actually reached (execute then refuses any symlink). A
-    socket that does not exist is ENOENT, as the kernel would say: no denial to report.
-    For a connect or send, what is reached is noted: the (st_dev, st_ino) of a socket
-    file, the socket inode bound to an abstract name.
+    Paths are the child's: relative ones are relative to its cwd, and every one is
+    looked up in its mount namespace (through /proc/PID/root: it has its own /tmp).
+    Symlinks are resolved so that the verdict sees the socket actually reached
+    (execute then refuses any symlink). A socket that does not exist is ENOENT, as the
+    kernel would say: no denial to report. For a connect or send, what is reached is
+    noted: the (st_dev, st_ino) of a socket file, the socket inode bound to an abstract
+    name.
     """
     if not isinstance(address, UnixAddress) or not address.path:
         return address
@@ -210,21 +212,51 @@ def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> S
         if not must_exist:
             return address
         return UnixAddress(address.path, True, bound_socket=abstract_socket_inode(address.path))
-    path = address.path
+    path, root = address.path, b"/proc/%d/root" % pid
     if not path.startswith(b"/"):
         path = os.path.join(os.fsencode(cwd_of(pid)), path)
-    for own in (b"/proc/self/", b"/proc/thread-self/"):  # the caller's, not sandlock's
+    for own in (b"/proc/self/", b"/proc/thread-self/"):  # the caller's, seen from here
         if path.startswith(own):
-            path = b"/proc/%d/" % pid + path[len(own):]
+            path, root = b"/proc/%d/" % pid + path[len(own):], b""
     if not must_exist:  # bind: the last component is created, never followed
         directory, name = os.path.split(path)
-        return UnixAddress(os.path.join(os.path.realpath(directory), name), abstract=False)
-    path = os.path.realpath(path)
+        return UnixAddress(os.path.join(_resolve(root, directory), name), False, root=root)
+    path = _resolve(root, path)
     try:
-        found = os.stat(path)
+        found = os.stat(root + path)
     except OSError:
         raise Refused(errno.ENOENT) from None
-    return UnixAddress(path, abstract=False, identity=(found.st_dev, found.st_ino))
+    return UnixAddress(path, False, identity=(found.st_dev, found.st_ino), root=root)
+
+
+def _resolve(root: bytes, path: bytes) -> bytes:
+    """realpath(``path``) for a process whose root directory is ``root`` (b"": ours):
+    symlinks are read through ``root``, and absolute targets start again from it."""
+    if not root:
+        return os.path.realpath(path)
+    pending = [part for part in path.split(b"/") if part]
+    resolved: list[bytes] = []
+    for _ in range(_MAX_PATH_STEPS):
+        if not pending:
+            return b"/" + b"/".join(resolved)
+        name = pending.pop(0)
+        if name == b"..":
+            resolved = resolved[:-1]
+            continue
+        if name == b".":
+            continue
+        try:
+            target = os.readlink(root + b"/" + b"/".join([*resolved, name]))
+        except OSError:  # not a link (EINVAL), or missing: the stat after says
+            resolved.append(name)
+            continue
+        if target.startswith(b"/"):
+            resolved = []
+        pending[:0] = [part for part in target.split(b"/") if part]
+    raise Refused(errno.ELOOP)
+
+
+_MAX_PATH_STEPS = 4096  # components and symlinks followed in one lookup (ELOOP past it)
 
 
 def _message(pid: int, pidfd: int, raw: bytes, owned: list[int], budget: list[int]) -> Message:

@@ -37,6 +37,14 @@ class UnixAddress:
     # The inode of the socket bound at this address, where it had to be known (to
     # recognise sockets the sandbox bound itself).
     bound_socket: int | None = None
+    # Where sandlock reaches ``path`` as the command sees it: the command's root
+    # (b"/proc/PID/root"; its mount namespace has its own /tmp), or b"" for our own.
+    root: bytes = b""
+
+    @property
+    def reachable(self) -> bytes:
+        """``path`` as sandlock can open it (through ``root``)."""
+        return self.root + self.path
 
     @property
     def unnamed(self) -> bool:  # autobind / socketpair-style address

@@ -1,8 +1,9 @@
 """The network supervisor: notification -> materialize -> verdict -> execute -> reply.
 
-Runs in sandlock's process, on a thread of its own. It never answers with CONTINUE:
-every allowed operation is performed here, from sandlock's copies, on a duplicate of
-the child's socket, so nothing the child changes after the check can matter.
+Runs in sandlock's process, on a thread of its own. Every allowed operation is
+performed here, from sandlock's copies, on a duplicate of the child's socket, so
+nothing the child changes after the check can matter. The one CONTINUE: a unix socket
+file the command binds itself, where nothing is checked (``_bind_as_the_command``).
 Operations that may block (on blocking sockets) run on worker threads, so a connect
 to a silent host never delays the other notifications.
 """
@@ -25,7 +26,6 @@ from ..kernel import (
     Listener,
     Notification,
     open_pidfd,
-    unix_socket_file,
     write_memory,
 )
 from . import _execute
@@ -237,7 +237,10 @@ class Supervisor:
     @staticmethod
     def _reply(listener: Listener, request: Request, outcome: Outcome) -> None:
         request.close()
-        listener.reply(request.notification.id, *outcome)
+        if outcome is _execute.KERNEL_PROCEEDS:
+            listener.proceed(request.notification.id)
+        else:
+            listener.reply(request.notification.id, *outcome)
 
     # --- verdict and execution ---------------------------------------------------
 
@@ -258,8 +261,7 @@ class Supervisor:
             # A unix bind creates a file, netlink checks the caller's capabilities:
             # both under the command's own rules.
             if decision.protocol in _AS_THE_COMMAND:
-                worker = self._services.confined_worker()
-                return worker.call(lambda: self._bind_as_the_command(request.socket, decision.target))
+                return self._bind_as_the_command(request.socket, decision.target)
             return _execute.bind(request.socket, decision.target)
         target = self._target(request, decision)
         if target is None:
@@ -272,8 +274,17 @@ class Supervisor:
 
     def _bind_as_the_command(self, sock: Socket, address: SockAddress) -> Outcome:
         """A unix socket the sandbox binds is its own IPC: remembered, so that the
-        sandbox may reach it without --unix-allow (or --allow-ipc, for abstract names)."""
-        outcome = _execute.bind(sock, address)
+        sandbox may reach it without --unix-allow (or --allow-ipc, for abstract names).
+
+        A socket file is bound by the command itself (CONTINUE): the path is one of its
+        mount namespace (its own /tmp), which no thread here can create a file in under
+        that name, and nothing was judged that the command could change since: every
+        unix bind is allowed, and Landlock decides on the file, in the kernel, as the
+        command. Which file it became is asked of the kernel when it matters."""
+        if isinstance(address, UnixAddress) and address.path and not address.abstract:
+            self._context.own_sockets.add_pending(_execute.socket_inode(sock))
+            return _execute.KERNEL_PROCEEDS
+        outcome = self._services.confined_worker().call(lambda: _execute.bind(sock, address))
         if not outcome[1] and isinstance(address, UnixAddress) and address.path:
             self._context.own_sockets.add(*_execute.bound_socket(sock, address))
         return outcome
@@ -341,7 +352,7 @@ class Supervisor:
         if isinstance(address, InetAddress):
             self._services.wait_for_pins()
         if not binding:
-            address = self._identify(address)
+            address = self._context.own_sockets.identify(address)
         decision = judge_destination(request.socket, address, self._context, binding=binding)
         self._record(request, address, decision)
         return decision
@@ -349,28 +360,12 @@ class Supervisor:
     def _decide_message(self, request: Request, message: Message) -> Decision:
         if isinstance(message.destination, InetAddress):
             self._services.wait_for_pins()
-        identified = self._identify(message.destination)
+        identified = self._context.own_sockets.identify(message.destination)
         if identified is not message.destination:
             message = replace(message, destination=identified)
         decision = judge_message(request.socket, message, self._context)
         self._record(request, message.destination, decision)
         return decision
-
-    def _identify(self, address: SockAddress | None) -> SockAddress | None:
-        """For a socket file the sandbox may have bound: which of its sockets is bound
-        there (asked of the kernel), so that the verdict recognises it by its inode."""
-        if not isinstance(address, UnixAddress) or address.abstract:
-            return address
-        own = self._context.own_sockets
-        if not own.may_be_ours(address):
-            return address
-        for socket_inode in reversed(list(own.sockets)):  # the newest are the likeliest
-            file = unix_socket_file(socket_inode)
-            if file is None:
-                own.forget(socket_inode)  # closed: never the answer again
-            elif file == address.identity:
-                return replace(address, bound_socket=socket_inode)
-        return address
 
     def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:
         if decision.allowed and not self._audit.logs_allowed:
