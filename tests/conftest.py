@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import getpass
 import os
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,10 +24,15 @@ REQUIRE_UNPRIVILEGED = os.environ.get("SANDLOCK_REQUIRE_UNPRIVILEGED") == "1"
 # sandlock in some): a venv and a checkout wherever they are, which the default
 # workspace (deny by default for $HOME, the current directory writable) may not cover.
 # Widened for the whole session the way a user would (docs/usage.md); tests that show
-# exact output (--print-policy) use UNWIDENED.
-UNWIDENED = {name: value for name, value in os.environ.items() if name != "SANDLOCK_FS_READ"}
+# exact output (--print-policy) use UNWIDENED. Likewise pytest's tmp_path directories,
+# where tests keep what a confined command writes for them to check: each sandbox has
+# its own /tmp, and this keeps them (only them) in view, as -w would.
+UNWIDENED = {name: value for name, value in os.environ.items()
+             if name not in ("SANDLOCK_FS_READ", "SANDLOCK_FS_WRITE")}
 os.environ["SANDLOCK_FS_READ"] = ":".join(
     (sys.prefix, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PYTEST_TEMP = os.path.join(tempfile.gettempdir(), f"pytest-of-{getpass.getuser()}")
+os.environ["SANDLOCK_FS_WRITE"] = PYTEST_TEMP
 
 
 def sandlock(*args: str, **kwargs: object) -> subprocess.CompletedProcess:
@@ -93,3 +101,64 @@ def unscratched():
     os.chmod(path, 0o755)
     yield Path(path)
     shutil.rmtree(path)
+
+
+# Sandboxed processes live in their own PID namespace: the pid a command prints ($!,
+# os.getpid()) is its pid in there. These find them from outside.
+
+def host_pid(ns_pid: int, ancestor: int, seconds: float = 5.0) -> int:
+    """The pid, as seen here, of the process that a sandbox started by ``ancestor`` (a
+    sandlock process, or this one through the API) knows as ``ns_pid``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and _ns_pids(entry)[-1:] == [ns_pid] and \
+                    len(_ns_pids(entry)) > 1 and _descends(int(entry), ancestor):
+                return int(entry)
+        time.sleep(0.02)
+    raise LookupError(f"no process known as {ns_pid} in a sandbox under {ancestor}")
+
+
+def _ns_pids(pid: str) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            line = next((line for line in status if line.startswith("NSpid:")), "NSpid:")
+    except OSError:
+        return []
+    return [int(value) for value in line.split()[1:]]
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except OSError:
+            return False
+    return False
+
+
+def unique_sleep() -> str:
+    """A `sleep` duration no other process has: the marker of one test's process."""
+    return f"{600 + random.random():.6f}"
+
+
+def wait_no_process(*argv: str, seconds: float = 5.0) -> bool:
+    """True once no process runs with exactly this command line."""
+    wanted = b"\0".join(arg.encode() for arg in argv) + b"\0"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(_cmdline(entry) == wanted for entry in os.listdir("/proc") if entry.isdigit()):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""

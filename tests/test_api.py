@@ -13,6 +13,7 @@ import pytest
 from sandlock import Policy, PolicyError, Result, Sandbox, SetupError, TimeoutExpired
 from sandlock.kernel import _landlock, _seccomp
 from sandlock.cli._main import main as cli_main
+from conftest import host_pid, unique_sleep, wait_no_process
 from test_cli import wait_gone
 
 PY = sys.executable
@@ -67,10 +68,11 @@ def test_run_reports_signal_and_start_error():
 
 def test_run_timeout_kills_the_tree():
     start = time.monotonic()
-    result = Sandbox(Policy(timeout=0.5)).run(["sh", "-c", "sleep 60 & echo $!; sleep 60"])
+    marker = unique_sleep()
+    result = Sandbox(Policy(timeout=0.5)).run(["sh", "-c", f"sleep {marker} & sleep 60"])
     assert result.timed_out and result.exit_code == 124 and result.signal is None
     assert time.monotonic() - start < 10
-    assert wait_gone(int(result.stdout))
+    assert wait_no_process("sleep", marker)
 
 
 def test_start_wait_signal_kill():
@@ -78,7 +80,7 @@ def test_start_wait_signal_kill():
     process = Sandbox().start(["sh", "-c", "sleep 60 & echo $!; exec sleep 60"], stdout=write_end)
     os.close(write_end)
     with os.fdopen(read_end) as out:
-        background = int(out.readline())
+        background = host_pid(int(out.readline()), os.getpid())
     with pytest.raises(TimeoutExpired):
         process.wait(0.2)
     process.send_signal(signal.SIGTERM)  # the group: the foreground sleep dies

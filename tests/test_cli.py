@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import SANDLOCK, sandlock
+from conftest import SANDLOCK, host_pid, sandlock, unique_sleep, wait_no_process
 
 PY = sys.executable
 
@@ -164,37 +164,41 @@ def test_ignored_sighup_is_inherited_like_nohup():
 
 def test_timeout_kills_the_whole_tree_and_exits_124():
     start = time.monotonic()
-    result = sandlock("run", "-t", "0.5", "--", "sh", "-c", "sleep 60 & echo $!; sleep 60")
+    marker = unique_sleep()
+    result = sandlock("run", "-t", "0.5", "--", "sh", "-c", f"sleep {marker} & sleep 60")
     assert result.returncode == 124
     assert time.monotonic() - start < 10
     assert "timeout" in result.stderr
-    assert wait_gone(int(result.stdout.split()[0]))
+    assert wait_no_process("sleep", marker)
 
 
 def test_background_processes_die_when_the_command_exits():
-    result = sandlock("run", "--", "sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!")
+    marker = unique_sleep()
+    result = sandlock("run", "--", "sh", "-c", f"sleep {marker} >/dev/null 2>&1 &")
     assert result.returncode == 0
-    assert wait_gone(int(result.stdout))
+    assert wait_no_process("sleep", marker)
 
 
 def test_setsid_daemon_cannot_outlive_the_sandbox():
     # A daemon that left the process group and session is still killed.
-    script = "setsid sh -c 'sleep 60' </dev/null >/dev/null 2>&1 & sleep 0.3; pgrep -n -x sleep"
-    result = sandlock("run", "--", "sh", "-c", script)
-    assert wait_gone(int(result.stdout))
+    marker = unique_sleep()
+    script = f"setsid sh -c 'sleep {marker}' </dev/null >/dev/null 2>&1 & sleep 0.3"
+    sandlock("run", "--", "sh", "-c", script)
+    assert wait_no_process("sleep", marker)
 
 
 @pytest.mark.parametrize("allow_ipc", [False, True])
 def test_confined_processes_die_when_sandlock_is_killed(allow_ipc):
     extra = ["--allow-ipc"] if allow_ipc else []
-    script = "sleep 60 & echo $!; setsid sleep 61 & echo $!; wait"
+    markers = unique_sleep(), unique_sleep()
+    script = f"sleep {markers[0]} & echo $!; setsid sleep {markers[1]} & echo $!; wait"
     with subprocess.Popen([*SANDLOCK, "run", *extra, "--", "sh", "-c", script],
                           stdout=subprocess.PIPE, text=True) as proc:
-        pids = [int(proc.stdout.readline()) for _ in range(2)]
+        pids = [host_pid(int(proc.stdout.readline()), proc.pid) for _ in range(2)]
         proc.kill()
         proc.wait()
-    for pid in pids:
-        assert wait_gone(pid), f"pid {pid} survived sandlock"
+    for pid, marker in zip(pids, markers):
+        assert wait_gone(pid) and wait_no_process("sleep", marker), f"{pid} survived sandlock"
 
 
 def test_terminal_is_passed_through_and_command_is_foreground_job():
@@ -387,8 +391,10 @@ def test_ipc_scope_and_allow_ipc():
         finally:
             outsider.kill()
             server.close()
-    assert scoped.stdout.strip() == "Operation not permitted,Operation not permitted"
-    assert opened.stdout.strip() == "ok,ok"
+    # Processes outside are not even there (the sandbox's own PID namespace), with or
+    # without --allow-ipc; abstract sockets are scoped unless --allow-ipc.
+    assert scoped.stdout.strip() == "No such process,Operation not permitted"
+    assert opened.stdout.strip() == "No such process,ok"
 
 
 def test_scratch_home_does_not_unprotect_the_real_one(tmp_path, monkeypatch):

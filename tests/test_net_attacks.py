@@ -21,6 +21,8 @@ import uuid
 
 import pytest
 
+from conftest import host_pid
+
 from dnsserver import FakeDns
 from netattack_helpers import (
     ALLOWED,
@@ -797,7 +799,7 @@ def test_killing_sandlock_kills_the_command_and_opens_nothing(tmp_path):
         sandlock = subprocess.Popen(sandlock_argv(CONNECT_LOOP, "-q", DENIED=DENIED, PORT=denied.port),
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                     cwd=tmp_path)
-        child = int(sandlock.stdout.readline())
+        child = host_pid(int(sandlock.stdout.readline()), sandlock.pid)
         log = tmp_path / "attempts.log"
         assert wait_until(lambda: log.exists() and log.read_text().count("\n") >= 20, 10)
         sandlock.kill()
@@ -833,7 +835,7 @@ def test_signal_during_a_held_connect_leaves_no_ghost_connection():
                              ALLOWED=ALLOWED, PORT=server.port)
         child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/tmp")
         try:
-            pid = int(child.stdout.readline())
+            pid = host_pid(int(child.stdout.readline()), child.pid)
             time.sleep(0.3)  # the connect is held by sandlock's worker by now
             os.kill(pid, signal.SIGUSR1)
             time.sleep(0.2)
@@ -894,9 +896,10 @@ def test_killed_during_a_held_connect_leaves_no_ghost_connection():
 # --- 15. sandlock's and the keeper's /proc entries ------------------------------------------
 
 PROC_PROBES = """
-keeper = os.getppid()
-with open(f"/proc/{keeper}/status") as status:
-    sandlock = int(next(line for line in status if line.startswith("PPid:")).split()[1])
+# The command's parent is the init of the sandbox's PID namespace (a copy of sandlock,
+# as the keeper is); OUTSIDE is a process outside the sandbox (sandlock itself through
+# the API, sandlock's parent for the CLI), which the namespace does not even show.
+parent = os.getppid()
 
 class IoVec2(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
@@ -920,7 +923,7 @@ def read(path):
         f.read(1)
 
 results = {}
-for who, pid in (("sandlock", sandlock), ("keeper", keeper)):
+for who, pid in (("parent", parent), ("outside", OUTSIDE)):
     results[who] = {
         "mem": attempt(read, f"/proc/{pid}/mem"),
         "environ": attempt(read, f"/proc/{pid}/environ"),
@@ -931,51 +934,52 @@ for who, pid in (("sandlock", sandlock), ("keeper", keeper)):
         "pidfd_getfd": steal_fd(pid),
         "kill_0": attempt(os.kill, pid, 0),
     }
-report(sandlock_pid=sandlock, **results)
+report(parent_pid=parent, **results)
 """
 REFUSED = {"EACCES", "EPERM"}
+ABSENT = {"ENOENT", "ESRCH"}
 
 
-def _all_refused(probes: dict) -> bool:
+def _all_refused(probes: dict, outcomes: set = REFUSED) -> bool:
     values = [v for value in probes.values() for v in (value if isinstance(value, list) else [value])]
-    return all(v in REFUSED for v in values)
+    return all(v.removeprefix("pidfd_open ") in outcomes for v in values)
 
 
 @users
 def test_sandlock_and_keeper_are_out_of_reach_cli(as_nobody_or_self):
-    argv = sandlock_argv(PROC_PROBES, "--net-allow", "*")
+    argv = sandlock_argv(PROC_PROBES, "--net-allow", "*", OUTSIDE=os.getpid())
     if as_nobody_or_self is not None:
         argv = as_nobody_or_self(argv)
     launched = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/tmp")
     out, _ = launched.communicate(timeout=30)
     got = json.loads(out.splitlines()[-1])
-    if as_nobody_or_self is None:
-        assert got["sandlock_pid"] == launched.pid
-    assert _all_refused(got["sandlock"]), got["sandlock"]
-    assert _all_refused(got["keeper"]), got["keeper"]
+    assert got["parent_pid"] == 1
+    assert _all_refused(got["parent"]), got["parent"]
+    assert _all_refused(got["outside"], ABSENT), got["outside"]
 
 
 def test_sandlock_out_of_reach_through_the_api():
-    """Through the API sandlock is this (dumpable) test process: Landlock alone must hold."""
+    """Through the API sandlock is this (dumpable) test process: not in the sandbox's
+    PID namespace at all, and the namespace's init refuses everything."""
     from sandlock import Policy, Sandbox
 
-    result = Sandbox(Policy(net_allow=("*",)), quiet=True).run([PY, "-c", snippet(PROC_PROBES)], timeout=30)
+    result = Sandbox(Policy(net_allow=("*",)), quiet=True).run(
+        [PY, "-c", snippet(PROC_PROBES, OUTSIDE=os.getpid())], timeout=30)
     assert result.exit_code == 0, result.stderr
     got = json.loads(result.stdout.decode().splitlines()[-1])
-    assert got["sandlock_pid"] == os.getpid()
-    assert _all_refused(got["sandlock"]), got["sandlock"]
-    assert _all_refused(got["keeper"]), got["keeper"]
+    assert _all_refused(got["parent"]), got["parent"]
+    assert _all_refused(got["outside"], ABSENT), got["outside"]
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="the control reads another process's memory")
 def test_proc_probes_work_without_a_sandbox():
-    """Control: the same probes against a plain parent and grandparent succeed."""
+    """Control: the same probes against a plain parent and an outside process succeed."""
     launcher = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
-    inner = [PY, "-c", launcher, PY, "-c", snippet(PROC_PROBES)]
+    inner = [PY, "-c", launcher, PY, "-c", snippet(PROC_PROBES, OUTSIDE=os.getpid())]
     done = subprocess.run([PY, "-c", launcher, *inner], capture_output=True, text=True, timeout=30,
                           check=True)
     got = json.loads(done.stdout.splitlines()[-1])
-    for probes in (got["sandlock"], got["keeper"]):
+    for probes in (got["parent"], got["outside"]):
         assert probes["environ"] == probes["maps"] == probes["fd_link"] == probes["kill_0"] == "ok", probes
         assert probes["process_vm_readv"] != "EPERM" and probes["pidfd_getfd"] != ["EPERM"], probes
 

@@ -75,6 +75,8 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "mode": (["--mode", "read-only"], '[filesystem]\nmode = "read-only"'),
         "allow_ipc": (["--allow-ipc"], "[confinement]\nallow_ipc = true"),
         "allow_sysv_ipc": (["--allow-sysv-ipc"], "[confinement]\nallow_sysv_ipc = true"),
+        "allow_autorun_writes": (["--allow-autorun-writes"],
+                                 "[filesystem]\nallow_autorun_writes = true"),
         "allow_syscalls": (["--allow-syscall", "ptrace"],
                            '[confinement]\nallow_syscalls = ["ptrace"]'),
         "env": (["--env", "A=1", "--env", "B=x=y"], '[process]\nenv = { A = "1", B = "x=y" }'),

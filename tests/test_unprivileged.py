@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from conftest import SANDLOCK
+from conftest import SANDLOCK, host_pid
 from test_cli import wait_gone
 
 
@@ -73,7 +73,7 @@ def test_dies_with_sandlock_unprivileged(as_nobody):
     with subprocess.Popen(as_nobody([*SANDLOCK, "run", "--", "sh", "-c",
                                      "setsid sleep 60 & echo $!; wait"]),
                           stdout=subprocess.PIPE, text=True) as proc:
-        pid = int(proc.stdout.readline())
+        pid = host_pid(int(proc.stdout.readline()), proc.pid)
         # setpriv execs, so proc.pid is sandlock itself
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

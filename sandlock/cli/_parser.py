@@ -125,6 +125,9 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._
             help="workspace-write (default): the default workspace; read-only: the same "
             "reads, no writes; full-access: no confinement (with "
             "--dangerously-allow-full-access)")
+    _option(fs, "allow_autorun_writes", action="store_true",
+            help="let write grants cover git hooks and config, shell start-up files, "
+            "autostart entries and editor tasks (read-only by default)")
     net = parser.add_argument_group("network (default: none)")
     _option(net, "net_allow", action="append", metavar="SPEC",
             help="allow [tcp://|udp://|icmp://]TARGET[:PORTS]; TARGET: host, IP, CIDR, "

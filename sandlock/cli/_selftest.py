@@ -64,7 +64,10 @@ class Selftest:
         return out == "renamed", out
 
     def credentials(self) -> tuple[bool, str]:
-        sandbox = Sandbox(Policy(env={"HOME": self.home}, cwd=self.inside), quiet=True)
+        # Under a grant of everything (the default workspace would not even show this home:
+        # it is in /tmp, of which each sandbox sees only its workspace and its own files).
+        sandbox = Sandbox(Policy(fs_readable=("/",), env={"HOME": self.home},
+                                 cwd=self.home), quiet=True)
         key = self.python(sandbox, probes.TRY_READ, os.path.join(self.home, ".ssh", "id_selftest"))
         return key == "Permission denied", f"~/.ssh: {key}"
 
@@ -102,7 +105,8 @@ class Selftest:
                 out = self.python(self.allowlist(), probes.SIGNAL_OUTSIDE, str(outsider.pid))
             finally:
                 outsider.kill()
-        return out == "Operation not permitted", out
+        # Not even there, in the sandbox's PID namespace (or refused, without one).
+        return out in ("No such process", "Operation not permitted"), out
 
     def network_denied(self) -> tuple[bool, str]:
         with _LocalServer() as port:
@@ -129,8 +133,8 @@ class Selftest:
         with socket.socket(socket.AF_UNIX) as daemon:
             daemon.bind(path)
             daemon.listen()
-            denied = self.python(Sandbox(Policy(cwd=self.inside), quiet=True), probes.CONNECT, path)
-            allowed = self.python(Sandbox(Policy(cwd=self.inside, unix_allow=(path,)), quiet=True),
+            denied = self.python(Sandbox(Policy(cwd=self.scratch), quiet=True), probes.CONNECT, path)
+            allowed = self.python(Sandbox(Policy(cwd=self.scratch, unix_allow=(path,)), quiet=True),
                                   probes.CONNECT, path)
         return (denied, allowed) == ("Permission denied", "connected"), f"{denied}; with --unix-allow: {allowed}"
 
@@ -160,14 +164,15 @@ class Selftest:
         return passed, out.replace("\n", "; ")
 
     def dies_with_sandlock(self) -> tuple[bool, str]:
-        script = "sleep 300 & echo $!; wait"
+        marker = f"{300 + time.monotonic() % 1:.6f}"  # its pid inside is not ours: its argv
+        script = f"sleep {marker} & echo started; wait"
         cli = [PY, "-m", "sandlock", "run", "-q", "--", "sh", "-c", script]
         with subprocess.Popen(cli, stdout=subprocess.PIPE, text=True) as sandlock:
-            grandchild = int(sandlock.stdout.readline())
+            sandlock.stdout.readline()
             sandlock.kill()
             sandlock.wait()
-        gone = _wait_gone(grandchild, 5)
-        return gone, "background process gone" if gone else f"pid {grandchild} still alive"
+        gone = _wait_gone(b"sleep\0%s\0" % marker.encode(), 5)
+        return gone, "background process gone" if gone else f"sleep {marker} still alive"
 
     def timeout(self) -> tuple[bool, str]:
         result = self.allowlist(timeout=0.5).run(["sh", "-c", "sleep 30 & sleep 30"])
@@ -308,12 +313,19 @@ def _output(result: Result) -> str:
     return text or (result.stderr or b"").decode(errors="replace").strip()[-200:]
 
 
-def _wait_gone(pid: int, seconds: float) -> bool:
+def _wait_gone(cmdline: bytes, seconds: float) -> bool:
+    """True once no process runs with this command line."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not any(_cmdline(entry) == cmdline for entry in os.listdir("/proc") if entry.isdigit()):
             return True
         time.sleep(0.05)
     return False
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""

@@ -24,7 +24,8 @@ from ..kernel import (
     seccomp,
 )
 from . import _fspolicy
-from ._workspace import DEVICES_WRITE, check_workspace, default_workspace
+from ._isolation import Isolation
+from ._workspace import DEVICES_WRITE, check_workspace, default_workspace, private_scratch
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class Confinement:
     seccomp_program: bytes  # with the network syscalls handed to sandlock's supervisor
     scopes_signals: bool
     warnings: list[str] = field(default_factory=list)
+    isolation: Isolation | None = None  # the namespaces' mounts (None: no namespaces)
 
     @classmethod
     def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str],
@@ -50,11 +52,18 @@ class Confinement:
         policy (the trust bundle of an HTTPS-inspecting run)."""
         warnings: list[str] = []
         abi = landlock.abi_version()
-        ruleset = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings)
-        program = _seccomp_program(policy)
+        filesystem = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings)
+        ruleset = filesystem.ruleset if filesystem else None
+        try:
+            program = _seccomp_program(policy)
+            isolation = _isolation(policy, filesystem, warnings) if filesystem else None
+        except BaseException:
+            if ruleset is not None:
+                ruleset.close()
+            raise
         scopes_signals = (ruleset is not None and abi >= MIN_SCOPE_ABI
                           and not (policy.allow_ipc or policy.full_access))
-        return cls(ruleset, program, scopes_signals, warnings)
+        return cls(ruleset, program, scopes_signals, warnings, isolation)
 
     def apply(self) -> int:
         """Confine the calling process (the child, right before exec); returns the
@@ -78,14 +87,33 @@ class Confinement:
             self.ruleset.restrict_self()
 
     def close(self) -> None:
+        """Release the ruleset (the child holds its own copy); the isolation's
+        directories stay until ``finish``."""
         if self.ruleset is not None:
             self.ruleset.close()
+
+    def finish(self) -> None:
+        """After the run: remove what was made for it."""
+        if self.isolation is not None:
+            self.isolation.remove()
+
+
+@dataclass(frozen=True)
+class _Filesystem:
+    """The compiled filesystem policy: the ruleset and what it was made of."""
+
+    ruleset: landlock.Ruleset
+    rules: tuple[tuple[str, int], ...]  # (path, Landlock access), as added
+    read: tuple[str, ...]
+    write: tuple[str, ...]
+    private: tuple[str, ...]  # scratch directories made private to the run
+    homes: tuple[str, ...]
 
 
 def _filesystem_ruleset(
     policy: Policy, abi: int, cwd: str, env: Mapping[str, str], extra_read: tuple[str, ...],
     warnings: list[str],
-) -> landlock.Ruleset | None:
+) -> _Filesystem | None:
     if abi == 0:
         _missing("Landlock (filesystem confinement) is not available in this kernel", policy, warnings)
         return None
@@ -99,17 +127,52 @@ def _filesystem_ruleset(
         return None
     ruleset = landlock.Ruleset(handled_fs=landlock.fs_handled(abi), scoped=scoped)
     access = level_access(abi)
+    added = []
     try:
-        read, write, deny = _grants(policy, cwd, env)
-        for rule in _fspolicy.compile_grants([*read, *extra_read], write, deny):
+        homes = _user_homes(env)
+        read, write, deny, private = _grants(policy, cwd, env, homes)
+        read = [*read, *extra_read]
+        for rule in _fspolicy.compile_grants(read, write, deny):
             try:
                 ruleset.allow_path(rule.path, access[rule.level])
             except FileNotFoundError:
-                pass  # vanished since it was listed: granting less is safe
+                continue  # vanished since it was listed: granting less is safe
+            added.append((rule.path, access[rule.level]))
     except BaseException:
         ruleset.close()
         raise
-    return ruleset
+    return _Filesystem(ruleset, tuple(added), tuple(read), tuple(write), private,
+                       tuple(home for home, _ in homes))
+
+
+def _isolation(policy: Policy, filesystem: _Filesystem, warnings: list[str]) -> Isolation | None:
+    """The namespaces' plan, or None where they are unavailable and --best-effort."""
+    if policy.best_effort and not _user_namespaces_available():
+        warnings.append("user namespaces are not available: /proc shows the host, /tmp is "
+                        "shared, autorun files are writable (--best-effort)")
+        return None
+    return Isolation.plan(
+        private=filesystem.private,
+        # what the command may reach beneath a private scratch directory stays in view
+        granted=(*filesystem.read, *filesystem.write, *policy.unix_allow),
+        rules=filesystem.rules, writable=filesystem.write, homes=filesystem.homes,
+        protect_autorun=not policy.allow_autorun_writes)
+
+
+def _user_namespaces_available() -> bool:
+    """What the kernel's switches say (the keeper finds out for sure, and fails loudly):
+    none may be created at all, or not by unprivileged users (Debian, Ubuntu's AppArmor)."""
+    switches = (("/proc/sys/user/max_user_namespaces", b"0", True),
+                ("/proc/sys/kernel/unprivileged_userns_clone", b"0", os.geteuid() != 0),
+                ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", b"1", os.geteuid() != 0))
+    for path, closed, applies in switches:
+        try:
+            with open(path, "rb") as f:
+                if applies and f.read().strip() == closed:
+                    return False
+        except OSError:
+            continue
+    return True
 
 
 def _seccomp_program(policy: Policy) -> bytes:
@@ -135,9 +198,9 @@ def level_access(abi: int) -> dict[int, int]:
 
 
 def _grants(
-    policy: Policy, cwd: str, env: Mapping[str, str]
-) -> tuple[list[str], list[str], list[str]]:
-    homes = _user_homes(env)
+    policy: Policy, cwd: str, env: Mapping[str, str], homes: list[tuple[str, Mapping[str, str]]],
+) -> tuple[list[str], list[str], list[str], tuple[str, ...]]:
+    """(read, write, deny, scratch directories made private to the run)."""
     # Credential stores and the CA are denied in every policy, for the home the
     # command is told about *and* the user's real one: a scratch HOME given to an
     # agent must not unprotect ~/.ssh. The CA directory is computed from both the
@@ -154,9 +217,12 @@ def _grants(
         if policy.mode == "read-only":  # what it could write becomes readable only
             read += [path for path in write if path not in DEVICES_WRITE]
             write = list(DEVICES_WRITE)
-        return read, write, deny
+        return read, write, deny, private_scratch()
     write = [*policy.fs_writable, *_fspolicy.PSEUDO_DEVICES]
-    return list(policy.fs_readable), write, deny
+    # /sys/kernel and /sys/firmware describe the host's kernel and firmware: denied
+    # wherever an explicit grant covers them (the default workspace grants neither).
+    deny += _fspolicy.KERNEL_DENIED
+    return list(policy.fs_readable), write, deny, ()
 
 
 def _user_homes(env: Mapping[str, str]) -> list[tuple[str, Mapping[str, str]]]:

@@ -55,6 +55,10 @@ CREDENTIAL_STORES: tuple[str, ...] = (
 # because nearly every program opens /dev/null (git refuses to run without it).
 PSEUDO_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
+# The host's kernel and firmware as sysfs shows them (symbols, boot parameters, ACPI
+# tables, security modules): denied wherever an explicit grant would cover them.
+KERNEL_DENIED = ("/sys/kernel", "/sys/firmware")
+
 
 # Access levels of a rule, each including the ones below it.
 LIST = 0  # list the directory (names only): what an expanded directory keeps

@@ -75,6 +75,14 @@ def default_workspace(home: str, cwd: str, env: Mapping[str, str],
     return read, write, protected_paths(home, env)
 
 
+def private_scratch(widen: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The scratch directories each run gets its own of (those that exist); one that
+    SANDLOCK_FS_READ/WRITE names itself is the real one, as the user asked."""
+    named = {os.path.realpath(path) for paths in widening(widen).values() for path in paths}
+    return tuple(path for path in SCRATCH_WRITE
+                 if os.path.isdir(path) and not os.path.islink(path) and path not in named)
+
+
 def check_workspace(cwd: str, home: str) -> None:
     """The current directory becomes writable with everything beneath it: never the
     whole machine or the whole home (shell start-up files, every other project)."""

@@ -1,6 +1,7 @@
 """The kernel interfaces, through ctypes: Landlock, the seccomp filter and its BPF
 assembler, syscall tables, seccomp user notification, pidfds and reads of another
-process's memory, capabilities, prctl, and the feature probe behind `sandlock check`.
+process's memory, capabilities, prctl, namespaces and mounts, and the feature probe
+behind `sandlock check`.
 
 Internal to sandlock (not public API). Nothing here knows about policies: the other
 subpackages decide, this one talks to the kernel.
@@ -12,7 +13,7 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from . import _landlock as landlock, _seccomp as seccomp
+    from . import _landlock as landlock, _mounts as mounts, _seccomp as seccomp
     from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
     from ._fds import close_on_exec_from
     from ._features import probe, protection_level
@@ -65,6 +66,7 @@ _EXPORTS = {
     "drop_capabilities": "_capabilities",
     "duplicate_fd": "_remote",
     "landlock": "_landlock:",
+    "mounts": "_mounts:",
     "native_arch": "_syscalls",
     "nr": "_syscalls",
     "open_pidfd": "_remote",

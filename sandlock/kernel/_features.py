@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from . import _landlock
 from ._libc import syscall
+from ._mounts import CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, enter_namespaces
 from ._seccomp import SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_USER_NOTIF, action_available
 from ._syscalls import nr
 
@@ -53,15 +54,33 @@ def probe() -> list[Feature]:
                 "network supervisor", True),
         Feature("pidfd_getfd", _syscall_exists("pidfd_getfd", -1, 0, 0), "syscall",
                 "on-behalf socket operations (network supervisor)", True),
+        Feature("user namespaces", *_namespaces(),
+                "the sandbox's own /proc, /tmp and autorun protection", True),
     ]
     return features
 
 
+def _namespaces() -> tuple[bool, str]:
+    """Can this user make the sandbox's namespaces? Tried in a throwaway child."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            enter_namespaces(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID)
+            os._exit(0)
+        except OSError as exc:
+            os._exit(exc.errno or 1)
+        finally:
+            os._exit(255)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return code == 0, "user, mount, PID" if code == 0 else f"refused: {os.strerror(code)}"
+
+
 # LocalGPT's protection levels, from the most to the least this kernel allows.
 LEVELS = (
-    ("Full", "filesystem, IPC and signal scoping, syscall filter, network supervisor"),
-    ("Standard", "filesystem, syscall filter, network supervisor; no IPC scoping "
-                 "(sandlock run needs --best-effort)"),
+    ("Full", "filesystem, IPC and signal scoping, own /proc and /tmp, syscall filter, "
+             "network supervisor"),
+    ("Standard", "filesystem, syscall filter, network supervisor; no IPC scoping or no "
+                 "namespaces (sandlock run needs --best-effort)"),
     ("Minimal", "syscall filter and network supervisor only; no filesystem confinement "
                 "(sandlock run needs --best-effort)"),
     ("None", "sandlock cannot confine commands here"),
@@ -77,4 +96,5 @@ def protection_level(features: list[Feature]) -> tuple[str, str]:
         return LEVELS[3]
     if not have["Landlock"]:
         return LEVELS[2]
-    return LEVELS[0] if have["Landlock IPC scoping"] else LEVELS[1]
+    full = have["Landlock IPC scoping"] and have["user namespaces"]
+    return LEVELS[0] if full else LEVELS[1]

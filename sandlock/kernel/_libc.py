@@ -20,6 +20,7 @@ _prctl.restype = ctypes.c_int
 
 # prctl options (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
+PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 PR_GET_NO_NEW_PRIVS = 39

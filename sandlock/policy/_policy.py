@@ -50,6 +50,8 @@ class Policy:
     allow_syscalls: tuple[str, ...] = _flag("--allow-syscall", "confinement.allow_syscalls",
                                             default=())
     allow_sysv_ipc: bool = _flag("--allow-sysv-ipc", "confinement.allow_sysv_ipc", default=False)
+    allow_autorun_writes: bool = _flag("--allow-autorun-writes", "filesystem.allow_autorun_writes",
+                                       default=False)
     env: Environment = _flag("--env", "process.env", default=Environment())
     clean_env: bool = _flag("--clean-env", "process.clean_env", default=False)
     cwd: str | None = _flag("--cwd", "process.cwd", path=True, default=None)
@@ -140,6 +142,7 @@ _CHECKS = {
     "isolate_signals": check.isolated,
     "allow_syscalls": check.waivers,
     "allow_sysv_ipc": check.boolean,
+    "allow_autorun_writes": check.boolean,
     "env": check.environment,
     "clean_env": check.boolean,
     "cwd": check.directory,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
 from ..confine import Confinement
 from ..kernel import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, close_on_exec_from, prctl
+from ._reports import send
 from ._terminal import set_foreground
 
 # Signals whose disposition sandlock or the interpreter changed. The command gets them
@@ -44,20 +45,26 @@ class ChildSpec:
     pass_fds: tuple[int, ...] = ()  # descriptors above 2 the command inherits, same numbers
 
 
-def exec_command(spec: ChildSpec, keeper_pid: int, error_fd: int) -> None:
-    """Never returns: exec the confined command or _exit with 125/126/127."""
+def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
+                 report_fd: int | None = None, host_pid: int | None = None) -> None:
+    """Never returns: exec the confined command or _exit with 125/126/127.
+
+    In the sandbox's PID namespace the command's parent is its init (pid 1), and the
+    command itself tells sandlock (``report_fd``) its pid as seen from outside."""
     try:
+        if report_fd is not None and host_pid is not None:
+            send(report_fd, b"pid %d" % host_pid)
         _enter_process_group(spec.tty_fd)
         _install_stdio(spec.stdio)
         _keep_only(spec.pass_fds)
         _restore_signals(spec.ignored_signals)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != keeper_pid:  # the keeper died before we set the death signal
+        if os.getppid() != parent_pid:  # the parent died before we set the death signal
             os._exit(EXIT_SETUP)
         os.chdir(spec.cwd)
-        _hand_over(spec.confinement.apply(), spec.handoff)
+        _hand_over(spec.confinement.apply(), spec.handoff, host_pid or os.getpid())
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
-        _report(error_fd, b"setup " + _describe(exc).encode(errors="replace"))
+        report_setup_error(error_fd, exc)
         os._exit(EXIT_SETUP)
     code = _exec(spec.argv, spec.env)
     _report(error_fd, b"exec %d" % code)
@@ -101,7 +108,7 @@ def _enter_process_group(tty_fd: int | None) -> None:
         set_foreground(tty_fd, os.getpgrp())
 
 
-def _hand_over(listener: int, handoff: tuple[int, int] | None) -> None:
+def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int) -> None:
     """Let sandlock duplicate our seccomp listener, and wait until it has.
 
     The listener is close-on-exec: exec before sandlock holds a copy and every
@@ -113,7 +120,7 @@ def _hand_over(listener: int, handoff: tuple[int, int] | None) -> None:
     # The keeper's non-dumpable flag was inherited; pidfd_getfd needs us dumpable
     # (we are already inside our Landlock domain: nothing in the sandbox can exploit it).
     prctl(PR_SET_DUMPABLE, 1)
-    os.write(to_sandlock, b"%d %d" % (os.getpid(), listener))
+    os.write(to_sandlock, b"%d %d" % (pid, listener))
     if os.read(from_sandlock, 1) != b"g":
         raise RuntimeError("sandlock did not take the seccomp listener")
     os.close(listener)
@@ -139,6 +146,10 @@ def _restore_signals(ignored: frozenset[int]) -> None:
     for sig in RESET_SIGNALS:
         signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
+def report_setup_error(error_fd: int, exc: BaseException) -> None:
+    _report(error_fd, b"setup " + _describe(exc).encode(errors="replace"))
 
 
 def _describe(exc: BaseException) -> str:

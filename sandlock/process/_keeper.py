@@ -6,10 +6,13 @@ command exits, or sandlock dies (its end of the report pipe closes), or sandlock
 asks (SIGUSR1, used by timeouts), the keeper kills the whole sandbox tree, reaps it,
 and reports the command's wait status to sandlock over a pipe.
 
-Killing is exact: with IPC scoping on, the keeper sits in a Landlock domain scoped
-for signals, so ``kill(-1, SIGKILL)`` reaches its descendants and nothing else, in
-one atomic pass that no racing fork can escape. Without scoping (--allow-ipc, old
-kernels) it walks /proc for its descendants until none is left.
+Killing is exact. In the sandbox's namespaces (the usual case, ``confine._isolation``)
+the keeper makes them, forks the PID namespace's init (``_init``), which forks the
+command, and killing init kills the namespace. Without them (--best-effort), with IPC
+scoping on, the keeper sits in a Landlock domain scoped for signals, so
+``kill(-1, SIGKILL)`` reaches its descendants and nothing else, in one atomic pass
+that no racing fork can escape; without scoping (--allow-ipc, old kernels) it walks
+/proc for its descendants until none is left.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import select
 import signal
 import threading
 
-from ..confine import Confinement, keeper_scope
+from ..confine import Confinement, Entered, Isolation, keeper_scope
 from ..kernel import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, prctl
-from . import _child
+from . import _child, _init, _reports
 
 KILL_SIGNAL = signal.SIGUSR1  # "kill everything": from sandlock (timeout) or our watcher
 # "exit" reports carry the command's wait status, or one of these.
@@ -42,39 +45,105 @@ def _on_kill_signal(signum: int, frame: object) -> None:
 def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
     """Body of the keeper process; never returns."""
     status = STATUS_FAILED
+    isolation = spec.confinement.isolation
+    init_pid = 0
+    scoped = False  # kill(-1) only ever from inside the signal-scoped domain
     try:
-        _become_keeper(report_fd, spec.confinement)
-        keeper_pid = os.getpid()
-        command_pid = os.fork()
-        if command_pid == 0:
-            _child.exec_command(spec, keeper_pid, error_fd)
-        _close_all_but(report_fd)
-        _send(report_fd, b"pid %d" % command_pid)
-        status = _wait_for_command(command_pid, report_fd)
-    except _KillAll:
+        # Namespaces first: only a single-threaded process can enter a user namespace.
+        entered = _enter(isolation, error_fd) if isolation else None
+        scoped = _become_keeper(report_fd, spec.confinement, scope=entered is None)
+        if isolation is None or entered is None:
+            status = _run_command(spec, report_fd, error_fd)
+        else:
+            status_r, status_w = os.pipe()
+            init_pid = _fork_init(spec, isolation, entered, report_fd, status_w, error_fd)
+            status = _wait_for_init(init_pid, report_fd, status_r)
+    except _KillAll as request:
         status = STATUS_KILLED
+        init_pid = init_pid or (request.args[0] if request.args else 0)
     except BaseException:  # noqa: BLE001 - the keeper must always reach the cleanup
         status = STATUS_FAILED
     finally:
         signal.signal(KILL_SIGNAL, signal.SIG_IGN)
-        _kill_tree(spec.confinement.scopes_signals)
-        _send(report_fd, b"exit %d" % status)
+        if init_pid:
+            _kill_quietly(init_pid)  # the kernel kills the rest of its namespace
+            _reap_all()
+        elif isolation is None:  # (in namespaces, /proc may no longer be the host's)
+            _kill_tree(scoped)
+        _reports.send(report_fd, b"exit %d" % status)
         os._exit(0)
 
 
-def _become_keeper(report_fd: int, confinement: Confinement) -> None:
+def _enter(isolation: Isolation, error_fd: int) -> Entered:
+    try:
+        return isolation.enter()
+    except OSError as exc:
+        _report_namespace_error(error_fd, exc)
+        raise
+
+
+def _report_namespace_error(error_fd: int, exc: OSError) -> None:
+    _child.report_setup_error(error_fd, OSError(
+        exc.errno, f"cannot make the sandbox's namespaces ({exc.strerror}); "
+                   "--best-effort runs without them"))
+
+
+def _fork_init(spec: _child.ChildSpec, isolation: Isolation, entered: Entered,
+               report_fd: int, status_fd: int, error_fd: int) -> int:
+    """Fork the namespace's init; a kill request meanwhile waits until its pid is known
+    (raised in between, it would leave the keeper not knowing what to kill)."""
+    try:
+        isolation.enter_pid_namespace()
+    except OSError as exc:
+        _report_namespace_error(error_fd, exc)
+        raise
+    requested: list[int] = []
+    signal.signal(KILL_SIGNAL, lambda signum, frame: requested.append(signum))
+    init_pid = os.fork()
+    if init_pid == 0:
+        _init.run(spec, isolation, entered, report_fd, status_fd, error_fd)
+    signal.signal(KILL_SIGNAL, _on_kill_signal)
+    if requested:
+        raise _KillAll(init_pid)
+    return init_pid
+
+
+def _run_command(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> int:
+    """Without namespaces: the command is our child."""
+    keeper_pid = os.getpid()
+    command_pid = os.fork()
+    if command_pid == 0:
+        _child.exec_command(spec, keeper_pid, error_fd)
+    _reports.close_all_but(report_fd)
+    _reports.send(report_fd, b"pid %d" % command_pid)
+    return _reports.wait_for_command(command_pid, report_fd)
+
+
+def _wait_for_init(init_pid: int, report_fd: int, status_fd: int) -> int:
+    """The command's wait status, as the namespace's init sends it before exiting."""
+    _reports.close_all_but(report_fd, status_fd)
+    os.waitpid(init_pid, 0)
+    with os.fdopen(status_fd, "rb") as status:
+        reported = status.read()
+    return int(reported) if reported else STATUS_FAILED
+
+
+def _become_keeper(report_fd: int, confinement: Confinement, *, scope: bool) -> bool:
+    """True once the keeper is in its signal-scoped Landlock domain."""
     prctl(PR_SET_DUMPABLE, 0)  # holds a copy of sandlock's memory: not readable via /proc
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     for sig in _IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     signal.signal(KILL_SIGNAL, _on_kill_signal)
-    scope = keeper_scope(confinement)
-    if scope is not None:
+    # In namespaces, the keeper stays outside any Landlock domain: its init must mount.
+    domain = keeper_scope(confinement) if scope else None
+    if domain is not None:
         prctl(PR_SET_NO_NEW_PRIVS, 1)
-        scope.restrict_self()
-        scope.close()
+        domain.restrict_self()
+        domain.close()
     # After restrict_self: the watcher thread inherits the domain, and signals itself.
     threading.Thread(target=_watch_sandlock, args=(report_fd,), daemon=True).start()
+    return domain is not None
 
 
 def _watch_sandlock(report_fd: int) -> None:
@@ -91,25 +160,6 @@ def _watch_sandlock(report_fd: int) -> None:
     os.kill(os.getpid(), KILL_SIGNAL)
 
 
-def _close_all_but(report_fd: int) -> None:
-    """Drop every inherited fd (but stdio): a pipe end kept open here would hold off
-    the EOF its reader waits for (e.g. the command's stdin under Sandbox.run)."""
-    os.closerange(3, report_fd)
-    os.closerange(report_fd + 1, os.sysconf("SC_OPEN_MAX"))
-
-
-def _wait_for_command(command_pid: int, report_fd: int) -> int:
-    """Reap everything until the command itself ends; relay its stops to sandlock."""
-    while True:
-        pid, status = os.waitpid(-1, os.WUNTRACED)
-        if pid != command_pid:
-            continue  # an orphan reparented to us
-        if os.WIFSTOPPED(status):
-            _send(report_fd, b"stop %d" % os.WSTOPSIG(status))
-            continue
-        return status
-
-
 def _kill_tree(scoped: bool) -> None:
     """SIGKILL and reap every descendant; returns when the keeper has no child left."""
     while True:
@@ -118,6 +168,16 @@ def _kill_tree(scoped: bool) -> None:
         else:
             for pid in _descendants(os.getpid()):
                 _kill_quietly(pid)
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def _reap_all() -> None:
+    while True:
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
@@ -151,20 +211,3 @@ def _descendants(root: int) -> list[int]:
         found.extend(kids)
         pending.extend(kids)
     return found
-
-
-def _send(fd: int, message: bytes) -> None:
-    try:
-        os.write(fd, message + b"\n")
-    except OSError:
-        pass  # sandlock is gone; nobody to tell
-
-
-def parse_reports(data: bytes) -> list[tuple[str, int]]:
-    """Decode complete report lines ("pid N", "stop SIG", "exit STATUS")."""
-    reports = []
-    for line in data.split(b"\n"):
-        if line:
-            kind, _, value = line.partition(b" ")
-            reports.append((kind.decode(), int(value)))
-    return reports

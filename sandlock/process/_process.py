@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .._errors import EXIT_SETUP
-from . import _child, _keeper
+from . import _child, _keeper, _reports
 from ._terminal import Foreground
 
 
@@ -74,7 +74,7 @@ class SandboxedProcess:
         if not data:  # the keeper vanished without reporting
             self._finish(None)
             return
-        for kind, value in _keeper.parse_reports(data):
+        for kind, value in _reports.parse_reports(data):
             self._on_report(kind, value)
 
     def _on_report(self, kind: str, value: int) -> None:

@@ -1,0 +1,83 @@
+"""User, mount and PID namespaces, and the mounts made inside them.
+
+Unprivileged: a process may create a user namespace, map its own uid and gid into it
+and, holding every capability there, mount in a mount namespace that namespace owns.
+Mounts made there never propagate back: the kernel turns the copied shared mounts
+into slaves when the new mount namespace belongs to a less privileged user namespace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from ._libc import PR_GET_DUMPABLE, PR_SET_DUMPABLE, prctl, syscall
+from ._syscalls import nr
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_BIND = 0x1000
+MS_REC = 0x4000
+
+_MOUNT_ATTR_RDONLY = 0x1
+_AT_FDCWD = -100
+
+
+class _MountAttr(ctypes.Structure):
+    """struct mount_attr (mount_setattr(2))"""
+
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def enter_namespaces(flags: int) -> None:
+    """unshare(2) ``flags`` (CLONE_NEW*); with CLONE_NEWUSER, map our uid and gid to
+    themselves, so that files keep their owners and the process its identity. Only a
+    single-threaded process may create a user namespace."""
+    uid, gid = os.geteuid(), os.getegid()
+    syscall(nr("unshare"), flags)
+    if flags & CLONE_NEWUSER:
+        # /proc/self of a non-dumpable process belongs to root: dumpable while writing.
+        dumpable = prctl(PR_GET_DUMPABLE)
+        prctl(PR_SET_DUMPABLE, 1)
+        try:
+            _write("/proc/self/setgroups", b"deny")  # before an unprivileged gid_map
+            _write("/proc/self/uid_map", b"%d %d 1" % (uid, uid))
+            _write("/proc/self/gid_map", b"%d %d 1" % (gid, gid))
+        finally:
+            prctl(PR_SET_DUMPABLE, dumpable)
+
+
+def bind(source: str, target: str, *, recursive: bool = False) -> None:
+    """Mount ``source`` (file or directory) over ``target`` (same kind)."""
+    flags = MS_BIND | (MS_REC if recursive else 0)
+    syscall(nr("mount"), os.fsencode(source), os.fsencode(target), None, flags, None)
+
+
+def make_read_only(mount_point: str) -> None:
+    """Make the mount at ``mount_point`` read-only, and only that: mount_setattr keeps
+    the flags the kernel locked on it (nosuid, nodev...), which a remount would have
+    to repeat exactly."""
+    attr = _MountAttr(attr_set=_MOUNT_ATTR_RDONLY)
+    syscall(nr("mount_setattr"), _AT_FDCWD, os.fsencode(mount_point), 0,
+            ctypes.byref(attr), ctypes.sizeof(attr))
+
+
+def mount_proc(target: str) -> None:
+    """A procfs of the caller's PID namespace at ``target``."""
+    syscall(nr("mount"), b"proc", os.fsencode(target), b"proc",
+            MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+def _write(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)

@@ -1,0 +1,58 @@
+"""The first process of the sandbox's PID namespace (its pid 1).
+
+Forked by the keeper once the namespaces and mounts are in place, it mounts the
+namespace's own /proc (only a process inside the PID namespace can), forks the
+command and reaps for the namespace until the command ends. When it exits, the
+kernel kills whatever is left in the namespace, atomically: the keeper's "kill the
+tree" is killing this one process.
+
+It is outside the command's Landlock domain, so the command can neither signal nor
+trace it; it is not dumpable, so its memory (a copy of sandlock's) is unreadable; and
+it wipes its command line, which /proc shows to anyone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+from ..confine import Entered, Isolation
+from ..kernel import PR_SET_PDEATHSIG, prctl
+from . import _child, _reports
+
+
+def run(spec: _child.ChildSpec, isolation: Isolation, entered: Entered, report_fd: int,
+        status_fd: int, error_fd: int) -> None:
+    """Body of the init process; never returns. The command's wait status goes to
+    ``status_fd`` (the keeper reports it); a setup failure to ``error_fd``."""
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the keeper gone: the namespace with us
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the keeper's signal, not ours
+        _wipe_command_line()
+        ruleset = spec.confinement.ruleset
+        isolation.complete(entered, ruleset.allow_path if ruleset else _no_rules)
+        command_pid = os.fork()
+        if command_pid == 0:
+            _child.exec_command(spec, 1, error_fd, report_fd=report_fd,
+                                host_pid=entered.host_pid())
+        _reports.close_all_but(report_fd, status_fd)
+        status = _reports.wait_for_command(command_pid, report_fd)
+        os.write(status_fd, b"%d" % status)
+    except BaseException as exc:  # noqa: BLE001 - must never unwind into sandlock's code
+        _child.report_setup_error(error_fd, exc)
+    os._exit(0)
+
+
+def _wipe_command_line() -> None:
+    """Zero the argv strings (sandlock's own command line, --env values included) that
+    /proc/1/cmdline would show inside the sandbox."""
+    with open("/proc/self/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    if 0 < start < end:
+        ctypes.memset(start, 0, end - start)
+
+
+def _no_rules(path: str, access: int) -> None:
+    pass
