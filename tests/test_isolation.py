@@ -44,17 +44,22 @@ def last_json(result: subprocess.CompletedProcess) -> dict:
 # --- /proc ------------------------------------------------------------------------------
 
 PROCESSES = """
-import json, os, subprocess, sys
+import json, os, subprocess, sys, time
 host = int(sys.argv[1])
 child = subprocess.Popen(["sleep", "30"])
-def cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\\0", b" ").decode().strip()
-    except OSError as exc:
-        return type(exc).__name__
+def cmdline(pid, wait=False):
+    for _ in range(250):  # a child's command line shows once its exec has set it up
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = f.read().replace(b"\\0", b" ").decode().strip()
+        except OSError as exc:
+            return type(exc).__name__
+        if line or not wait:
+            return line
+        time.sleep(0.02)
+    return line
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
-print(json.dumps({"pids": pids, "host": cmdline(host), "child": cmdline(child.pid),
+print(json.dumps({"pids": pids, "host": cmdline(host), "child": cmdline(child.pid, wait=True),
                   "self": os.readlink("/proc/self") == str(os.getpid()),
                   "ps": subprocess.run(["ps", "-e", "-o", "comm="], capture_output=True,
                                        text=True).stdout.split()}))
@@ -199,6 +204,19 @@ def test_scratch_directories_are_private_and_removed_after_the_run(host_scratch_
     assert set(glob.glob("/tmp/sandlock-run-*")) == before  # nothing left behind
 
 
+def test_a_workspace_under_tmp_survives_the_run(tmp_path):
+    """The workspace is bound into the per-run /tmp; removing that directory after the
+    run must never reach through to it (a walk in the sandbox's mount namespace would)."""
+    workspace = tmp_path / "project"
+    (workspace / "src").mkdir(parents=True)
+    (workspace / "src" / "kept.txt").write_text("mine")
+    result = shell("echo new > src/made.txt && mkdir -p /tmp/scratch && echo x > /tmp/scratch/f",
+                   cwd=workspace)
+    assert result.returncode == 0, result.stderr
+    assert (workspace / "src" / "kept.txt").read_text() == "mine"
+    assert (workspace / "src" / "made.txt").read_text() == "new\n"
+
+
 def test_two_sandboxes_do_not_share_their_tmp(tmp_path):
     writer = subprocess.Popen(
         [*SANDLOCK, "run", "--", "sh", "-c", "echo mine > /tmp/shared && echo ready && sleep 20"],
@@ -313,3 +331,12 @@ def test_shell_start_up_files_under_a_write_grant_stay_read_only(unscratched):
     result = shell(script, "-r", "/", "-w", str(home), cwd=home, env={"HOME": str(home)})
     assert result.stdout.split() == ["bashrc=2", "notes=0"], result.stderr
     assert (home / ".bashrc").read_text() == "# the user's\n"
+
+
+def test_autorun_files_stay_read_only_for_an_unprivileged_user(as_nobody, world_tmp):
+    subprocess.run(["git", "init", "-q", str(world_tmp)], check=True)
+    subprocess.run(["chown", "-R", "65534:65534", str(world_tmp)], check=True)
+    argv = as_nobody([*SANDLOCK, "run", "--", "sh", "-c", ATTACKS])
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=world_tmp,
+                            env={**os.environ, **GIT_IDENTITY})
+    assert result.stdout.split() == ["hooks=2", "config=4", "moved=1", "committed"], result.stderr

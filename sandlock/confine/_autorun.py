@@ -42,12 +42,18 @@ class Protection:
     read_only: tuple[str, ...] = ()
 
 
-def protect(writable: Iterable[str], homes: Iterable[str]) -> Protection:
-    """What to protect for the ``writable`` grants (existing real paths)."""
+def protect(writable: Iterable[str], homes: Iterable[str],
+            unscanned: Iterable[str] = ()) -> Protection:
+    """What to protect for the ``writable`` grants; ``unscanned``: writable directories
+    not searched for repositories (scratch directories, caches: nobody's project, and
+    /tmp alone may hold thousands of entries)."""
     writable = [os.path.realpath(path) for path in writable if os.path.isdir(path)]
+    skipped = {os.path.realpath(path) for path in unscanned}
     pinned: list[str] = []
     read_only: list[str] = []
     for directory in writable:
+        if directory in skipped or directory.startswith("/dev/") or directory == "/dev":
+            continue
         for repository, git in _repositories(directory):
             if repository != directory:
                 pinned.append(repository)

@@ -25,7 +25,13 @@ from ..kernel import (
 )
 from . import _fspolicy
 from ._isolation import Isolation
-from ._workspace import DEVICES_WRITE, check_workspace, default_workspace, private_scratch
+from ._workspace import (
+    DEVICES_WRITE,
+    caches,
+    check_workspace,
+    default_workspace,
+    private_scratch,
+)
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -108,6 +114,7 @@ class _Filesystem:
     write: tuple[str, ...]
     private: tuple[str, ...]  # scratch directories made private to the run
     homes: tuple[str, ...]
+    caches: tuple[str, ...]  # the toolchain caches among ``write``
 
 
 def _filesystem_ruleset(
@@ -142,7 +149,7 @@ def _filesystem_ruleset(
         ruleset.close()
         raise
     return _Filesystem(ruleset, tuple(added), tuple(read), tuple(write), private,
-                       tuple(home for home, _ in homes))
+                       tuple(home for home, _ in homes), caches(homes[0][0], env))
 
 
 def _isolation(policy: Policy, filesystem: _Filesystem, warnings: list[str]) -> Isolation | None:
@@ -156,7 +163,7 @@ def _isolation(policy: Policy, filesystem: _Filesystem, warnings: list[str]) -> 
         # what the command may reach beneath a private scratch directory stays in view
         granted=(*filesystem.read, *filesystem.write, *policy.unix_allow),
         rules=filesystem.rules, writable=filesystem.write, homes=filesystem.homes,
-        protect_autorun=not policy.allow_autorun_writes)
+        protect_autorun=not policy.allow_autorun_writes, unscanned=filesystem.caches)
 
 
 def _user_namespaces_available() -> bool:

@@ -60,10 +60,12 @@ class Isolation:
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
              rules: Iterable[tuple[str, int]], writable: Iterable[str],
-             homes: Iterable[str], protect_autorun: bool) -> Isolation:
+             homes: Iterable[str], protect_autorun: bool, unscanned: Iterable[str] = (),
+             ) -> Isolation:
         """``private``: scratch paths to replace; ``granted``: existing paths the
         policy grants (those beneath a private path are bound back); ``rules``: the
-        compiled Landlock rules; ``writable``: the write grants (for autorun files)."""
+        compiled Landlock rules; ``writable``: the write grants (for autorun files),
+        ``unscanned`` those of them not searched for repositories."""
         token = os.urandom(6).hex()
         base = _make_run_dir("/tmp", token)
         run_dirs = [base]
@@ -86,8 +88,8 @@ class Isolation:
         moved = ("/proc", *(scratch for _, scratch in replaced))
         reanchored = tuple((path, access) for path, access in rules
                            if any(_within(path, top) for top in moved))
-        protection = (_autorun.protect(writable, homes) if protect_autorun
-                      else _autorun.Protection())
+        protection = (_autorun.protect(writable, homes, (*SCRATCH, *unscanned))
+                      if protect_autorun else _autorun.Protection())
         return cls(tuple(run_dirs), mask, tuple(replaced), restored, protection, reanchored)
 
     def enter(self) -> Entered:
@@ -130,7 +132,9 @@ class Isolation:
                 pass  # not in the new tree: nothing to grant
 
     def remove(self) -> None:
-        """Delete the per-run directories and what the sandbox left in them."""
+        """Delete the per-run directories and what the sandbox left in them. Only ever
+        from sandlock's own mount namespace: in the sandbox's, the granted paths are
+        bound inside them, and a walk would delete the workspace through the binds."""
         _remove_all(self.run_dirs)
 
 
@@ -168,9 +172,19 @@ def _remove_all(directories: Iterable[str]) -> None:
 
 
 def _remove_tree(path: str) -> None:
-    """rm -rf without following a symlink the sandbox may have planted (fd-relative)."""
+    """rm -rf without following a symlink the sandbox may have planted (fd-relative).
+    The usual run leaves an empty scratch directory and the mask: a few syscalls."""
     try:
-        for parent, dirs, files, parent_fd in os.fwalk(path, topdown=False):
+        for name, remove in (("root", os.rmdir), ("mask", os.unlink)):
+            try:
+                remove(os.path.join(path, name))
+            except FileNotFoundError:
+                pass
+        os.rmdir(path)
+    except FileNotFoundError:
+        return
+    except OSError:  # not empty: what the sandbox left, mount points of its grants
+        for _, dirs, files, parent_fd in os.fwalk(path, topdown=False):
             for name in files:
                 os.unlink(name, dir_fd=parent_fd)
             for name in dirs:
@@ -179,8 +193,6 @@ def _remove_tree(path: str) -> None:
                 except NotADirectoryError:  # a symlink to a directory
                     os.unlink(name, dir_fd=parent_fd)
         os.rmdir(path)
-    except FileNotFoundError:
-        pass
 
 
 def _within(path: str, ancestor: str) -> bool:

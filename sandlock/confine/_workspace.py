@@ -63,8 +63,7 @@ def default_workspace(home: str, cwd: str, env: Mapping[str, str],
     check_workspace(cwd, home)
     _create_caches(home, env)
     read = [*SYSTEM_READ, *_under(home, HOME_TOOLS_READ), *_tool_homes(env, home, read=True)]
-    write = [cwd, *SCRATCH_WRITE, *DEVICES_WRITE, *_under(home, HOME_CACHES_WRITE),
-             *_tool_homes(env, home, read=False)]
+    write = [cwd, *SCRATCH_WRITE, *DEVICES_WRITE, *caches(home, env)]
     repository = _enclosing_repository(cwd)
     if repository is not None and _harmless(repository, home):  # git reads the whole tree
         read.append(repository)
@@ -73,6 +72,11 @@ def default_workspace(home: str, cwd: str, env: Mapping[str, str],
     read += [os.path.expanduser(path) for path in widened.get(WIDEN_READ, ())]
     write += [os.path.expanduser(path) for path in widened.get(WIDEN_WRITE, ())]
     return read, write, protected_paths(home, env)
+
+
+def caches(home: str, env: Mapping[str, str]) -> tuple[str, ...]:
+    """The toolchain caches the default workspace makes writable."""
+    return (*_under(home, HOME_CACHES_WRITE), *_tool_homes(env, home, read=False))
 
 
 def private_scratch(widen: Mapping[str, str] = os.environ) -> tuple[str, ...]:

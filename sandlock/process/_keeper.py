@@ -68,7 +68,7 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
         if init_pid:
             _kill_quietly(init_pid)  # the kernel kills the rest of its namespace
             _reap_all()
-        elif isolation is None:  # (in namespaces, /proc may no longer be the host's)
+        if isolation is None:  # (in namespaces, /proc may no longer be the host's)
             _kill_tree(scoped)
         _reports.send(report_fd, b"exit %d" % status)
         os._exit(0)
