@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._confinement import Confinement, keeper_scope
     from ._fspolicy import sandlock_ca_dir
-    from ._isolation import Entered, Isolation
+    from ._isolation import Isolation
     from ._workspace import unreachable, widening
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 # each module is imported on first use, so importing the package costs nothing
 _EXPORTS = {
     "Confinement": "_confinement",
-    "Entered": "_isolation",
     "Isolation": "_isolation",
     "keeper_scope": "_confinement",
     "sandlock_ca_dir": "_fspolicy",

@@ -93,15 +93,9 @@ class Confinement:
             self.ruleset.restrict_self()
 
     def close(self) -> None:
-        """Release the ruleset (the child holds its own copy); the isolation's
-        directories stay until ``finish``."""
+        """Release the ruleset (the child holds its own copy)."""
         if self.ruleset is not None:
             self.ruleset.close()
-
-    def finish(self) -> None:
-        """After the run: remove what was made for it."""
-        if self.isolation is not None:
-            self.isolation.remove()
 
 
 @dataclass(frozen=True)
@@ -159,10 +153,9 @@ def _isolation(policy: Policy, filesystem: _Filesystem, warnings: list[str]) -> 
                         "shared, autorun files are writable (--best-effort)")
         return None
     return Isolation.plan(
-        private=filesystem.private,
-        # what the command may reach beneath a private scratch directory stays in view
+        private=filesystem.private, rules=filesystem.rules,
         granted=(*filesystem.read, *filesystem.write, *policy.unix_allow),
-        rules=filesystem.rules, writable=filesystem.write, homes=filesystem.homes,
+        writable=filesystem.write, homes=filesystem.homes,
         protect_autorun=not policy.allow_autorun_writes, unscanned=filesystem.caches)
 
 

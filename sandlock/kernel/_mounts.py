@@ -27,6 +27,9 @@ MS_REC = 0x4000
 
 _MOUNT_ATTR_RDONLY = 0x1
 _AT_FDCWD = -100
+_OPEN_TREE_CLONE = 0x1
+_OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
 
 
 class _MountAttr(ctypes.Structure):
@@ -67,6 +70,28 @@ def make_read_only(mount_point: str) -> None:
     attr = _MountAttr(attr_set=_MOUNT_ATTR_RDONLY)
     syscall(nr("mount_setattr"), _AT_FDCWD, os.fsencode(mount_point), 0,
             ctypes.byref(attr), ctypes.sizeof(attr))
+
+
+def mount_tmpfs(target: str, options: bytes) -> None:
+    """An empty tmpfs at ``target`` (gone with the last process of the namespace)."""
+    syscall(nr("mount"), b"tmpfs", os.fsencode(target), b"tmpfs",
+            MS_NOSUID | MS_NODEV, options)
+
+
+def detached_copy(path: str) -> int:
+    """A descriptor on a copy of the tree at ``path``, attached nowhere (open_tree): it
+    stays what ``path`` was after something is mounted over ``path``."""
+    return syscall(nr("open_tree"), _AT_FDCWD, os.fsencode(path),
+                   _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC)
+
+
+def attach(tree: int, target: str) -> None:
+    """Mount the detached ``tree`` at ``target`` (move_mount); closes ``tree``."""
+    try:
+        syscall(nr("move_mount"), tree, b"", _AT_FDCWD, os.fsencode(target),
+                _MOVE_MOUNT_F_EMPTY_PATH)
+    finally:
+        os.close(tree)
 
 
 def mount_proc(target: str) -> None:

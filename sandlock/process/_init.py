@@ -1,10 +1,12 @@
 """The first process of the sandbox's PID namespace (its pid 1).
 
-Forked by the keeper once the namespaces and mounts are in place, it mounts the
-namespace's own /proc (only a process inside the PID namespace can), forks the
-command and reaps for the namespace until the command ends. When it exits, the
-kernel kills whatever is left in the namespace, atomically: the keeper's "kill the
-tree" is killing this one process.
+keeper ──fork──> init (pid 1) ──fork──> command (pid 2)
+
+Forked by the keeper once it is in the sandbox's user and PID namespaces, init makes
+the mount namespace and every mount, its own /proc included (only a process inside
+the PID namespace can mount that), forks the command and reaps for the namespace
+until the command ends. When it exits, the kernel kills whatever is left in the
+namespace, atomically: the keeper's "kill the tree" is killing this one process.
 
 It is outside the command's Landlock domain, so the command can neither signal nor
 trace it; it is not dumpable, so its memory (a copy of sandlock's) is unreadable; and
@@ -17,13 +19,13 @@ import ctypes
 import os
 import signal
 
-from ..confine import Entered, Isolation
+from ..confine import Isolation
 from ..kernel import PR_SET_PDEATHSIG, prctl
 from . import _child, _reports
 
 
-def run(spec: _child.ChildSpec, isolation: Isolation, entered: Entered, report_fd: int,
-        status_fd: int, error_fd: int) -> None:
+def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd: int,
+        error_fd: int) -> None:
     """Body of the init process; never returns. The command's wait status goes to
     ``status_fd`` (the keeper reports it); a setup failure to ``error_fd``."""
     try:
@@ -31,11 +33,15 @@ def run(spec: _child.ChildSpec, isolation: Isolation, entered: Entered, report_f
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the keeper's signal, not ours
         _wipe_command_line()
         ruleset = spec.confinement.ruleset
-        isolation.complete(entered, ruleset.allow_path if ruleset else _no_rules)
+        try:
+            host_proc = isolation.mount(ruleset.allow_path if ruleset else _no_rules)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot make the sandbox's mounts ({exc.strerror})"
+                          ) from None
         command_pid = os.fork()
         if command_pid == 0:
-            _child.exec_command(spec, 1, error_fd, report_fd=report_fd,
-                                host_pid=entered.host_pid())
+            host_pid = int(os.readlink("self", dir_fd=host_proc))  # our pid outside
+            _child.exec_command(spec, 1, error_fd, report_fd=report_fd, host_pid=host_pid)
         _reports.close_all_but(report_fd, status_fd)
         status = _reports.wait_for_command(command_pid, report_fd)
         os.write(status_fd, b"%d" % status)

@@ -7,8 +7,9 @@ asks (SIGUSR1, used by timeouts), the keeper kills the whole sandbox tree, reaps
 and reports the command's wait status to sandlock over a pipe.
 
 Killing is exact. In the sandbox's namespaces (the usual case, ``confine._isolation``)
-the keeper makes them, forks the PID namespace's init (``_init``), which forks the
-command, and killing init kills the namespace. Without them (--best-effort), with IPC
+the keeper enters the user and PID namespaces and forks the PID namespace's init
+(``_init``), which makes the mounts and forks the command; killing init kills the
+namespace. Without them (--best-effort), with IPC
 scoping on, the keeper sits in a Landlock domain scoped for signals, so
 ``kill(-1, SIGKILL)`` reaches its descendants and nothing else, in one atomic pass
 that no racing fork can escape; without scoping (--allow-ipc, old kernels) it walks
@@ -21,8 +22,9 @@ import os
 import select
 import signal
 import threading
+from collections.abc import Callable
 
-from ..confine import Confinement, Entered, Isolation, keeper_scope
+from ..confine import Confinement, Isolation, keeper_scope
 from ..kernel import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, prctl
 from . import _child, _init, _reports
 
@@ -49,15 +51,17 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
     init_pid = 0
     scoped = False  # kill(-1) only ever from inside the signal-scoped domain
     try:
-        # Namespaces first: only a single-threaded process can enter a user namespace.
-        entered = _enter(isolation, error_fd) if isolation else None
-        scoped = _become_keeper(report_fd, spec.confinement, scope=entered is None)
-        if isolation is None or entered is None:
+        if isolation is not None:  # first: only a single-threaded process may do this
+            _entering(error_fd, isolation.enter_user_namespace)
+        scoped = _become_keeper(report_fd, spec.confinement, scope=isolation is None)
+        if isolation is None:
             status = _run_command(spec, report_fd, error_fd)
         else:
+            _entering(error_fd, isolation.enter_pid_namespace)  # (no thread after this)
             status_r, status_w = os.pipe()
-            init_pid = _fork_init(spec, isolation, entered, report_fd, status_w, error_fd)
+            init_pid = _fork_init(spec, isolation, report_fd, status_w, error_fd)
             status = _wait_for_init(init_pid, report_fd, status_r)
+            init_pid = 0  # reaped: its pid may be anyone's now
     except _KillAll as request:
         status = STATUS_KILLED
         init_pid = init_pid or (request.args[0] if request.args else 0)
@@ -74,38 +78,39 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
         os._exit(0)
 
 
-def _enter(isolation: Isolation, error_fd: int) -> Entered:
+def _entering(error_fd: int, enter: Callable[[], None]) -> None:
     try:
-        return isolation.enter()
+        enter()
     except OSError as exc:
-        _report_namespace_error(error_fd, exc)
+        _child.report_setup_error(error_fd, OSError(
+            exc.errno, f"cannot make the sandbox's namespaces ({exc.strerror}); "
+                       "--best-effort runs without them"))
         raise
 
 
-def _report_namespace_error(error_fd: int, exc: OSError) -> None:
-    _child.report_setup_error(error_fd, OSError(
-        exc.errno, f"cannot make the sandbox's namespaces ({exc.strerror}); "
-                   "--best-effort runs without them"))
-
-
-def _fork_init(spec: _child.ChildSpec, isolation: Isolation, entered: Entered,
-               report_fd: int, status_fd: int, error_fd: int) -> int:
+def _fork_init(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd: int,
+               error_fd: int) -> int:
     """Fork the namespace's init; a kill request meanwhile waits until its pid is known
     (raised in between, it would leave the keeper not knowing what to kill)."""
-    try:
-        isolation.enter_pid_namespace()
-    except OSError as exc:
-        _report_namespace_error(error_fd, exc)
-        raise
     requested: list[int] = []
     signal.signal(KILL_SIGNAL, lambda signum, frame: requested.append(signum))
     init_pid = os.fork()
     if init_pid == 0:
-        _init.run(spec, isolation, entered, report_fd, status_fd, error_fd)
+        _init.run(spec, isolation, report_fd, status_fd, error_fd)
     signal.signal(KILL_SIGNAL, _on_kill_signal)
     if requested:
         raise _KillAll(init_pid)
     return init_pid
+
+
+def _wait_for_init(init_pid: int, report_fd: int, status_fd: int) -> int:
+    """The command's wait status, as init sends it before exiting; init reaped means
+    the namespace is empty."""
+    _reports.close_all_but(report_fd, status_fd)
+    os.waitpid(init_pid, 0)
+    reported = os.read(status_fd, 64)
+    os.close(status_fd)
+    return int(reported) if reported else STATUS_FAILED
 
 
 def _run_command(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> int:
@@ -117,15 +122,6 @@ def _run_command(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> int:
     _reports.close_all_but(report_fd)
     _reports.send(report_fd, b"pid %d" % command_pid)
     return _reports.wait_for_command(command_pid, report_fd)
-
-
-def _wait_for_init(init_pid: int, report_fd: int, status_fd: int) -> int:
-    """The command's wait status, as the namespace's init sends it before exiting."""
-    _reports.close_all_but(report_fd, status_fd)
-    os.waitpid(init_pid, 0)
-    with os.fdopen(status_fd, "rb") as status:
-        reported = status.read()
-    return int(reported) if reported else STATUS_FAILED
 
 
 def _become_keeper(report_fd: int, confinement: Confinement, *, scope: bool) -> bool:

@@ -116,12 +116,10 @@ class Sandbox:
             process = spawn(spec, terminal, launcher.take_listener)
         except BaseException:
             launcher.close()
-            confinement.finish()
             raise
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
         process.on_exit(launcher.close)
-        process.on_exit(confinement.finish)
         return process
 
     def run(
