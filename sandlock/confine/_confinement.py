@@ -19,6 +19,7 @@ from ..kernel import (
     PR_SET_NO_NEW_PRIVS,
     drop_capabilities,
     landlock,
+    namespaces,
     native_arch,
     prctl,
     seccomp,
@@ -148,7 +149,7 @@ def _filesystem_ruleset(
 
 def _isolation(policy: Policy, filesystem: _Filesystem, warnings: list[str]) -> Isolation | None:
     """The namespaces' plan, or None where they are unavailable and --best-effort."""
-    if policy.best_effort and not _user_namespaces_available():
+    if policy.best_effort and not namespaces()[0]:  # a fork: only under --best-effort
         warnings.append("user namespaces are not available: /proc shows the host, /tmp is "
                         "shared, autorun files are writable (--best-effort)")
         return None
@@ -157,22 +158,6 @@ def _isolation(policy: Policy, filesystem: _Filesystem, warnings: list[str]) -> 
         granted=(*filesystem.read, *filesystem.write, *policy.unix_allow),
         writable=filesystem.write, homes=filesystem.homes,
         protect_autorun=not policy.allow_autorun_writes, unscanned=filesystem.caches)
-
-
-def _user_namespaces_available() -> bool:
-    """What the kernel's switches say (the keeper finds out for sure, and fails loudly):
-    none may be created at all, or not by unprivileged users (Debian, Ubuntu's AppArmor)."""
-    switches = (("/proc/sys/user/max_user_namespaces", b"0", True),
-                ("/proc/sys/kernel/unprivileged_userns_clone", b"0", os.geteuid() != 0),
-                ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", b"1", os.geteuid() != 0))
-    for path, closed, applies in switches:
-        try:
-            with open(path, "rb") as f:
-                if applies and f.read().strip() == closed:
-                    return False
-        except OSError:
-            continue
-    return True
 
 
 def _seccomp_program(policy: Policy) -> bytes:

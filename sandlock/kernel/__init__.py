@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from . import _landlock as landlock, _mounts as mounts, _seccomp as seccomp
     from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
     from ._fds import close_on_exec_from
-    from ._features import probe, protection_level
+    from ._features import namespaces, probe, protection_level
     from ._landlock import restrict_self
     from ._libc import (
         IoVec,
@@ -68,6 +68,7 @@ _EXPORTS = {
     "landlock": "_landlock:",
     "mounts": "_mounts:",
     "native_arch": "_syscalls",
+    "namespaces": "_features",
     "nr": "_syscalls",
     "open_pidfd": "_remote",
     "prctl": "_libc",

@@ -54,14 +54,15 @@ def probe() -> list[Feature]:
                 "network supervisor", True),
         Feature("pidfd_getfd", _syscall_exists("pidfd_getfd", -1, 0, 0), "syscall",
                 "on-behalf socket operations (network supervisor)", True),
-        Feature("user namespaces", *_namespaces(),
+        Feature("user namespaces", *namespaces(),
                 "the sandbox's own /proc, /tmp and autorun protection", True),
     ]
     return features
 
 
-def _namespaces() -> tuple[bool, str]:
-    """Can this user make the sandbox's namespaces? Tried in a throwaway child."""
+def namespaces() -> tuple[bool, str]:
+    """Can this process make the sandbox's namespaces (the kernel's switches, an outer
+    sandbox's filter)? Tried in a throwaway child: (available, what was found)."""
     pid = os.fork()
     if pid == 0:
         try:
