@@ -308,6 +308,31 @@ def test_unresolvable_name_warns_and_stays_unreachable(names):
     assert "cannot resolve missing.test" in result.stderr
 
 
+def test_a_silent_dns_server_is_reported_even_when_the_command_ends_first():
+    """The server never answers: the command ends (after 1 s) before the lookup gives up
+    (after 5 s), and the name it could not have reached is still named on stderr."""
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))  # reads nothing: every query times out
+    try:
+        result = sandlock("run", "--dns-server", "127.0.0.1:%d" % silent.getsockname()[1],
+                          "--net-allow", "slow.test:80", "--", "sleep", "1")
+    finally:
+        silent.close()
+    assert result.returncode == 0
+    assert "still resolving slow.test" in result.stderr
+
+
+def test_a_closed_dns_server_is_reported_at_once():
+    closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # the port answers with ICMP "port unreachable"
+    result = sandlock("run", "--dns-server", f"127.0.0.1:{port}", "--net-allow", "gone.test:80",
+                      "--", "getent", "hosts", "gone.test")
+    assert result.returncode == 2
+    assert "cannot resolve gone.test" in result.stderr
+
+
 def test_private_answers_need_dns_allow_private(names):
     host, port = names.address
     result = sandlock("run", "--dns-server", f"{host}:{port}", "--net-allow", "web.test:80", "--",

@@ -73,6 +73,7 @@ class Network(Services):
             http.attach(self.audit.record_http)
         self._lock = threading.Lock()
         self._dns_ready: threading.Event | None = None
+        self._dns_said = False  # the pinning's outcome was reported (or the run is over)
         self._responder = None
         self._closed = False
         self._ruleset_fd = ruleset_fd  # kept for a confined worker made on first need
@@ -172,6 +173,11 @@ class Network(Services):
         needs_upstream = bool(unpinned) or self._rules.resolves_unlisted_names
         upstream = Upstream(settings) if needs_upstream else None
         warnings = pin_at_start(names, settings, self.pins, upstream)
+        with self._lock:  # said once: here, or by close() if the run ended first
+            self._dns_said = True
+        if not self._quiet:
+            for warning in warnings:
+                print(warning, file=sys.stderr, flush=True)
         responder = DnsResponder(self.pins, self._rules, upstream, settings)
         with self._lock:
             if self._closed:  # the run ended while names were being resolved
@@ -180,9 +186,16 @@ class Network(Services):
             self._responder = responder
         self._listeners.dns_udp = inet(2, *responder.udp_address)
         self._listeners.dns_tcp = inet(2, *responder.tcp_address)
-        if not self._quiet:
-            for warning in warnings:
-                print(warning, file=sys.stderr, flush=True)
+
+    def _say_still_resolving(self) -> None:
+        """The run ended before the names were pinned: say so, naming them, rather than
+        let a slow or silent DNS server go unnoticed."""
+        pending = sorted(name for name in self._rules.hostnames()
+                         if self.pins.addresses(name) is None)
+        if pending:
+            print(f"sandlock: warning: the command ended while sandlock was still resolving "
+                  f"{', '.join(pending)} (slow or silent DNS server?); "
+                  "it would not have been reachable before that", file=sys.stderr, flush=True)
 
     def close(self) -> str | None:
         """Stop everything; returns the denial summary line, if any denial happened."""
@@ -190,6 +203,10 @@ class Network(Services):
         with self._lock:
             self._closed = True
             responder = self._responder
+            unsaid = self._dns_ready is not None and not self._dns_said
+            self._dns_said = True
+        if unsaid and not self._quiet:
+            self._say_still_resolving()
         if responder is not None:
             responder.stop()
         if self._confined is not None:
