@@ -5,18 +5,22 @@ known at once, and a connection steered to them before the proxy accepts simply 
 in the backlog (the first request waits for the proxy, nothing fails). The process is
 fed its configuration over a SOCK_SEQPACKET pair; it ends when that pair closes
 (sandlock gone), and sandlock kills it when the run ends. It never sees the command:
-it only learns routes.
+it only learns routes. If it dies during the run, it is said and another is started
+with the same rules and CA (new listeners: the dead one's are refused meanwhile).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from . import _protocol
 from ._protocol import ProxyConfig, Route
@@ -24,6 +28,8 @@ from ._protocol import ProxyConfig, Route
 _STOP_TIMEOUT = 10.0  # reading the reports still queued at the end (they are never dropped)
 _ROUTE_WAIT = 2.0
 _BACKLOG = 1024
+_MAX_RESTARTS = 3  # deaths within _RESTART_WINDOW after which the proxy stays down
+_RESTART_WINDOW = 60.0
 
 
 class ProxyUnavailable(OSError):
@@ -31,26 +37,42 @@ class ProxyUnavailable(OSError):
 
 
 class ProxyProcess:
-    """One run's proxy process. ``on_event`` receives its ``audit`` messages (on a
-    reader thread)."""
+    """One run's proxy process, restarted if it dies. ``on_event`` receives its
+    ``audit`` messages (on a reader thread); ``on_incident(message, restarted)`` hears
+    of each death, ``on_restart(addresses)`` of the new listeners."""
 
-    def __init__(self, config: ProxyConfig, on_event: Callable[[dict], None]) -> None:
+    def __init__(self, config: ProxyConfig, on_event: Callable[[dict], None],
+                 on_incident: Callable[[str, bool], None] | None = None) -> None:
+        self._config = config
         self._on_event = on_event
+        self.on_incident = on_incident or (lambda message, restarted: None)
+        self.on_restart: Callable[[dict[int, tuple[str, int]]], None] = lambda addresses: None
         self._trust = threading.Event()
         self.trust_error: str | None = None
-        self._listeners = _listening_sockets()
-        self.addresses = {version: s.getsockname()[:2] for version, s in self._listeners.items()}
+        self._lock = threading.Lock()
+        self._closing = False
+        self._deaths: list[float] = []
+        self._start(config)
+
+    def _start(self, config: ProxyConfig) -> None:
+        """Listeners, process, configuration, reader: a proxy that serves."""
+        listeners = _listening_sockets()
+        addresses = {version: s.getsockname()[:2] for version, s in listeners.items()}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._control = ours
         try:
-            self._process = _spawn(theirs, self._listeners)
+            process = _spawn(theirs, listeners)
         finally:
             theirs.close()
-            for listener in self._listeners.values():
+            for listener in listeners.values():
                 listener.close()  # the proxy holds them now: if it dies, connects are refused
-        self._control.sendall(_protocol.config_message(config))
-        self._control.setblocking(False)  # routes come from the supervisor: see route()
-        self._reader = threading.Thread(target=self._read, daemon=True, name="sandlock-proxy-events")
+        ours.sendall(_protocol.config_message(config))
+        ours.setblocking(False)  # routes come from the supervisor: see route()
+        with self._lock:
+            self._control, self._process, self.addresses = ours, process, addresses
+            if self._closing:  # closed while this one was starting
+                process.kill()
+        self._reader = threading.Thread(target=self._read, args=(ours, process), daemon=True,
+                                        name="sandlock-proxy-events")
         self._reader.start()
 
     # --- used by the network engine ---------------------------------------------------
@@ -61,20 +83,22 @@ class ProxyProcess:
         return self.addresses.get(6 if ":" in local_ip else 4)
 
     def route(self, route: Route) -> None:
-        """Tell the proxy about a connection before it is made (raises ProxyUnavailable).
+        """Tell the proxy about a connection before it is made (raises ProxyUnavailable,
+        also while a dead proxy is being replaced).
 
         The proxy reads routes on a thread of its own from its first moments; a full
         channel means it is stuck, so the wait is short (this runs on the supervisor)."""
         message = _protocol.route_message(route)
+        control = self._control
         try:
             try:
-                self._control.send(message)
+                control.send(message)
             except BlockingIOError:
                 import select
 
-                if not select.select([], [self._control], [], _ROUTE_WAIT)[1]:
+                if not select.select([], [control], [], _ROUTE_WAIT)[1]:
                     raise ProxyUnavailable(errno.EAGAIN, "proxy unavailable: not reading") from None
-                self._control.send(message)
+                control.send(message)
         except OSError as exc:
             raise ProxyUnavailable(exc.errno, f"proxy unavailable: {exc.strerror}") from None
 
@@ -88,15 +112,18 @@ class ProxyProcess:
         """End the proxy now. It keeps nothing worth a graceful stop, and may still be
         importing mitmproxy (a run that made no request must not wait for that).
         Decisions it already reported are still read: they sit in the socket buffer."""
-        self._process.kill()
-        self._process.wait()
-        self._reader.join(_STOP_TIMEOUT)  # reads what was queued, then EOF
+        with self._lock:
+            self._closing = True
+            process, reader = self._process, self._reader
+        process.kill()
+        process.wait()
+        reader.join(_STOP_TIMEOUT)  # reads what was queued, then EOF
         self._control.close()
 
     # --- events from the proxy ----------------------------------------------------------
 
-    def _read(self) -> None:
-        for message in _protocol.receive(self._control):
+    def _read(self, control: socket.socket, process: subprocess.Popen) -> None:
+        for message in _protocol.receive(control):
             try:
                 self._dispatch(message)
             except (ValueError, KeyError, TypeError) as exc:
@@ -104,14 +131,53 @@ class ProxyProcess:
         if not self._trust.is_set():
             self.trust_error = "the proxy exited before the sandbox CA was ready"
             self._trust.set()
+        with self._lock:
+            if self._closing:
+                return
+        self._died(control, process)
+
+    def _died(self, control: socket.socket, process: subprocess.Popen) -> None:
+        """The proxy died during the run: say so, and start another with the same rules
+        and CA; until it listens, connections to the proxy are refused (fail closed). A
+        proxy that keeps dying is not restarted for ever."""
+        how = _how_it_ended(process.wait())
+        control.close()
+        now = time.monotonic()
+        self._deaths = [t for t in self._deaths if now - t < _RESTART_WINDOW] + [now]
+        if len(self._deaths) > _MAX_RESTARTS:
+            self.on_incident(f"the HTTP proxy {how}, {len(self._deaths)} times in "
+                             f"{_RESTART_WINDOW:.0f} s: HTTP stays refused for the rest of the run",
+                             False)
+            return
+        self.on_incident(f"the HTTP proxy {how}; restarting it (HTTP is refused meanwhile)",
+                         True)
+        try:
+            self._start(self._config)
+        except OSError as exc:
+            self.on_incident(f"the HTTP proxy could not be restarted ({exc.strerror}): "
+                             "HTTP stays refused for the rest of the run", False)
+            return
+        self.on_restart(self.addresses)
 
     def _dispatch(self, message: dict) -> None:
         kind = message["kind"]
         if kind == _protocol.TRUST:
+            if message.get("ca"):  # what a restarted proxy needs to serve the same CA
+                self._config = replace(self._config, ca={"source": "inherited",
+                                                         "pem": message["ca"]})
             self.trust_error = message.get("error")
             self._trust.set()
         elif kind == _protocol.AUDIT:
             self._on_event(message)
+
+
+def _how_it_ended(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
 
 
 def _listening_sockets() -> dict[int, socket.socket]:

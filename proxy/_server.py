@@ -33,7 +33,10 @@ def main(argv: list[str]) -> int:
     from ._authority import prepare
 
     authority = prepare(config)
-    _send(control, _protocol.encode(_protocol.TRUST, error=authority.error))
+    # The CA goes back to sandlock too (over this channel, never to disk): a proxy that
+    # replaces this one, should it die, serves the certificates the command trusts.
+    pem = authority.mitmproxy_pem.decode() if authority.mitmproxy_pem else None
+    _send(control, _protocol.encode(_protocol.TRUST, error=authority.error, ca=pem))
     import asyncio  # only now: the command may be waiting for the trust message above
 
     try:

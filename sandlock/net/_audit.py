@@ -43,7 +43,11 @@ class Audit:
         }, f"sandlock: denied {syscall} {where} {destination}{name} ({verdict.reason})")
 
     def record_http(self, event: dict) -> None:
-        """A decision of the HTTP proxy (an ``audit`` message from its process)."""
+        """A decision of the HTTP proxy (an ``audit`` message from its process), or an
+        incident of the proxy itself (it died: ``kind`` "incident")."""
+        if event.get("kind") == "incident":
+            self._incident(str(event.get("message", "")), bool(event.get("restarted")))
+            return
         allowed = bool(event.get("allowed"))
         method, host, path = (str(event.get(key, "")) for key in ("method", "host", "path"))
         reason = str(event.get("reason", ""))
@@ -58,6 +62,19 @@ class Audit:
             "verdict": "allow" if allowed else "deny",
             "reason": reason,
         }, f"sandlock: denied {method} {host}{path} ({reason})")
+
+    def _incident(self, message: str, restarted: bool) -> None:
+        """Not a decision about the command: sandlock's own proxy failed."""
+        if self._file is not None:
+            import json
+
+            with self._lock:
+                self._file.write(json.dumps({
+                    "time": round(time.time(), 6), "syscall": "proxy", "protocol": "http",
+                    "verdict": "restart" if restarted else "down", "reason": message,
+                }) + "\n")
+        if not self._quiet:
+            self._notice(f"sandlock: {message}")
 
     def _log(self, allowed: bool, record: dict, notice: str) -> None:
         """Count a denial, write ``record`` (timestamped) to the log, say ``notice``."""

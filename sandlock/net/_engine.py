@@ -68,8 +68,8 @@ class Network(Services):
         self.audit = Audit(audit_file, quiet)
         self._listeners = OwnListeners()
         if http is not None:  # never reachable directly, whatever the rules say
-            proxy_addresses = http.proxy.addresses.values()
-            self._listeners.others = frozenset((ip, port) for ip, port in proxy_addresses)
+            self._proxy_listens(http.proxy.addresses)
+            http.watch_restarts(self._proxy_listens)
             http.attach(self.audit.record_http)
         self._lock = threading.Lock()
         self._dns_ready: threading.Event | None = None
@@ -92,6 +92,9 @@ class Network(Services):
         if self._rules.hostnames() or self._policy.resolve:
             self._start_dns()
         self._supervisor.serve(listener_fd)
+
+    def _proxy_listens(self, addresses: dict[int, tuple[str, int]]) -> None:
+        self._listeners.others = frozenset((ip, port) for ip, port in addresses.values())
 
     # --- Services (for the supervisor) ---------------------------------------------
 

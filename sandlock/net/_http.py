@@ -52,7 +52,7 @@ class HttpRun:
             run_dir=self.run_dir or "",
         )
         try:
-            self.proxy = ProxyProcess(config, self._on_event)
+            self.proxy = ProxyProcess(config, self._on_event, self._on_incident)
         except BaseException:
             self._remove_run_dir()
             raise
@@ -77,6 +77,16 @@ class HttpRun:
             pending, self._events = self._events, []
         for event in pending:
             sink(event)
+
+    def _on_incident(self, message: str, restarted: bool) -> None:
+        """The proxy died: an audit record and a notice (in the run's audit, once
+        attached; queued like the proxy's decisions until then)."""
+        self._on_event({"kind": "incident", "message": message, "restarted": restarted})
+
+    def watch_restarts(self, callback: Callable[[dict[int, tuple[str, int]]], None]) -> None:
+        """``callback(addresses)`` each time a new proxy listens in place of a dead one."""
+        if self.proxy is not None:
+            self.proxy.on_restart = callback
 
     def _on_event(self, event: dict) -> None:
         with self._lock:
