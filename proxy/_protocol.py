@@ -47,6 +47,8 @@ class ProxyConfig:
     audit_allowed: bool = False  # also report allowed requests (an --audit log exists)
     ca: dict = field(default_factory=dict)  # how to get the CA (see _authority)
     run_dir: str = ""  # private per-run directory for the command's trust bundle
+    ports: tuple[int, ...] = ()  # the upstream TCP ports it may connect to (--http-port)
+    best_effort: bool = False  # confine the proxy with what the kernel has
 
 
 def encode(kind: str, **payload: object) -> bytes:
@@ -103,6 +105,8 @@ def config_from(message: dict) -> ProxyConfig:
         allow=tuple(raw["allow"]), deny=tuple(raw["deny"]), inspect=str(raw["inspect"]),
         upstream_ca=tuple(raw["upstream_ca"]), audit_allowed=bool(raw["audit_allowed"]),
         ca=dict(raw["ca"]), run_dir=str(raw["run_dir"]),
+        ports=tuple(int(port) for port in raw.get("ports", ())),
+        best_effort=bool(raw.get("best_effort", False)),
     )
 
 

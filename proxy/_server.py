@@ -1,10 +1,11 @@
 """The proxy process: ``python -m sandlock.proxy._server CONTROL_FD LISTENER_FD...``.
 
 Started by ``_launcher`` for runs with HTTP rules. In order: become non-dumpable (it
-will hold the CA key), read the configuration, start reading routes (a burst of
-connections must not fill the channel while mitmproxy loads), make the CA and the
-command's trust bundle (the command may be waiting for it), then import mitmproxy and
-serve. It ends when sandlock hangs up the control channel.
+will hold the CA key), read the configuration, make the CA and the command's trust
+bundle (the command may be waiting for it), confine itself (``_confine``), start
+reading routes (a burst of connections must not fill the channel while mitmproxy
+loads), then import mitmproxy and serve. It ends when sandlock hangs up the control
+channel.
 
 Decisions go back to sandlock on the same channel with blocking sends: a proxy whose
 reports are not read yet waits (and so do its clients) rather than drop a record.
@@ -28,11 +29,16 @@ def main(argv: list[str]) -> int:
     control = socket.socket(fileno=control_fd)
     listeners = [socket.socket(fileno=fd) for fd in listener_fds]
     config = _protocol.config_from(_protocol.decode(control.recv(_protocol.MAX_MESSAGE)))
-    routes = RouteTable(control)
-    routes.start()
     from ._authority import prepare
 
-    authority = prepare(config)
+    authority = prepare(config)  # reads a persistent or user CA, writes the trust bundle
+    try:
+        _confine(config)  # before any thread: Landlock binds the threads made after it
+    except Exception as exc:  # noqa: BLE001 - reported to sandlock, which fails the run
+        _send(control, _protocol.encode(_protocol.TRUST, error=f"HTTP proxy: {exc}"))
+        return 1
+    routes = RouteTable(control)
+    routes.start()
     # The CA goes back to sandlock too (over this channel, never to disk): a proxy that
     # replaces this one, should it die, serves the certificates the command trusts.
     pem = authority.mitmproxy_pem.decode() if authority.mitmproxy_pem else None
@@ -64,6 +70,15 @@ async def _serve(config, rules, authority, control, routes, listeners) -> None:
     upstream = _mitm.upstream_trust_file(_system_bundle(), config.upstream_ca)
     await _mitm.serve(enforcer, routes, listeners, certstore, upstream,
                       lambda: _send(control, _protocol.encode(_protocol.LISTENING)))
+
+
+def _confine(config) -> None:
+    from sandlock.ca import system_bundle
+
+    from ._confine import confine_proxy
+
+    bundle = system_bundle()
+    confine_proxy(config, (*config.upstream_ca, *([str(bundle)] if bundle else [])))
 
 
 def _send(control: socket.socket, message: bytes) -> None:

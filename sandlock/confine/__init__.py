@@ -12,7 +12,7 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._confinement import Confinement, keeper_scope
-    from ._fspolicy import sandlock_ca_dir
+    from ._fspolicy import PSEUDO_DEVICES, sandlock_ca_dir
     from ._isolation import Isolation
     from ._workspace import unreachable, widening
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 # ``module:`` for the module itself);
 # each module is imported on first use, so importing the package costs nothing
 _EXPORTS = {
+    "PSEUDO_DEVICES": "_fspolicy",
     "Confinement": "_confinement",
     "Isolation": "_isolation",
     "keeper_scope": "_confinement",

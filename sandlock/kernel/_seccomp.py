@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from . import _bpf
 from ._libc import syscall
@@ -193,6 +193,8 @@ RULES: dict[str, Rule] = {
 
 # What --allow-syscall NAME may waive: every rule, as a whole.
 WAIVABLE: frozenset[str] = frozenset(RULES)
+# For sandlock's own helper processes (the HTTP proxy), on top of RULES.
+NO_EXEC: dict[str, Rule] = {"execve": Rule(default=EPERM), "execveat": Rule(default=EPERM)}
 
 MSG_FASTOPEN = 0x20000000
 # Syscalls whose verdict depends on runtime values, for the network supervisor.
@@ -219,18 +221,21 @@ def unknown_waivers(names: Iterable[str]) -> list[str]:
 
 
 def build_filter(
-    arch: Arch, waived: frozenset[str] = frozenset(), notify: frozenset[str] = frozenset()
+    arch: Arch, waived: frozenset[str] = frozenset(), notify: frozenset[str] = frozenset(),
+    extra: Mapping[str, Rule] | None = None,
 ) -> bytes:
     """The packed sock_filter array enforcing RULES minus ``waived`` on ``arch``.
 
     ``notify`` names syscalls (without a rule of their own) to hand to a user-space
     supervisor with SECCOMP_RET_USER_NOTIF (with SUPERVISED's conditions where it has
-    them); it needs a listener (NEW_LISTENER).
+    them); it needs a listener (NEW_LISTENER). ``extra``: more rules (e.g. no exec for
+    sandlock's own proxy process).
     """
     unknown = unknown_waivers(waived)
     if unknown:
         raise ValueError(f"cannot waive {', '.join(unknown)}: not restricted by sandlock")
     rules = {name: rule for name, rule in RULES.items() if name not in waived}
+    rules.update(extra or {})
     for name in notify:
         if name in rules:
             raise ValueError(f"{name} already has a rule; it cannot also be notified")

@@ -38,6 +38,7 @@ _X86_64 = Arch(
         "fork": 57,
         "vfork": 58,
         "execve": 59,
+        "execveat": 322,
         "close_range": 436,
         "ptrace": 101,
         "capget": 125,

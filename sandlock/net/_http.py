@@ -49,7 +49,7 @@ class HttpRun:
         config = ProxyConfig(
             allow=policy.http_allow, deny=policy.http_deny, inspect=policy.https_inspect,
             upstream_ca=policy.upstream_ca, audit_allowed=audited, ca=ca,
-            run_dir=self.run_dir or "",
+            run_dir=self.run_dir or "", ports=policy.http_ports, best_effort=policy.best_effort,
         )
         try:
             self.proxy = ProxyProcess(config, self._on_event, self._on_incident)
