@@ -128,8 +128,11 @@ def test_home_itself_is_refused_as_the_workspace(home):
     result = run(home, "true", cwd=home)
     assert result.returncode == 2
     assert "would make" in result.stderr and "your home directory" in result.stderr
-    assert "-w/--fs-write" in result.stderr
+    assert "-w/--fs-write" in result.stderr and "--workdir DIR" in result.stderr
     assert run(home, "true", cwd=Path("/")).returncode == 2
+    # --workdir names the workspace wherever sandlock itself runs
+    elsewhere = run(home, "pwd", "--workdir", str(home / "proj"), cwd=home)
+    assert (elsewhere.returncode, elsewhere.stdout) == (0, f"{home / 'proj'}\n"), elsewhere.stderr
 
 
 def test_widening_variables_add_to_the_default_workspace(home):

@@ -191,7 +191,8 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._
             "(for secrets: not in sandlock's command line) (repeatable)")
     _option(proc, "clean_env", action="store_true",
             help="keep only PATH HOME TERM LANG USER SHELL from the environment")
-    _option(proc, "cwd", metavar="DIR", help="run COMMAND in DIR")
+    _option(proc, "cwd", "--workdir", metavar="DIR",
+            help="run COMMAND in DIR (the default workspace's writable directory)")
     _option(proc, "timeout", "-t", type=float, metavar="SECONDS",
             help="kill COMMAND and everything it started after SECONDS (exit 124)")
     return {"files": files, "filesystem": fs, "network": net, "process": proc}

@@ -96,7 +96,8 @@ def check_workspace(cwd: str, home: str) -> None:
         raise WorkspaceError(
             f"the default workspace would make {cwd} writable with everything beneath it "
             f"({'the whole machine' if real == '/' else 'your home directory'}): run from a "
-            "project directory, or choose with -w/--fs-write and -r/--fs-read")
+            "project directory (or give it with --workdir DIR), or choose with "
+            "-w/--fs-write and -r/--fs-read")
 
 
 def widening(env: Mapping[str, str] = os.environ) -> dict[str, tuple[str, ...]]:
