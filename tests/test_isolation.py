@@ -340,3 +340,24 @@ def test_autorun_files_stay_read_only_for_an_unprivileged_user(as_nobody, world_
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=world_tmp,
                             env={**os.environ, **GIT_IDENTITY})
     assert result.stdout.split() == ["hooks=2", "config=4", "moved=1", "committed"], result.stderr
+
+
+CONTAINER = ("mount --bind /dev/null /proc/keys && "  # as container runtimes mask /proc files
+             "{sandlock} run {options} -- sh -c 'echo ran; ls /proc | grep -c ^[0-9]'")
+
+
+def test_where_no_procfs_of_its_own_can_be_mounted_run_fails_or_runs_best_effort(tmp_path):
+    """A container whose /proc has masked files refuses a new procfs: said at once,
+    with the way out; --best-effort runs without the namespaces, with a warning."""
+    sandlock = " ".join(SANDLOCK)
+    strict, relaxed = (
+        subprocess.run(["unshare", "-Urm", "sh", "-c",
+                        CONTAINER.format(sandlock=sandlock, options=options)],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        for options in ("", "--best-effort"))
+    assert strict.returncode == 125
+    assert "cannot make the sandbox's mounts" in strict.stderr
+    assert "--best-effort runs without them" in strict.stderr
+    assert relaxed.returncode == 0 and relaxed.stdout.split()[0] == "ran", relaxed.stderr
+    assert int(relaxed.stdout.split()[1]) > 10  # the host's processes: no namespace
+    assert "namespaces are not available (refused a procfs of its own" in relaxed.stderr

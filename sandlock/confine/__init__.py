@@ -1,6 +1,7 @@
 """Policy -> the kernel objects a command is confined with: the Landlock ruleset
 (filesystem grants and denies, IPC scopes) and the seccomp program, prepared in
-sandlock's process and applied by the forked child right before exec.
+sandlock's process and applied by the forked child right before exec; and the plan of
+the sandbox's namespaces (its /proc, private scratch directories, autorun files).
 
 Internal to sandlock (not public API).
 """

@@ -149,10 +149,13 @@ def _filesystem_ruleset(
 
 def _isolation(policy: Policy, filesystem: _Filesystem, warnings: list[str]) -> Isolation | None:
     """The namespaces' plan, or None where they are unavailable and --best-effort."""
-    if policy.best_effort and not namespaces()[0]:  # a fork: only under --best-effort
-        warnings.append("user namespaces are not available: /proc shows the host, /tmp is "
-                        "shared, autorun files are writable (--best-effort)")
-        return None
+    if policy.best_effort:  # the probe forks: only under --best-effort
+        available, found = namespaces()
+        if not available:
+            warnings.append(f"the sandbox's namespaces are not available ({found}): /proc "
+                            "shows the host, /tmp is shared, autorun files are writable "
+                            "(--best-effort)")
+            return None
     return Isolation.plan(
         private=filesystem.private, rules=filesystem.rules,
         granted=(*filesystem.read, *filesystem.write, *policy.unix_allow),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from . import _landlock
 from ._libc import syscall
-from ._mounts import CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, enter_namespaces
+from ._mounts import CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, enter_namespaces, mount_proc
 from ._seccomp import SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_USER_NOTIF, action_available
 from ._syscalls import nr
 
@@ -61,19 +61,39 @@ def probe() -> list[Feature]:
 
 
 def namespaces() -> tuple[bool, str]:
-    """Can this process make the sandbox's namespaces (the kernel's switches, an outer
-    sandbox's filter)? Tried in a throwaway child: (available, what was found)."""
+    """Can this process make the sandbox's namespaces and its /proc (the kernel's
+    switches, an outer sandbox's filter, a container whose /proc has masked files,
+    where a new procfs is refused)? Tried in throwaway children: (available, found)."""
     pid = os.fork()
     if pid == 0:
-        try:
-            enter_namespaces(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID)
-            os._exit(0)
-        except OSError as exc:
-            os._exit(exc.errno or 1)
-        finally:
-            os._exit(255)
+        os._exit(_try_namespaces())
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    return code == 0, "user, mount, PID" if code == 0 else f"refused: {os.strerror(code)}"
+    if code == 0:
+        return True, "user, mount, PID; own /proc"
+    what = "a procfs of its own" if code >= _PROC_FAILED else "the namespaces"
+    return False, f"refused {what}: {os.strerror(code % _PROC_FAILED or 1)}"
+
+
+_PROC_FAILED = 128  # added to the errno when the namespaces were made but not the procfs
+
+
+def _try_namespaces() -> int:
+    try:
+        enter_namespaces(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID)
+        pid = os.fork()  # the PID namespace's first process: only it can mount a procfs
+        if pid == 0:
+            try:
+                mount_proc("/proc")
+                os._exit(0)
+            except OSError as exc:
+                os._exit(_PROC_FAILED + min(exc.errno or 1, 127))
+            finally:
+                os._exit(255)
+        return min(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), 255)
+    except OSError as exc:
+        return min(exc.errno or 1, 127)
+    except BaseException:  # noqa: BLE001 - a throwaway child: never unwind
+        return 255
 
 
 # LocalGPT's protection levels, from the most to the least this kernel allows.

@@ -36,8 +36,8 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
         try:
             host_proc = isolation.mount(ruleset.allow_path if ruleset else _no_rules)
         except OSError as exc:
-            raise OSError(exc.errno, f"cannot make the sandbox's mounts ({exc.strerror})"
-                          ) from None
+            raise OSError(exc.errno, f"cannot make the sandbox's mounts ({exc.strerror}); "
+                                     "--best-effort runs without them") from None
         command_pid = os.fork()
         if command_pid == 0:
             host_pid = int(os.readlink("self", dir_fd=host_proc))  # our pid outside
