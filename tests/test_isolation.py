@@ -265,6 +265,20 @@ def test_programs_that_use_tmp_keep_working(tmp_path):
     assert result.stdout.split() == ["data", "True", "compiled"]
 
 
+def test_a_tmpdir_in_the_hosts_tmp_is_made_again_in_the_sandboxs(tmp_path):
+    """TMPDIR=/tmp/something (a per-user one): programs that use it keep working."""
+    tmpdir = f"/tmp/user-tmp-{uuid.uuid4().hex[:8]}"
+    os.mkdir(tmpdir)
+    try:
+        result = shell('f=$(mktemp) && echo data > "$f" && cat "$f" && ls -A "$TMPDIR" | wc -l',
+                       cwd=tmp_path, env={"TMPDIR": tmpdir})
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["data", "1"]
+        assert os.listdir(tmpdir) == []  # the host's stays untouched
+    finally:
+        os.rmdir(tmpdir)
+
+
 def test_an_explicit_grant_of_tmp_is_the_real_tmp(tmp_path):
     name = f"/tmp/explicit-{uuid.uuid4().hex[:8]}"
     result = confined(f"open({name!r}, 'w').write('x')", options=("-r", "/", "-w", "/tmp"))

@@ -102,6 +102,9 @@ def _git_autorun(git: str, depth: int = 0) -> list[str]:
     if not os.path.lexists(hooks):
         try:
             os.mkdir(hooks, 0o755)
+            owner = os.stat(git)
+            if os.geteuid() == 0:  # root in someone's repository: theirs, not root's
+                os.chown(hooks, owner.st_uid, owner.st_gid)
         except OSError:
             pass
     found = _existing(git, GIT_AUTORUN)

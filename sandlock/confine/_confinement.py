@@ -63,7 +63,7 @@ class Confinement:
         ruleset = filesystem.ruleset if filesystem else None
         try:
             program = _seccomp_program(policy)
-            isolation = _isolation(policy, filesystem, warnings) if filesystem else None
+            isolation = _isolation(policy, filesystem, env, warnings) if filesystem else None
         except BaseException:
             if ruleset is not None:
                 ruleset.close()
@@ -147,7 +147,8 @@ def _filesystem_ruleset(
                        tuple(home for home, _ in homes), caches(homes[0][0], env))
 
 
-def _isolation(policy: Policy, filesystem: _Filesystem, warnings: list[str]) -> Isolation | None:
+def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
+               warnings: list[str]) -> Isolation | None:
     """The namespaces' plan, or None where they are unavailable and --best-effort."""
     if policy.best_effort:  # the probe forks: only under --best-effort
         available, found = namespaces()
@@ -160,7 +161,9 @@ def _isolation(policy: Policy, filesystem: _Filesystem, warnings: list[str]) -> 
         private=filesystem.private, rules=filesystem.rules,
         granted=(*filesystem.read, *filesystem.write, *policy.unix_allow),
         writable=filesystem.write, homes=filesystem.homes,
-        protect_autorun=not policy.allow_autorun_writes, unscanned=filesystem.caches)
+        protect_autorun=not policy.allow_autorun_writes, unscanned=filesystem.caches,
+        # a TMPDIR of the host's /tmp (a per-user one) is made again in the sandbox's
+        temporary=[env[name] for name in ("TMPDIR", "TMP", "TEMP") if env.get(name)])
 
 
 def _seccomp_program(policy: Policy) -> bytes:

@@ -39,21 +39,24 @@ class Isolation:
     """What to mount for one run, decided in sandlock's process."""
 
     def __init__(self, private: tuple[str, ...], restored: tuple[str, ...],
-                 protection: _autorun.Protection, reanchored: tuple[tuple[str, int], ...]
-                 ) -> None:
+                 protection: _autorun.Protection, reanchored: tuple[tuple[str, int], ...],
+                 temporary: tuple[str, ...] = ()) -> None:
         self.private = private  # scratch directories replaced by a tmpfs
         self.restored = restored  # granted paths beneath them, bound back in
+        self.temporary = temporary  # $TMPDIR & co. beneath them, made again, empty
         self.protection = protection
         self.reanchored = reanchored  # (path, Landlock access) to add again
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
              rules: Iterable[tuple[str, int]], writable: Iterable[str], homes: Iterable[str],
-             protect_autorun: bool, unscanned: Iterable[str] = ()) -> Isolation:
+             protect_autorun: bool, unscanned: Iterable[str] = (),
+             temporary: Iterable[str] = ()) -> Isolation:
         """``private``: scratch paths to replace; ``granted``: what the command may
         reach (those beneath a private path are bound back: a workspace in /tmp,
         --unix-allow sockets...); ``rules``: the compiled Landlock rules; ``writable``:
-        the write grants (for autorun files), ``unscanned`` those not searched."""
+        the write grants (for autorun files), ``unscanned`` those not searched;
+        ``temporary``: the command's temporary directories ($TMPDIR...)."""
         private = tuple(private)
         rules = tuple(rules)
         # Only paths written beneath a scratch directory are resolved (a link from
@@ -63,8 +66,13 @@ class Isolation:
         moved = ("/proc", *private)
         protection = (_autorun.protect(writable, homes, (*SCRATCH, *unscanned))
                       if protect_autorun else _autorun.Protection())
-        return cls(private, _restorations(private, granted), protection,
-                   tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)))
+        restored = _restorations(private, granted)
+        temporary = tuple(path for path in dict.fromkeys(temporary) if os.path.isabs(path)
+                          and any(path != scratch and _within(path, scratch) for scratch in private)
+                          and not any(_within(path, grant) for grant in restored))
+        return cls(private, restored, protection,
+                   tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
+                   temporary)
 
     @staticmethod
     def enter_user_namespace() -> None:
@@ -92,6 +100,8 @@ class Isolation:
         for path, copy in kept:
             _make_mount_point(path, os.path.isdir(f"/proc/self/fd/{copy}"))
             mounts.attach(copy, path)
+        for path in self.temporary:  # where the command's TMPDIR points, empty, its own
+            os.makedirs(path, 0o700, exist_ok=True)
         for directory in self.protection.pinned:
             mounts.bind(directory, directory)
         for path in self.protection.read_only:
