@@ -66,7 +66,25 @@ COMMANDS = {
 
 def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``wanted``, only that command's options are built (argparse
-    building every command's ~40 options costs milliseconds on each start)."""
+    building every command's ~40 options costs milliseconds on each start).
+
+    While it is built, argparse's own strings ("options", "show this help message and
+    exit"...) are taken as they are: argparse passes each through gettext, which looks
+    for message catalogues on disk at every call (~2.5 ms per start, for catalogues
+    Python does not ship). Its messages at parse time still go through gettext."""
+    translate = argparse._
+    argparse._ = _as_written
+    try:
+        return _build(wanted)
+    finally:
+        argparse._ = translate
+
+
+def _as_written(message: str) -> str:
+    return message
+
+
+def _build(wanted: str | None) -> argparse.ArgumentParser:
     parser = Parser(
         prog="sandlock",
         description="Run a command confined by Landlock and seccomp, without root.",
