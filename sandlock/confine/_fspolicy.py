@@ -28,8 +28,8 @@ expanded the same way, down to D's siblings.  Consequences worth knowing:
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 
 # Credential stores, relative to $HOME: denied in every policy (inside explicit grants
 # too), for the command's home and the user's real one. A second layer: the default
@@ -66,12 +66,11 @@ READ = 1  # read files, list directories, execute
 WRITE = 2  # everything
 
 
-@dataclass(frozen=True, order=True)
-class PathRule:
-    """One Landlock rule: ``level`` (LIST, READ or WRITE) beneath ``path``."""
+class PathRule(namedtuple("PathRule", "path level")):
+    """One Landlock rule: ``level`` (LIST, READ or WRITE) beneath ``path``. (A named
+    tuple, ordered by path then level: a dataclass costs ~0.9 ms of start-up to make.)"""
 
-    path: str
-    level: int
+    __slots__ = ()
 
 
 def compile_grants(

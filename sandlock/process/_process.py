@@ -13,7 +13,6 @@ import select
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
 from .._errors import EXIT_SETUP
 from . import _child, _keeper, _reports
@@ -119,7 +118,7 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     to_sandlock, from_child = os.pipe() if adopt_listener else (-1, -1)
     to_child, from_sandlock = os.pipe() if adopt_listener else (-1, -1)
     if adopt_listener:
-        spec = replace(spec, handoff=(from_child, to_child))
+        spec = spec._replace(handoff=(from_child, to_child))
     keeper_pid = os.fork()
     if keeper_pid == 0:
         for fd in (report_r, error_r, to_sandlock, from_sandlock):
