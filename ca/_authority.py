@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -11,6 +10,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from .._record import record
 from . import _names
 from ._errors import CAError
 
@@ -20,7 +20,7 @@ PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 _MIN_RSA_BITS = 2048
 
 
-@dataclass(frozen=True, repr=False)
+@record
 class CertificateAuthority:
     """A CA sandlock can mint leaves with (mitmproxy's CertStore signs leaves with
     ``private_key``, and reuses its public key for them).
@@ -36,8 +36,8 @@ class CertificateAuthority:
     cert_pem: bytes
     key_pem: bytes
     origin: Origin
-    certificate: x509.Certificate = field(init=False, compare=False)
-    private_key: PrivateKey = field(init=False, compare=False)
+    # Derived in __post_init__, not fields: ``certificate`` (x509.Certificate) and
+    # ``private_key`` (PrivateKey).
 
     def __post_init__(self) -> None:
         if self.origin not in ORIGINS:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict
 from pathlib import Path
 
+from .._record import values_of
 from ._errors import CAError, NeedsPrivilege
 from ._store import MANIFEST_FILE, ca_directory
 from ._truststores import (
@@ -142,7 +142,7 @@ class _Manifest:
         if not self.entries:
             self.path.unlink(missing_ok=True)
             return
-        data = {"installed": [asdict(e) for e in self.entries]}
+        data = {"installed": [values_of(e) for e in self.entries]}
         temporary = self.path.with_name(f".{MANIFEST_FILE}.new")
         try:
             temporary.write_text(json.dumps(data, indent=2) + "\n")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from .._record import record
 from ._errors import CAError
 
 if TYPE_CHECKING:  # cryptography (~40 ms): not for trust_environment, used before a fork
@@ -34,7 +34,7 @@ _SYSTEM_WGETRC = "/etc/wgetrc"
 FileKind = Literal["bundle", "ca", "wgetrc"]
 
 
-@dataclass(frozen=True)
+@record
 class TrustVariable:
     """One environment variable: the file it gets and the clients that read it."""
 
@@ -67,7 +67,7 @@ TRUST_VARIABLES: tuple[TrustVariable, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class TrustInjection:
     """The files written for one run and the variables naming them.
 

@@ -12,9 +12,9 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+from .._record import record
 from ._errors import CAError, NeedsPrivilege
 
 TRUST_ROOT_VARIABLE = "SANDLOCK_CA_TRUST_ROOT"
@@ -27,7 +27,7 @@ DEBIAN_JAVA_ALIAS = f"debian:{NICKNAME}.pem"
 _SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
 
 
-@dataclass(frozen=True)
+@record
 class Layout:
     """Where a distribution family takes extra CAs, and the command that merges them."""
 
@@ -47,7 +47,7 @@ LAYOUTS = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class Installation:
     """One thing install did: a file in the system anchors, an NSS database entry or
     a Java keystore entry. ``location`` is the file or database; ``alias`` the name
@@ -72,7 +72,7 @@ def _no_side_effects(env: Mapping[str, str]) -> list[Installation]:
     return []
 
 
-@dataclass
+@record(frozen=False)
 class Step:
     """One change: ``run`` makes it (replacing an earlier copy), ``undo`` reverses it,
     ``done`` records it; ``also`` finds side effects to record (Debian's Java hook)."""

@@ -11,11 +11,11 @@ ways. The upstream is always the route's destination: nothing is re-resolved.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from mitmproxy import connection, http, tcp, tls, websocket  # noqa: F401 - hook types
 from mitmproxy.proxy import server_hooks
 
+from .._record import record
 from ._protocol import Route
 from ._routes import RouteTable
 from ._rules import PASS, REFUSE, HttpRules, TlsDecision, normalise_host
@@ -28,7 +28,7 @@ FORBIDDEN = 403
 Report = Callable[..., None]
 
 
-@dataclass(frozen=True)
+@record
 class Refusal:
     status: int
     reason: str

@@ -7,12 +7,11 @@ command must find its trust bundle complete the moment it starts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from .._record import record
 from ._protocol import ProxyConfig
 
 
-@dataclass(frozen=True)
+@record
 class Authority:
     mitmproxy_pem: bytes | None  # key PEM + certificate PEM; None: no inspection
     error: str | None = None

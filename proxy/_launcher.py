@@ -20,8 +20,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
+from .._record import replace
 from . import _protocol
 from ._protocol import ProxyConfig, Route
 

@@ -17,7 +17,8 @@ import json
 import select
 import socket
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+
+from .._record import field, record, values_of
 
 MAX_MESSAGE = 1 << 20  # a config with thousands of rules still fits
 
@@ -28,7 +29,7 @@ LISTENING = "listening"
 AUDIT = "audit"
 
 
-@dataclass(frozen=True)
+@record
 class Route:
     """One steered connection: who connects (as the proxy sees it), where it meant to go."""
 
@@ -38,14 +39,14 @@ class Route:
     pid: int = 0  # the thread that connected, for the audit log
 
 
-@dataclass(frozen=True)
+@record
 class ProxyConfig:
     allow: tuple[str, ...]
     deny: tuple[str, ...]
     inspect: str  # "auto" | "on" | "off"
     upstream_ca: tuple[str, ...] = ()  # extra CA files trusted for upstream servers
     audit_allowed: bool = False  # also report allowed requests (an --audit log exists)
-    ca: dict = field(default_factory=dict)  # how to get the CA (see _authority)
+    ca: dict = field(factory=dict)  # how to get the CA (see _authority)
     run_dir: str = ""  # private per-run directory for the command's trust bundle
     ports: tuple[int, ...] = ()  # the upstream TCP ports it may connect to (--http-port)
     best_effort: bool = False  # confine the proxy with what the kernel has
@@ -96,7 +97,7 @@ def route_from(message: dict) -> Route:
 
 
 def config_message(config: ProxyConfig) -> bytes:
-    return encode(CONFIG, config=asdict(config))
+    return encode(CONFIG, config=values_of(config))
 
 
 def config_from(message: dict) -> ProxyConfig:

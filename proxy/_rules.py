@@ -12,8 +12,9 @@ the request is allowed only if all of them are: deny when in doubt.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from ipaddress import ip_address
+
+from .._record import record
 
 ANY = "*"
 DEFAULT_PATH = "/*"
@@ -27,7 +28,7 @@ _STAR = "\ue000"  # a private-use character standing for '*' while a rule path i
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
-@dataclass(frozen=True)
+@record
 class HttpRule:
     """One parsed rule. ``methods`` None: any method. ``host``: a lower-case name,
     ``*.suffix``, an IP literal (compressed form) or ``*``."""
@@ -229,7 +230,7 @@ def _resolve_segments(path: str) -> str | None:
 # --- the verdict ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class HttpDecision:
     allowed: bool
     reason: str  # the deciding rule ("--http-allow GET api.github.com/repos/*") or why not
@@ -238,7 +239,7 @@ class HttpDecision:
 PASS, INSPECT, REFUSE = "pass", "inspect", "refuse"
 
 
-@dataclass(frozen=True)
+@record
 class TlsDecision:
     """What becomes of a TLS connection at its ClientHello: relayed untouched (``PASS``),
     terminated so that each request is checked (``INSPECT``), or ``REFUSE``d."""
@@ -247,7 +248,7 @@ class TlsDecision:
     reason: str
 
 
-@dataclass(frozen=True)
+@record
 class HttpRules:
     """The run's HTTP rules. Deny rules win; with any allow rule, a request must match
     one; with deny rules only, everything else is allowed."""

@@ -11,7 +11,7 @@ import sys
 # sandlock's modules a default run loads: the CLI, the policy, the confinement, the
 # process side, and (on a thread, after the command execs) the network engine.
 SANDLOCK_MODULES = {
-    "sandlock", "sandlock._errors", "sandlock._lazy",
+    "sandlock", "sandlock._errors", "sandlock._lazy", "sandlock._record",
     "sandlock.cli", "sandlock.cli._parser",
     "sandlock.policy", "sandlock.policy._values",
     "sandlock.kernel", "sandlock.kernel._bpf", "sandlock.kernel._mounts",
@@ -31,7 +31,7 @@ SANDLOCK_MODULES = {
 # Modules that must never be on that path: heavy, and needed only by features a
 # default run does not use (TLS, the proxy, policy files, DNS, vetting...).
 NEVER = {
-    "shutil", "bz2", "lzma", "typing", "asyncio", "subprocess", "json", "concurrent",
+    "shutil", "bz2", "lzma", "typing", "dataclasses", "inspect", "asyncio", "subprocess", "json", "concurrent",
     "email", "http", "ssl", "tempfile", "random", "hashlib", "logging", "tomllib",
     "zipfile", "importlib.metadata", "mitmproxy", "cryptography", "dns", "tree_sitter",
     "sandlock.ca", "sandlock.shellpolicy", "sandlock.proxy._launcher",

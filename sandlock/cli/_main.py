@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import fields
 
 from .._errors import (
     EXIT_SETUP,
@@ -23,7 +22,7 @@ from .._errors import (
     SandlockError,
 )
 from ..kernel import PR_SET_DUMPABLE, prctl
-from ..policy import Policy, flag_of
+from ..policy import POLICY_FIELDS, Policy, flag_of
 from ._parser import build_parser, fail
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms to import; checkers honour this spelling
@@ -35,8 +34,7 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUI
 
 def _policy_of(args: argparse.Namespace) -> Policy:
     """The files and profiles given, in order, then the options given on top of them."""
-    options = {field.name: getattr(args, field.name) for field in fields(Policy)
-               if hasattr(args, field.name)}
+    options = {name: getattr(args, name) for name in POLICY_FIELDS if hasattr(args, name)}
     if not args.sources:  # the usual run: no files, no merging machinery to import
         try:
             return Policy(**options)

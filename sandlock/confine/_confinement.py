@@ -12,9 +12,9 @@ import errno
 import os
 from collections import namedtuple
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from .._errors import SetupError
+from .._record import field, record
 from ..kernel import (
     DROPPED_CAPABILITIES,
     PR_SET_NO_NEW_PRIVS,
@@ -43,14 +43,14 @@ MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
 
 
 
-@dataclass
+@record(frozen=False)
 class Confinement:
     """Kernel objects ready to be applied to a freshly forked child."""
 
     ruleset: landlock.Ruleset | None
     seccomp_program: bytes  # with the network syscalls handed to sandlock's supervisor
     scopes_signals: bool
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(factory=list)
     isolation: Isolation | None = None  # the namespaces' mounts (None: no namespaces)
 
     @classmethod

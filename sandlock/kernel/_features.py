@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 
+from .._record import record
 from . import _landlock
 from ._libc import syscall
 from ._mounts import CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, enter_namespaces, mount_proc
@@ -13,7 +13,7 @@ from ._seccomp import SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_USER_NOTIF, action_a
 from ._syscalls import nr
 
 
-@dataclass(frozen=True)
+@record
 class Feature:
     name: str
     available: bool

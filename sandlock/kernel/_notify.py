@@ -11,7 +11,8 @@ import fcntl
 import os
 import struct
 import threading
-from dataclasses import dataclass
+
+from .._record import record
 
 _NOTIF = struct.Struct("<QIIiIQ6Q")  # id, pid, flags, nr, arch, ip, args[6]
 _RESP = struct.Struct("<QqiI")  # id, val, error, flags
@@ -25,7 +26,7 @@ IOCTL_SET_FLAGS = 0x40082104
 SET_FLAG_SYNC_WAKE_UP = 1  # wake the supervisor on the CPU the child runs on
 
 
-@dataclass(frozen=True)
+@record
 class Notification:
     """One intercepted syscall, as the kernel reported it (register values only)."""
 

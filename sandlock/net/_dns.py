@@ -15,9 +15,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
 
+from .._record import record
 from ._pins import IPAddress, PinTable, normalise_name
 from ._spec import parse_dns_server, parse_resolve, unmapped
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 PINNING_THREADS = 8  # start-up lookups in flight at once
 
 
-@dataclass(frozen=True)
+@record
 class DnsSettings:
     """How names are resolved (values already parsed: see ``from_policy``).
 
@@ -114,7 +114,7 @@ def _as_judged(ip: IPAddress) -> IPAddress:
 # --- asking upstream -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class Lookup:
     """A and AAAA answers for one name; ``error`` says why there are none."""
 

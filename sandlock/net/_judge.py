@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field, replace
 
+from .._record import field, record, replace
 from ._materialize import Message, Socket
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
 from ._ownsockets import SandboxSockets
@@ -20,7 +20,7 @@ from ._sockaddr import AF_NETLINK, InetAddress, OtherAddress, SockAddress, UnixA
 from ._spec import unmapped
 
 
-@dataclass
+@record(frozen=False)
 class OwnListeners:
     """sandlock's own listeners the child's traffic may be steered to.
 
@@ -75,17 +75,17 @@ class InetDecisions:
         return decision
 
 
-@dataclass(frozen=True)
+@record
 class RunContext:
     policy: NetPolicy
     pins: PinTable
     listeners: OwnListeners
     ipc_scoped: bool  # abstract unix sockets outside the sandbox are off limits
-    own_sockets: SandboxSockets = field(default_factory=SandboxSockets)
-    inet_decisions: InetDecisions = field(default_factory=InetDecisions, compare=False, repr=False)
+    own_sockets: SandboxSockets = field(factory=SandboxSockets)
+    inet_decisions: InetDecisions = field(factory=InetDecisions, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@record
 class Decision:
     """What to do with one destination: perform (maybe redirected) or refuse."""
 

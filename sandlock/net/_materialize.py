@@ -13,8 +13,8 @@ import errno
 import os
 import socket
 import struct
-from dataclasses import dataclass, field
 
+from .._record import field, record
 from ..kernel import (
     MAX_COPY,
     Notification,
@@ -41,7 +41,7 @@ _INT = struct.Struct("=i")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-@dataclass(frozen=True)
+@record
 class Socket:
     """Our duplicate of the child's socket and what it is."""
 
@@ -61,7 +61,7 @@ class Socket:
         return "tcp" if self.type == socket.SOCK_STREAM else "udp"
 
 
-@dataclass(frozen=True)
+@record
 class Message:
     """One datagram or stream write to perform: owned bytes, translated ancillary data."""
 
@@ -72,7 +72,7 @@ class Message:
     control_kinds: tuple[tuple[int, int], ...] = ()  # (level, type) of each ancillary item
 
 
-@dataclass(frozen=True)
+@record
 class Request:
     notification: Notification
     syscall: str  # connect, bind, listen, sendto, sendmsg, sendmmsg

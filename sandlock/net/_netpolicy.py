@@ -19,9 +19,9 @@ port 53 (e.g. ``udp://10.0.0.2:53``): the user asked for that server by address.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
 from ipaddress import IPv4Address, IPv6Address
 
+from .._record import record, replace
 from ..proxy import HttpRules
 from ._pins import PinTable, normalise_name
 from ._ports import MAX_PORT, PortSet
@@ -50,7 +50,7 @@ def canonical_address(address: IPAddress) -> IPAddress:
     return address
 
 
-@dataclass(frozen=True)
+@record
 class Endpoint:
     """A destination (connect, sendto) or local address (bind) of one call.
 
@@ -70,7 +70,7 @@ class Endpoint:
             raise ValueError(f"port {self.port} is out of range")
 
 
-@dataclass(frozen=True)
+@record
 class Verdict:
     allowed: bool
     reason: str  # the matching rule ("--net-allow github.com:22,443") or why denied
@@ -79,7 +79,7 @@ class Verdict:
     redirect_proxy: bool = False  # allowed, through sandlock's HTTP proxy
 
 
-@dataclass(frozen=True)
+@record
 class NetPolicy:
     """The network policy: parsed rules in, verdicts out. Immutable.
 

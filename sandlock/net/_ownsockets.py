@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+from .._record import replace
 from ..kernel import unix_socket_file
 from ._sockaddr import SockAddress, UnixAddress
 

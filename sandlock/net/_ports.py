@@ -6,12 +6,12 @@ ValueError quoting the offending text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .._record import record
 
 MAX_PORT = 65535
 
 
-@dataclass(frozen=True)
+@record
 class PortSet:
     """Ports 1-65535 as inclusive ranges, stored sorted with overlaps merged."""
 

@@ -7,8 +7,9 @@ only with these values; ``encode`` rebuilds the bytes it passes to the kernel it
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
+
+from .._record import record
 
 AF_UNSPEC, AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 0, 1, 2, 10, 16
 _FAMILY = struct.Struct("=H")
@@ -18,7 +19,7 @@ _SCOPE = struct.Struct("=I")  # sin6_scope_id is in host order
 SUN_PATH_MAX = 108
 
 
-@dataclass(frozen=True)
+@record
 class InetAddress:
     family: int  # AF_INET or AF_INET6
     address: IPv4Address | IPv6Address
@@ -27,7 +28,7 @@ class InetAddress:
     scope_id: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class UnixAddress:
     path: bytes  # without the leading NUL for abstract names
     abstract: bool  # Linux abstract namespace (sun_path starts with NUL)
@@ -51,7 +52,7 @@ class UnixAddress:
         return not self.path and not self.abstract
 
 
-@dataclass(frozen=True)
+@record
 class OtherAddress:
     """Families the policy does not judge (AF_UNSPEC disconnect, AF_NETLINK): kept raw."""
 

@@ -18,7 +18,6 @@ of ports and ``LO-HI`` ranges; no PORTS means every port. No scheme means TCP an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from ipaddress import (
     IPv4Address,
     IPv4Network,
@@ -28,6 +27,7 @@ from ipaddress import (
     ip_network,
 )
 
+from .._record import record
 from ._pins import normalise_name
 from ._ports import ALL_PORTS, PortSet, parse_port, parse_ports
 
@@ -46,7 +46,7 @@ _MAX_LABEL = 63
 _IPV4_MAPPED = IPv6Network("::ffff:0:0/96")
 
 
-@dataclass(frozen=True)
+@record
 class NetRule:
     """One --net-allow or --net-deny rule.
 
@@ -65,7 +65,7 @@ class NetRule:
         return self.host is None and self.network is None
 
 
-@dataclass(frozen=True)
+@record
 class ResolveEntry:
     """--resolve HOST=IP[,IP...]: HOST pinned to these addresses, without DNS."""
 
@@ -73,7 +73,7 @@ class ResolveEntry:
     addresses: tuple[IPAddress, ...]
 
 
-@dataclass(frozen=True)
+@record
 class DnsServer:
     """--dns-server: the upstream server sandlock's resolver asks."""
 

@@ -17,8 +17,8 @@ import struct
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 
+from .._record import replace
 from ..kernel import (
     SUPERVISED,
     Arch,

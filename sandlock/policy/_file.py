@@ -18,9 +18,9 @@ import re
 import stat
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from .._errors import PolicyError, PolicySourceError
+from .._record import record
 from ._policy import check_field
 from ._schema import BY_FIELD, BY_SECTION, DESCRIPTION, ENV, KEYS, SECTIONS, Key
 from ._sources import Origin, Setting
@@ -30,7 +30,7 @@ MAX_SIZE = 1 << 20  # a policy is a few hundred bytes; anything this large is a 
 _TOML_POSITION = re.compile(r" \(at line (\d+), column (\d+)\)$")
 
 
-@dataclass(frozen=True)
+@record
 class PolicyFile:
     path: str
     text: str

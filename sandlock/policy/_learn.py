@@ -22,8 +22,8 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
 
+from .._record import field, record, replace
 from ._policy import Policy
 
 DEFAULT_COLLAPSE = 3
@@ -34,7 +34,7 @@ _JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]*)?")
 _TOKEN_PREFIX = re.compile(r"(sk-|ghp_|gho_|ghs_|ghu_|github_pat_|glpat-|xox[abposr]-|AKIA|ASIA|AIza)")
 
 
-@dataclass(frozen=True)
+@record
 class Learned:
     net_allow: tuple[str, ...] = ()
     net_bind: tuple[str, ...] = ()
@@ -89,19 +89,19 @@ def learn(records: Iterable[dict], collapse: int = DEFAULT_COLLAPSE) -> Learned:
     endpoints: dict[tuple[str, str], set[int]] = defaultdict(set)
     bind_ports: set[int] = set()
     requests: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for record in records:
-        if record.get("verdict") != "allow":
+    for entry in records:
+        if entry.get("verdict") != "allow":
             continue  # redirected (DNS, proxy) or denied: not a destination to open
-        if record.get("protocol") == "http":
-            _request(record, requests)
-        elif record.get("syscall") in ("bind", "listen"):
-            port = _port(record.get("destination", ""))
+        if entry.get("protocol") == "http":
+            _request(entry, requests)
+        elif entry.get("syscall") in ("bind", "listen"):
+            port = _port(entry.get("destination", ""))
             if port:
                 bind_ports.add(port)
-        elif record.get("protocol") in ("tcp", "udp"):
-            host, port = _target(record)
+        elif entry.get("protocol") in ("tcp", "udp"):
+            host, port = _target(entry)
             if host:
-                endpoints[(record["protocol"], host)].add(port)
+                endpoints[(entry["protocol"], host)].add(port)
     return Learned(
         net_allow=tuple(_net_rule(protocol, host, ports)
                         for (protocol, host), ports in sorted(endpoints.items())),
@@ -158,10 +158,10 @@ def _segments(path: str) -> list[str]:
     return ["*" if looks_secret(part) else part for part in parts]
 
 
-@dataclass
+@record(frozen=False)
 class _Node:
-    methods: set[str] = field(default_factory=set)  # requests ending here
-    children: dict[str, _Node] = field(default_factory=dict)
+    methods: set[str] = field(factory=set)  # requests ending here
+    children: dict[str, _Node] = field(factory=dict)
 
     def add(self, segments: list[str], method: str) -> None:
         node = self

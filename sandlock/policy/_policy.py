@@ -7,10 +7,8 @@ so that an error raised here names what the user typed, and its key in a policy 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 from .._errors import PolicyError
+from .._record import DataclassView, field, initialise, record
 from . import _values as check
 from ._values import Environment
 
@@ -24,10 +22,10 @@ MODES = ("workspace-write", "read-only", "full-access")
 def _flag(name: str, key: str, *, path: bool = False, **kwargs: object) -> object:
     """A field set by option ``name`` and, in a policy file, by ``key``. ``path``: a file
     path, which a policy file may give relative to its own directory."""
-    return field(metadata={"flag": name, "key": key, "path": path}, **kwargs)
+    return field(flag=name, key=key, path=path, **kwargs)
 
 
-@dataclass(frozen=True)
+@record
 class Policy:
     """What a sandboxed command may do.
 
@@ -36,6 +34,9 @@ class Policy:
     (read everything but credential stores, write the current directory, /tmp and the
     usual devices); with any of them, nothing else is reachable. ``fs_denied`` always
     wins.
+
+    Built by keyword (``Policy(fs_writable=["."])``), immutable, compared and hashed by
+    value; ``policy.replace(timeout=60)`` is a checked copy with changes.
     """
 
     fs_readable: tuple[str, ...] = _flag("--fs-read", "filesystem.read", path=True, default=())
@@ -81,6 +82,14 @@ class Policy:
     http_key: str | None = _flag("--http-key", "ca.key", path=True, default=None)
     ca_env: bool = _flag("--no-ca-env", "ca.env", default=True)
     http_ca_out: str | None = _flag("--http-ca-out", "ca.out", path=True, default=None)
+
+    __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
+
+    def __init__(self, **values: object) -> None:
+        for name in values:
+            if name not in FIELDS:
+                raise PolicyError(name, f"Policy has no field {name!r}{_suggestion(name)}")
+        initialise(self, (), values)
 
     def __post_init__(self) -> None:
         # Frozen: normalised values are stored through object.__setattr__, once, here.
@@ -130,6 +139,9 @@ class Policy:
         return bool(self.http_allow or self.http_deny)
 
 
+# name -> Field (``.default``, ``.metadata``: flag, key, path), in declaration order.
+FIELDS = {f.name: f for f in Policy.__record_fields__}  # type: ignore[attr-defined]
+
 # Each field's check (``_values``): run in this order by Policy, one at a time by
 # check_field (a policy file's line).
 _CHECKS = {
@@ -175,7 +187,7 @@ _OTHER_FLAGS = {"audit": "--audit", "argv": "COMMAND", "pass_fds": "--pass-fd"}
 
 def flag_of(field_name: str) -> str:
     """The command-line option that sets ``field_name`` (for error messages)."""
-    field = Policy.__dataclass_fields__.get(field_name)
+    field = FIELDS.get(field_name)
     if field is not None:
         return field.metadata["flag"]
     return _OTHER_FLAGS.get(field_name, field_name)
@@ -193,27 +205,10 @@ _FORMER_NAMES = {"fs_read": "fs_readable", "fs_write": "fs_writable", "fs_deny":
                  "net_allow_bind": "net_bind"}
 
 
-def _init_naming_unknown_fields(init: Callable[..., None]) -> Callable[..., None]:
-    """Policy's __init__, refusing an unknown keyword with a PolicyError that names the
-    field it probably meant (instead of a bare TypeError)."""
-
-    def __init__(self: Policy, *args: object, **kwargs: object) -> None:
-        for name in kwargs:
-            if name not in Policy.__dataclass_fields__:
-                raise PolicyError(name, f"Policy has no field {name!r}{_suggestion(name)}")
-        init(self, *args, **kwargs)
-
-    __init__.__doc__ = init.__doc__
-    return __init__
-
-
 def _suggestion(name: str) -> str:
     if name in _FORMER_NAMES:
         return f": did you mean {_FORMER_NAMES[name]!r}?"
     import difflib
 
-    close = difflib.get_close_matches(name, Policy.__dataclass_fields__, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, FIELDS, n=1, cutoff=0.6)
     return f": did you mean {close[0]!r}?" if close else ""
-
-
-Policy.__init__ = _init_naming_unknown_fields(Policy.__init__)  # type: ignore[method-assign]

@@ -10,16 +10,16 @@ the merge of sources and the docs test.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields
 
-from ._policy import Policy
+from .._record import record
+from ._policy import FIELDS
 
 # Sections in the order a written policy shows them (docs/policy.md follows it).
 SECTIONS = ("filesystem", "network", "http", "ca", "process", "confinement")
 DESCRIPTION = "description"  # the one top-level key: a line for `sandlock profile list`
 
 
-@dataclass(frozen=True)
+@record
 class Kind:
     """The TOML shape of a field's value. Lists from several sources concatenate;
     single values override."""
@@ -69,7 +69,7 @@ _KINDS = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Key:
     """One key of a policy file and the Policy field it sets."""
 
@@ -90,13 +90,12 @@ def _key_of(field: object) -> Key:
     section, _, name = field.metadata["key"].partition(".")
     if section not in SECTIONS or not name:
         raise AssertionError(f"Policy.{field.name}: key {field.metadata['key']!r} has no section")
-    default = field.default if field.default is not MISSING else field.default_factory()
     return Key(field.name, section, name, field.metadata["flag"], _KINDS[field.type],
-               field.metadata["path"], default)
+               field.metadata["path"], field.initial())
 
 
 def _keys() -> tuple[Key, ...]:
-    keys = [_key_of(field) for field in fields(Policy)]
+    keys = [_key_of(field) for field in FIELDS.values()]
     return tuple(sorted(keys, key=lambda key: SECTIONS.index(key.section)))  # stable
 
 

@@ -10,14 +10,14 @@ files are combined (``--net-allow`` in one, ``--net-deny`` in another).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from .._errors import PolicyError, PolicySourceError
+from .._record import record
 from ._policy import Policy, flag_of
 from ._schema import BY_FIELD
 
 
-@dataclass(frozen=True)
+@record
 class Origin:
     """Where a setting came from: a file's key (and its line, when found), or an option."""
 
@@ -34,7 +34,7 @@ class Origin:
         return f"{where}: {self.key}: {message}"
 
 
-@dataclass(frozen=True)
+@record
 class Setting:
     field: str
     value: object  # as the source gave it (a list field: a tuple), validated by Policy

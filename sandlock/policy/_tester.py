@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network, ip_address
 from urllib.parse import urlsplit
 
+from .._record import record
 from ..net import (
     DEFAULT_PROTOCOLS,
     ICMP,
@@ -49,7 +49,7 @@ _PLACEHOLDER_NETWORKS = (
 _CANDIDATES_PER_NETWORK = 16
 
 
-@dataclass(frozen=True)
+@record
 class Probe:
     """One thing to test: a connection and, for a URL, the request sent over it."""
 
@@ -62,7 +62,7 @@ class Probe:
     tls: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Outcome:
     allowed: bool
     reason: str  # the rule that decided, or why nothing allowed it

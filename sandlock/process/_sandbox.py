@@ -7,10 +7,10 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from io import TextIOWrapper as TextIO
 
 from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
+from .._record import DataclassView, record
 from ..confine import Confinement
 from ..policy import Policy
 from ._child import RESET_SIGNALS, ChildSpec
@@ -27,7 +27,7 @@ CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
 _INTERPRETER_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
-@dataclass(frozen=True)
+@record
 class Result:
     """How a sandboxed command ended."""
 
@@ -36,6 +36,7 @@ class Result:
     stderr: bytes | None
     timed_out: bool = False
     start_error: str | None = None  # why the command could not be started, if it could not
+    __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
 
     @property
     def signal(self) -> int | None:
