@@ -14,6 +14,14 @@ def error_line(message: str) -> str:
     return f"sandlock: error: {message}"
 
 
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    """Print the one-line error and exit (raises SystemExit): the command line's way out."""
+    import sys
+
+    print(error_line(message), file=sys.stderr)
+    raise SystemExit(code)
+
+
 class SandlockError(Exception):
     """Base class of every error sandlock raises on purpose."""
 

@@ -13,8 +13,6 @@ asked for.
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -25,11 +23,21 @@ if TYPE_CHECKING:
 MISSING = object()
 
 
-class Field(namedtuple("Field", "name type default factory compare repr metadata")):
+class Field:
     """One field: its annotation (a string), its default (or a ``factory`` making one
     per instance), whether it takes part in equality and repr, and free ``metadata``."""
 
-    __slots__ = ()
+    __slots__ = ("name", "type", "default", "factory", "compare", "repr", "metadata")
+
+    def __init__(self, name: str, type: str, default: object,  # noqa: A002 - as dataclasses
+                 factory: Callable[[], object] | None, compare: bool, repr: bool,  # noqa: A002
+                 metadata: dict[str, object]) -> None:
+        self.name, self.type, self.default, self.factory = name, type, default, factory
+        self.compare, self.repr, self.metadata = compare, repr, metadata
+
+    def named(self, name: str, annotation: str) -> Field:
+        return Field(name, annotation, self.default, self.factory, self.compare, self.repr,
+                     self.metadata)
 
     def initial(self) -> object:
         if self.factory is not None:
@@ -43,9 +51,9 @@ def field(*, default: object = MISSING, factory: Callable[[], object] | None = N
     return Field("", "", default, factory, compare, repr, metadata)
 
 
-def record(cls: type[T] | None = None, *, frozen: bool = True) -> Any:
-    """The class decorator (``@record`` or ``@record(frozen=False)``). Methods the class
-    defines itself are kept."""
+def record(cls: type[T] | None = None, *, frozen: bool = True, order: bool = False) -> Any:
+    """The class decorator (``@record`` or ``@record(frozen=False)``); ``order``: sorted
+    by the compared fields, in order. Methods the class defines itself are kept."""
 
     def make(cls: type[T]) -> type[T]:
         fields = _fields_of(cls)
@@ -58,6 +66,8 @@ def record(cls: type[T] | None = None, *, frozen: bool = True) -> Any:
         }
         if frozen:
             methods.update(__setattr__=_refuse_change, __delattr__=_refuse_change)
+        if order:
+            methods.update(__lt__=_lt, __le__=_le, __gt__=_gt, __ge__=_ge)
         for name, method in methods.items():
             if name not in cls.__dict__ or (name == "__hash__" and cls.__dict__[name] is None):
                 setattr(cls, name, method)
@@ -73,7 +83,7 @@ def _fields_of(cls: type) -> tuple[Field, ...]:
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
         value = cls.__dict__.get(name, MISSING)
         if isinstance(value, Field):
-            spec = value._replace(name=name, type=annotation)
+            spec = value.named(name, annotation)
             if spec.default is MISSING:
                 delattr(cls, name)  # no class attribute standing in for a missing value
             else:
@@ -132,6 +142,22 @@ def _eq(self: object, other: object) -> bool:
     if other.__class__ is not self.__class__:
         return NotImplemented
     return _compared(self) == _compared(other)
+
+
+def _lt(self: object, other: object) -> bool:
+    return _compared(self) < _compared(other) if other.__class__ is self.__class__ else NotImplemented
+
+
+def _le(self: object, other: object) -> bool:
+    return _compared(self) <= _compared(other) if other.__class__ is self.__class__ else NotImplemented
+
+
+def _gt(self: object, other: object) -> bool:
+    return _compared(self) > _compared(other) if other.__class__ is self.__class__ else NotImplemented
+
+
+def _ge(self: object, other: object) -> bool:
+    return _compared(self) >= _compared(other) if other.__class__ is self.__class__ else NotImplemented
 
 
 def _hash(self: object) -> int:

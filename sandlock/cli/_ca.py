@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .._errors import EXIT_USAGE
+from .._errors import EXIT_USAGE, fail
 from ..ca import (
     CERT_FILE,
     KEY_FILE,
@@ -28,7 +28,7 @@ from ..ca import (
     uninstall,
     when,
 )
-from ._parser import Parser, fail
+from ._parser import Parser
 
 EXIT_FAILURE = 1
 

@@ -8,8 +8,8 @@ import argparse
 import os
 import sys
 
-from .._errors import EXIT_USAGE, error_line
-from ..policy import HTTPS_INSPECT_MODES, MODES, flag_of
+from .._errors import fail
+from ._options import GROUPS, POLICY_OPTIONS, RUN_OPTIONS, Option
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -43,12 +43,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         fail(message)
-
-
-def fail(message: str, code: int = EXIT_USAGE) -> None:
-    """Print the one-line error and exit (raises SystemExit)."""
-    print(error_line(message), file=sys.stderr)
-    raise SystemExit(code)
 
 
 # Each command's one-line help, shown by `sandlock --help`.
@@ -130,23 +124,8 @@ def _add_run_parser(commands: argparse._SubParsersAction) -> None:
         "cannot be executed, 127 if it is not found, 2 for invalid options.",
     )
     groups = _add_policy_options(run)
-    groups["files"].add_argument("--print-policy", action="store_true",
-                                 help="print the effective policy as a policy file (TOML) "
-                                 "and exit without running anything")
-    groups["network"].add_argument("--audit", metavar="FILE",
-                                   help="append one JSON line per network decision to FILE")
-    groups["process"].add_argument("-q", "--quiet", action="store_true",
-                                   help="no notices on stderr")
-    groups["process"].add_argument("-i", "--interactive", action="store_true",
-                                   help="keep the terminal and stdin (always the case: "
-                                   "COMMAND gets both, and job control works)")
-    groups["filesystem"].add_argument("--dangerously-allow-full-access", action="store_true",
-                                      help="consent to --mode full-access (announced on "
-                                      "stderr and in the audit log)")
-    groups["process"].add_argument("--pass-fd", dest="pass_fds", type=int, action="append",
-                                   default=[], metavar="N",
-                                   help="let COMMAND inherit descriptor N (repeatable; "
-                                   "every other one above 2 is closed)")
+    for option, default in RUN_OPTIONS:
+        _add(groups[option.group], option, default=default)
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARG...]")
 
 
@@ -154,100 +133,22 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._
     """Policy files and profiles, then one option per Policy field (its ``dest`` is the
     field, its flag the field's own): only options given are set, so that they add to
     or override the files (docs/policy.md)."""
-    files = parser.add_argument_group("policy files (docs/policy.md; options add to them)")
-    files.add_argument("--policy", action=_SourceAction, const="file", metavar="FILE",
-                       help="read the policy from FILE (repeatable: later ones add to or "
-                       "override earlier ones)")
-    files.add_argument("-p", "--profile", action=_SourceAction, const="profile",
-                       metavar="NAME", help="read the profile NAME, "
-                       "$XDG_CONFIG_HOME/sandlock/profiles/NAME.toml (repeatable)")
-    fs = parser.add_argument_group("filesystem (with any -r/-w, nothing else is reachable)")
-    _option(fs, "fs_readable", "-r", action="append", metavar="PATH",
-            help="allow reading PATH (repeatable)")
-    _option(fs, "fs_writable", "-w", action="append", metavar="PATH",
-            help="allow reading and writing PATH (repeatable)")
-    _option(fs, "fs_denied", action="append", metavar="PATH",
-            help="deny PATH even inside an allowed one (repeatable)")
-    _option(fs, "mode", choices=MODES,
-            help="workspace-write (default): the default workspace; read-only: the same "
-            "reads, no writes; full-access: no confinement (with "
-            "--dangerously-allow-full-access)")
-    _option(fs, "allow_autorun_writes", action="store_true",
-            help="let write grants cover git hooks and config, shell start-up files, "
-            "autostart entries and editor tasks (read-only by default)")
-    net = parser.add_argument_group("network (default: none)")
-    _option(net, "net_allow", action="append", metavar="SPEC",
-            help="allow [tcp://|udp://|icmp://]TARGET[:PORTS]; TARGET: host, IP, CIDR, "
-            "[IPv6], * or empty; PORTS: 22,443,8000-8100 or * (repeatable)")
-    _option(net, "net_allow_hosts", action="append", metavar="HOST",
-            help="allow HOST on every port, TCP and UDP (pinned like --net-allow; repeatable)")
-    _option(net, "net_connect", action="append", metavar="PORTS",
-            help="allow TCP connections to any host on PORTS (repeatable)")
-    _option(net, "net_deny", action="append", metavar="SPEC",
-            help="allow everything but IP/CIDR[:PORTS] (repeatable; not with the allows)")
-    _option(net, "net_bind", "--net-allow-bind", action="append", metavar="PORTS",
-            help="ports COMMAND may bind and listen on, or * (repeatable)")
-    _option(net, "unix_allow", action="append", metavar="PATH",
-            help="a host's pathname unix socket COMMAND may connect to (repeatable; "
-            "sockets the sandbox binds itself need none)")
-    _option(net, "dns_servers", action="append", metavar="IP[:PORT]",
-            help="resolve policy names with this server (default: /etc/resolv.conf)")
-    _option(net, "resolve", action="append", metavar="HOST=IP[,IP...]",
-            help="pin HOST to these addresses without asking DNS (repeatable)")
-    _option(net, "dns_allow_private", action="store_true",
-            help="let DNS answers pin loopback and private-range addresses")
-    http = parser.add_argument_group("HTTP(S) through sandlock's proxy (see docs/http.md)")
-    _option(http, "http_allow", action="append", metavar="RULE",
-            help="allow requests matching 'METHODS HOST[/PATH]', e.g. "
-            "'GET api.github.com/repos/*'; implies reaching HOST on the HTTP ports "
-            "(repeatable)")
-    _option(http, "http_deny", action="append", metavar="RULE",
-            help="deny requests matching 'METHODS HOST[/PATH]'; wins over "
-            "--http-allow (repeatable)")
-    _option(http, "http_ports", action="append", metavar="PORT",
-            help="a port HTTP rules govern (repeatable; default: 80 and 443)")
-    _option(http, "https_inspect", choices=HTTPS_INSPECT_MODES,
-            help="auto (default): decrypt HTTPS only for hosts whose rules need the method "
-            "or path; on: always; off: never (SNI checks only)")
-    _option(http, "upstream_ca", action="append", metavar="FILE",
-            help="also trust these CA certificates for upstream servers")
-    _option(http, "http_ca", metavar="CERT", help="sign with this CA (with --http-key)")
-    _option(http, "http_key", metavar="KEY", help="the key of --http-ca")
-    _option(http, "ca_env", action="store_false",
-            help="do not point the command's TLS clients at the sandbox CA")
-    _option(http, "http_ca_out", metavar="PATH",
-            help="write the sandbox CA certificate (never its key) to PATH")
-    confine = parser.add_argument_group("confinement")
-    _option(confine, "allow_ipc", action="store_true",
-            help="allow abstract unix sockets and signals to processes outside")
-    _option(confine, "isolate_ipc", action="store_true",
-            help="isolate abstract unix sockets (the default; --allow-ipc relaxes it)")
-    _option(confine, "isolate_signals", action="store_true",
-            help="isolate signals (the default; --allow-ipc relaxes it)")
-    _option(confine, "allow_sysv_ipc", action="store_true",
-            help="allow SysV IPC and POSIX message queues (machine-wide: a channel to "
-            "other processes)")
-    _option(confine, "allow_syscalls", action="append", metavar="NAME",
-            help="DANGEROUS: lift sandlock's restriction on syscall NAME")
-    _option(confine, "best_effort", action="store_true",
-            help="run without Landlock or IPC scoping if the kernel lacks them, "
-            "with a warning (seccomp stays required)")
-    proc = parser.add_argument_group("process")
-    _option(proc, "env", action="append", metavar="K=V|NAME",
-            help="set an environment variable, or pass NAME from sandlock's environment "
-            "(for secrets: not in sandlock's command line) (repeatable)")
-    _option(proc, "clean_env", action="store_true",
-            help="keep only PATH HOME TERM LANG USER SHELL from the environment")
-    _option(proc, "cwd", "--workdir", metavar="DIR",
-            help="run COMMAND in DIR (the default workspace's writable directory)")
-    _option(proc, "timeout", "-t", type=float, metavar="SECONDS",
-            help="kill COMMAND and everything it started after SECONDS (exit 124)")
-    return {"files": files, "filesystem": fs, "network": net, "process": proc}
+    groups = {name: parser.add_argument_group(title) for name, title in GROUPS.items()}
+    for option in POLICY_OPTIONS:
+        if option.action == "source":
+            groups[option.group].add_argument(*option.flags, action=_SourceAction,
+                                              const=option.const, metavar=option.metavar,
+                                              help=option.help)
+        else:
+            _add(groups[option.group], option, default=argparse.SUPPRESS)
+    return groups
 
 
-def _option(group: argparse._ArgumentGroup, field: str, *short: str, **kwargs: object) -> None:
-    """The option of Policy ``field``; absent from the parsed namespace unless given."""
-    group.add_argument(*short, flag_of(field), dest=field, default=argparse.SUPPRESS, **kwargs)
+def _add(group: argparse._ArgumentGroup, option: Option, default: object) -> None:
+    extra = {name: getattr(option, name) for name in ("metavar", "choices", "type")
+             if getattr(option, name) is not None}
+    group.add_argument(*option.flags, dest=option.dest, action=option.action, default=default,
+                       help=option.help, **extra)
 
 
 class _SourceAction(argparse.Action):

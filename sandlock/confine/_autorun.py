@@ -15,7 +15,10 @@ the command cannot move a repository aside and put one of its own in its place.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 # Of a git directory: what git runs (hooks) or obeys (config: core.hooksPath,
 # core.fsmonitor, core.sshCommand, aliases, filters, credential helpers).

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-from collections import namedtuple
-from collections.abc import Mapping
 
 from .._errors import SetupError
 from .._record import field, record
@@ -37,6 +35,8 @@ from ._workspace import (
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..policy import Policy
 
 MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
@@ -100,13 +100,20 @@ class Confinement:
             self.ruleset.close()
 
 
-class _Filesystem(namedtuple("_Filesystem", "ruleset rules read write private homes caches")):
+@record
+class _Filesystem:
     """The compiled filesystem policy: the ``ruleset`` and what it was made of: ``rules``
     ((path, Landlock access), as added), the ``read`` and ``write`` grants, the scratch
     directories made ``private`` to the run, the ``homes``, the toolchain ``caches``
-    among ``write``. (A named tuple: cheaper to make than a dataclass, at each start.)"""
+    among ``write``."""
 
-    __slots__ = ()
+    ruleset: landlock.Ruleset | None
+    rules: tuple[tuple[str, int], ...]
+    read: tuple[str, ...]
+    write: tuple[str, ...]
+    private: tuple[str, ...]
+    homes: tuple[str, ...]
+    caches: tuple[str, ...]
 
 
 def _filesystem_ruleset(

@@ -18,10 +18,13 @@ a tree that was mounted over are added again, by path, once the new tree is ther
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
 
 from ..kernel import mounts
 from . import _autorun
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
 # Files of /proc that tell the sandbox about the kernel, not about itself: symbol

@@ -8,9 +8,11 @@ and errno handling are written once.
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
-from collections.abc import Callable
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -65,6 +67,8 @@ def syscall_function(nr: int, *argtypes: type) -> Callable[..., int]:
     prototype = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, *argtypes, use_errno=True)
     function = prototype(("syscall", _libc))
     function.errcheck = _raise_on_failure
+    import functools  # (here: the start-up path does not make these; functools ~0.5 ms)
+
     return functools.partial(function, nr)
 
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import ctypes
 import errno
-from collections.abc import Iterable, Mapping
 
 from . import _bpf
 from ._libc import syscall
 from ._syscalls import Arch, nr
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 # Filter return actions (linux/seccomp.h); on several filters the most restrictive wins.
 SECCOMP_RET_KILL_PROCESS = 0x80000000

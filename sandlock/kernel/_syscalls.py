@@ -7,18 +7,21 @@ never a silent fallback to a table that would be wrong for it.
 from __future__ import annotations
 
 import os
-from collections import namedtuple
 
 from .._errors import SetupError
+from .._record import record
 
 
-class Arch(namedtuple("Arch", "name audit_arch syscall_bit numbers")):
+@record
+class Arch:
     """A machine's syscall ABI: ``name``; ``audit_arch``, the AUDIT_ARCH_* value seccomp
     reports in seccomp_data.arch; ``syscall_bit``: numbers at or above it belong to an
-    ABI we refuse (x32); ``numbers``: name -> number. (A named tuple: a dataclass costs
-    ~0.5 ms of start-up to make.)"""
+    ABI we refuse (x32); ``numbers``: name -> number."""
 
-    __slots__ = ()
+    name: str
+    audit_arch: int
+    syscall_bit: int
+    numbers: dict[str, int]
 
 
 _X86_64 = Arch(

@@ -8,15 +8,19 @@ successful exec closes that pipe, which is how sandlock knows the command starte
 
 from __future__ import annotations
 
+import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
 import errno
 import os
-import signal
-from collections import namedtuple
 
 from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
+from .._record import record
 from ..kernel import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, close_on_exec_from, prctl
 from ._reports import send
 from ._terminal import set_foreground
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from ..confine import Confinement
 
 # Signals whose disposition sandlock or the interpreter changed. The command gets them
 # back as sandlock received them: an inherited SIG_IGN (nohup) is passed on, anything
@@ -29,16 +33,23 @@ RESET_SIGNALS = (
 )
 
 
-class ChildSpec(namedtuple("ChildSpec", "argv env cwd confinement stdio tty_fd ignored_signals "
-                                        "handoff pass_fds", defaults=(None, ()))):
+@record
+class ChildSpec:
     """Everything the child needs, computed before the fork: ``argv``, ``env``, ``cwd``,
     the ``confinement``; ``stdio``: fds to become 0, 1, 2 (None: inherit); ``tty_fd``: the
     terminal to take as foreground job, if sandlock has it; ``ignored_signals``: those
     sandlock inherited as SIG_IGN; ``handoff``: (to sandlock, from sandlock), for the
-    listener fd; ``pass_fds``: descriptors above 2 the command inherits, same numbers.
-    (A named tuple: a dataclass costs ~0.8 ms of start-up to make.)"""
+    listener fd; ``pass_fds``: descriptors above 2 the command inherits, same numbers."""
 
-    __slots__ = ()
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    confinement: Confinement
+    stdio: tuple[int | None, int | None, int | None]
+    tty_fd: int | None
+    ignored_signals: tuple[int, ...]
+    handoff: tuple[int, int] | None = None
+    pass_fds: tuple[int, ...] = ()
 
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,

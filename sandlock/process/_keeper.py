@@ -4,7 +4,10 @@ The keeper is the command's parent and a child subreaper, so every process the
 command starts stays beneath it even when intermediate parents exit. When the
 command exits, or sandlock dies (its end of the report pipe closes), or sandlock
 asks (SIGUSR1, used by timeouts), the keeper kills the whole sandbox tree, reaps it,
-and reports the command's wait status to sandlock over a pipe.
+and reports the command's wait status to sandlock over a pipe. It notices sandlock's
+death in the same poll that waits for its child (``_reports.wait_for_command``), not
+with PR_SET_PDEATHSIG: that fires when the *thread* that forked us exits, which an API
+caller's short-lived thread (a thread pool) does while sandlock lives on.
 
 Killing is exact. In the sandbox's namespaces (the usual case, ``confine._isolation``)
 the keeper enters the user and PID namespaces and forks the PID namespace's init
@@ -18,15 +21,16 @@ that no racing fork can escape; without scoping (--allow-ipc, old kernels) it wa
 
 from __future__ import annotations
 
+import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
 import os
-import select
-import signal
-import threading
-from collections.abc import Callable
 
 from ..confine import Confinement, Isolation, keeper_scope
 from ..kernel import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, prctl
 from . import _child, _init, _reports
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 KILL_SIGNAL = signal.SIGUSR1  # "kill everything": from sandlock (timeout) or our watcher
 # "exit" reports carry the command's wait status, or one of these.
@@ -57,7 +61,7 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
         if isolation is None:
             status = _run_command(spec, report_fd, error_fd)
         else:
-            _entering(error_fd, isolation.enter_pid_namespace)  # (no thread after this)
+            _entering(error_fd, isolation.enter_pid_namespace)
             status_r, status_w = os.pipe()
             init_pid = _fork_init(spec, isolation, report_fd, status_w, error_fd)
             status = _wait_for_init(init_pid, report_fd, status_r)
@@ -65,6 +69,8 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
     except _KillAll as request:
         status = STATUS_KILLED
         init_pid = init_pid or (request.args[0] if request.args else 0)
+    except _reports.SandlockGone:
+        status = STATUS_KILLED
     except BaseException:  # noqa: BLE001 - the keeper must always reach the cleanup
         status = STATUS_FAILED
     finally:
@@ -107,7 +113,7 @@ def _wait_for_init(init_pid: int, report_fd: int, status_fd: int) -> int:
     """The command's wait status, as init sends it before exiting; init reaped means
     the namespace is empty."""
     _reports.close_all_but(report_fd, status_fd)
-    os.waitpid(init_pid, 0)
+    _reports.wait_for_command(init_pid, report_fd, watch=True)
     reported = os.read(status_fd, 64)
     os.close(status_fd)
     return int(reported) if reported else STATUS_FAILED
@@ -121,7 +127,7 @@ def _run_command(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> int:
         _child.exec_command(spec, keeper_pid, error_fd)
     _reports.close_all_but(report_fd)
     _reports.send(report_fd, b"pid %d" % command_pid)
-    return _reports.wait_for_command(command_pid, report_fd)
+    return _reports.wait_for_command(command_pid, report_fd, watch=True)
 
 
 def _become_keeper(report_fd: int, confinement: Confinement, *, scope: bool) -> bool:
@@ -137,23 +143,7 @@ def _become_keeper(report_fd: int, confinement: Confinement, *, scope: bool) -> 
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         domain.restrict_self()
         domain.close()
-    # After restrict_self: the watcher thread inherits the domain, and signals itself.
-    threading.Thread(target=_watch_sandlock, args=(report_fd,), daemon=True).start()
     return domain is not None
-
-
-def _watch_sandlock(report_fd: int) -> None:
-    """Kill the tree when sandlock is gone: the report pipe's read end, held by
-    sandlock alone, closes (POLLERR on our end), however sandlock died.
-
-    Not PR_SET_PDEATHSIG: it fires when the *thread* that forked us exits, which an
-    API caller's short-lived thread (a thread pool) does while sandlock lives on.
-    """
-    poller = select.poll()
-    poller.register(report_fd, select.POLLERR)
-    while not poller.poll():
-        pass
-    os.kill(os.getpid(), KILL_SIGNAL)
 
 
 def _kill_tree(scoped: bool) -> None:

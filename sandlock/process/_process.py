@@ -7,16 +7,20 @@ sandlock ──fork──> keeper ──fork──> command (confined, exec)
 
 from __future__ import annotations
 
+import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
 import errno
+import gc
 import os
 import select
-import signal
 import time
-from collections.abc import Callable
 
 from .._errors import EXIT_SETUP
 from . import _child, _keeper, _reports
 from ._terminal import Foreground
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class TimeoutExpired(Exception):
@@ -118,9 +122,12 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     to_sandlock, from_child = os.pipe() if adopt_listener else (-1, -1)
     to_child, from_sandlock = os.pipe() if adopt_listener else (-1, -1)
     if adopt_listener:
-        spec = spec._replace(handoff=(from_child, to_child))
+        spec = spec.replace(handoff=(from_child, to_child))
     keeper_pid = os.fork()
     if keeper_pid == 0:
+        # No collections in sandlock's forked copies: each would touch (so copy) pages
+        # of the parent's heap for garbage the exec or _exit frees anyway.
+        gc.disable()
         for fd in (report_r, error_r, to_sandlock, from_sandlock):
             if fd >= 0:
                 os.close(fd)

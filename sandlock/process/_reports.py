@@ -3,7 +3,9 @@ one line per event, "pid N", "stop SIG" or "exit STATUS"."""
 
 from __future__ import annotations
 
+import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
 import os
+import select
 
 
 def send(fd: int, message: bytes) -> None:
@@ -23,16 +25,55 @@ def parse_reports(data: bytes) -> list[tuple[str, int]]:
     return reports
 
 
-def wait_for_command(command_pid: int, report_fd: int) -> int:
-    """Reap everything until the command itself ends; relay its stops to sandlock."""
+class SandlockGone(Exception):
+    """sandlock's end of the report pipe closed: however it died, the sandbox goes too."""
+
+
+def wait_for_command(command_pid: int, report_fd: int, *, watch: bool = False) -> int:
+    """Reap everything until the command itself ends; relay its stops to sandlock.
+    ``watch``: also raise SandlockGone when sandlock is gone (no thread needed: SIGCHLD
+    and the pipe's hang-up wake one poll)."""
+    wakeup = _child_wakeup(report_fd) if watch else None
+    flags = os.WUNTRACED | (os.WNOHANG if watch else 0)
     while True:
-        pid, status = os.waitpid(-1, os.WUNTRACED)
+        pid, status = os.waitpid(-1, flags)
+        if pid == 0:  # (watching) nothing has changed yet
+            _sleep(wakeup, report_fd)
+            continue
         if pid != command_pid:
             continue  # an orphan reparented to us
         if os.WIFSTOPPED(status):
             send(report_fd, b"stop %d" % os.WSTOPSIG(status))
             continue
         return status
+
+
+def _child_wakeup(report_fd: int) -> select.poll:
+    """A poll woken by SIGCHLD (through the wakeup fd) or by sandlock's hang-up."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, _ignore)  # caught, so that it writes the wakeup fd
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    poller.register(report_fd, select.POLLERR)  # (a write end: POLLERR = reader gone)
+    return poller
+
+
+def _sleep(poller: select.poll | None, report_fd: int) -> None:
+    assert poller is not None
+    for fd, _ in poller.poll():
+        if fd == report_fd:
+            raise SandlockGone
+        while True:
+            try:
+                if not os.read(fd, 64):
+                    break
+            except BlockingIOError:
+                break
+
+
+def _ignore(signum: int, frame: object) -> None:
+    pass
 
 
 def close_all_but(*keep: int) -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
+import _thread  # threading costs ~1 ms of start-up; its Lock and a daemon thread are these
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Sequence
 from io import TextIOWrapper as TextIO
 
 from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
@@ -19,6 +18,8 @@ from ._terminal import Foreground
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from ..net import HttpRun
 
 # --clean-env keeps only these variables from sandlock's environment.
@@ -164,7 +165,7 @@ class _NetworkLauncher:
         self._audit = audit
         # The confined worker restricts itself with the command's ruleset, later.
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._network: object | None = None
         self._closed = False
 
@@ -184,8 +185,7 @@ class _NetworkLauncher:
                 raise
         # Started once the command has been told to go on: the thread's imports hold
         # the GIL, and the message that lets the command exec must not wait for them.
-        return threading.Thread(target=self._start, args=(listener,), daemon=True,
-                                name="sandlock-network-start").start
+        return lambda: _thread.start_new_thread(self._start, (listener,))
 
     def _start(self, listener: int) -> None:
         try:
@@ -236,7 +236,7 @@ class _ResponsiveSwitching:
     INTERVAL = 0.0005
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._builders = 0
         self._saved = 0.0
 

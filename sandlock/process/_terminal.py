@@ -7,8 +7,8 @@ and relays job control (Ctrl-Z, fg, bg) the way a shell would expect.
 
 from __future__ import annotations
 
+import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
 import os
-import signal
 
 
 class Foreground:

@@ -1,0 +1,220 @@
+"""The options of `run` (and the policy options `learn` and `policy test` share), as
+one table: argparse's parser is built from it (``_parser``) and so is the quick
+parse of an everyday `sandlock run` command line.
+
+Why a quick parse: importing argparse (with gettext) and building its parser cost
+~3 ms of a start that should take ~15. ``quick_run_args`` reads exactly what the table
+says (exact option names, a separate value, ``--``, the command); anything else
+(``--help``, ``--opt=value``, abbreviations, ``-qi``, a missing or bad value) returns
+None and argparse parses the line, with its help and its errors. Both give the same
+namespace (tests/test_cli_options.py).
+"""
+
+from __future__ import annotations
+
+from .._record import record
+from ..policy import HTTPS_INSPECT_MODES, MODES, flag_of
+
+
+@record
+class Option:
+    """One option: its --help group, where its value goes (``dest``), its names, and
+    how it is read: ``store``, ``append``, ``store_true``/``store_false`` or
+    ``source`` (--policy/--profile: ``(const, value)`` appended to ``sources``)."""
+
+    group: str
+    dest: str
+    flags: tuple[str, ...]
+    action: str
+    metavar: str | None
+    help: str
+    choices: tuple[str, ...] | None
+    type: type | None
+    const: str | None
+
+    @property
+    def takes_value(self) -> bool:
+        return self.action in ("store", "append", "source")
+
+
+def _option(group: str, dest: str, *flags: str, action: str = "store", metavar: str | None = None,
+            help: str, choices: tuple[str, ...] | None = None, type: type | None = None,
+            const: str | None = None) -> Option:
+    return Option(group, dest, flags, action, metavar, help, choices, type, const)
+
+
+def _policy_option(group: str, field: str, *aliases: str, **kwargs: object) -> Option:
+    """The option of Policy ``field``: named by the field's own flag (after any short
+    alias); absent from the parsed namespace unless given."""
+    return _option(group, field, *aliases, flag_of(field), **kwargs)  # type: ignore[arg-type]
+
+
+# --help groups, in order
+GROUPS = {
+    "files": "policy files (docs/policy.md; options add to them)",
+    "filesystem": "filesystem (with any -r/-w, nothing else is reachable)",
+    "network": "network (default: none)",
+    "http": "HTTP(S) through sandlock's proxy (see docs/http.md)",
+    "confinement": "confinement",
+    "process": "process",
+}
+
+POLICY_OPTIONS = (
+    _option("files", "sources", "--policy", action="source", const="file", metavar="FILE",
+            help="read the policy from FILE (repeatable: later ones add to or override "
+            "earlier ones)"),
+    _option("files", "sources", "-p", "--profile", action="source", const="profile",
+            metavar="NAME", help="read the profile NAME, "
+            "$XDG_CONFIG_HOME/sandlock/profiles/NAME.toml (repeatable)"),
+    _policy_option("filesystem", "fs_readable", "-r", action="append", metavar="PATH",
+                   help="allow reading PATH (repeatable)"),
+    _policy_option("filesystem", "fs_writable", "-w", action="append", metavar="PATH",
+                   help="allow reading and writing PATH (repeatable)"),
+    _policy_option("filesystem", "fs_denied", action="append", metavar="PATH",
+                   help="deny PATH even inside an allowed one (repeatable)"),
+    _policy_option("filesystem", "mode", choices=MODES,
+                   help="workspace-write (default): the default workspace; read-only: the "
+                   "same reads, no writes; full-access: no confinement (with "
+                   "--dangerously-allow-full-access)"),
+    _policy_option("filesystem", "allow_autorun_writes", action="store_true",
+                   help="let write grants cover git hooks and config, shell start-up files, "
+                   "autostart entries and editor tasks (read-only by default)"),
+    _policy_option("network", "net_allow", action="append", metavar="SPEC",
+                   help="allow [tcp://|udp://|icmp://]TARGET[:PORTS]; TARGET: host, IP, CIDR, "
+                   "[IPv6], * or empty; PORTS: 22,443,8000-8100 or * (repeatable)"),
+    _policy_option("network", "net_allow_hosts", action="append", metavar="HOST",
+                   help="allow HOST on every port, TCP and UDP (pinned like --net-allow; "
+                   "repeatable)"),
+    _policy_option("network", "net_connect", action="append", metavar="PORTS",
+                   help="allow TCP connections to any host on PORTS (repeatable)"),
+    _policy_option("network", "net_deny", action="append", metavar="SPEC",
+                   help="allow everything but IP/CIDR[:PORTS] (repeatable; not with the "
+                   "allows)"),
+    _policy_option("network", "net_bind", "--net-allow-bind", action="append", metavar="PORTS",
+                   help="ports COMMAND may bind and listen on, or * (repeatable)"),
+    _policy_option("network", "unix_allow", action="append", metavar="PATH",
+                   help="a host's pathname unix socket COMMAND may connect to (repeatable; "
+                   "sockets the sandbox binds itself need none)"),
+    _policy_option("network", "dns_servers", action="append", metavar="IP[:PORT]",
+                   help="resolve policy names with this server (default: /etc/resolv.conf)"),
+    _policy_option("network", "resolve", action="append", metavar="HOST=IP[,IP...]",
+                   help="pin HOST to these addresses without asking DNS (repeatable)"),
+    _policy_option("network", "dns_allow_private", action="store_true",
+                   help="let DNS answers pin loopback and private-range addresses"),
+    _policy_option("http", "http_allow", action="append", metavar="RULE",
+                   help="allow requests matching 'METHODS HOST[/PATH]', e.g. "
+                   "'GET api.github.com/repos/*'; implies reaching HOST on the HTTP ports "
+                   "(repeatable)"),
+    _policy_option("http", "http_deny", action="append", metavar="RULE",
+                   help="deny requests matching 'METHODS HOST[/PATH]'; wins over "
+                   "--http-allow (repeatable)"),
+    _policy_option("http", "http_ports", action="append", metavar="PORT",
+                   help="a port HTTP rules govern (repeatable; default: 80 and 443)"),
+    _policy_option("http", "https_inspect", choices=HTTPS_INSPECT_MODES,
+                   help="auto (default): decrypt HTTPS only for hosts whose rules need the "
+                   "method or path; on: always; off: never (SNI checks only)"),
+    _policy_option("http", "upstream_ca", action="append", metavar="FILE",
+                   help="also trust these CA certificates for upstream servers"),
+    _policy_option("http", "http_ca", metavar="CERT", help="sign with this CA (with --http-key)"),
+    _policy_option("http", "http_key", metavar="KEY", help="the key of --http-ca"),
+    _policy_option("http", "ca_env", action="store_false",
+                   help="do not point the command's TLS clients at the sandbox CA"),
+    _policy_option("http", "http_ca_out", metavar="PATH",
+                   help="write the sandbox CA certificate (never its key) to PATH"),
+    _policy_option("confinement", "allow_ipc", action="store_true",
+                   help="allow abstract unix sockets and signals to processes outside"),
+    _policy_option("confinement", "isolate_ipc", action="store_true",
+                   help="isolate abstract unix sockets (the default; --allow-ipc relaxes it)"),
+    _policy_option("confinement", "isolate_signals", action="store_true",
+                   help="isolate signals (the default; --allow-ipc relaxes it)"),
+    _policy_option("confinement", "allow_sysv_ipc", action="store_true",
+                   help="allow SysV IPC and POSIX message queues (machine-wide: a channel to "
+                   "other processes)"),
+    _policy_option("confinement", "allow_syscalls", action="append", metavar="NAME",
+                   help="DANGEROUS: lift sandlock's restriction on syscall NAME"),
+    _policy_option("confinement", "best_effort", action="store_true",
+                   help="run without Landlock or IPC scoping if the kernel lacks them, "
+                   "with a warning (seccomp stays required)"),
+    _policy_option("process", "env", action="append", metavar="K=V|NAME",
+                   help="set an environment variable, or pass NAME from sandlock's "
+                   "environment (for secrets: not in sandlock's command line) (repeatable)"),
+    _policy_option("process", "clean_env", action="store_true",
+                   help="keep only PATH HOME TERM LANG USER SHELL from the environment"),
+    _policy_option("process", "cwd", "--workdir", metavar="DIR",
+                   help="run COMMAND in DIR (the default workspace's writable directory)"),
+    _policy_option("process", "timeout", "-t", type=float, metavar="SECONDS",
+                   help="kill COMMAND and everything it started after SECONDS (exit 124)"),
+)
+
+# `run`'s own options, each with its value when not given.
+RUN_OPTIONS = (
+    (_option("files", "print_policy", "--print-policy", action="store_true",
+             help="print the effective policy as a policy file (TOML) and exit without "
+             "running anything"), False),
+    (_option("network", "audit", "--audit", metavar="FILE",
+             help="append one JSON line per network decision to FILE"), None),
+    (_option("process", "quiet", "-q", "--quiet", action="store_true",
+             help="no notices on stderr"), False),
+    (_option("process", "interactive", "-i", "--interactive", action="store_true",
+             help="keep the terminal and stdin (always the case: COMMAND gets both, and "
+             "job control works)"), False),
+    (_option("filesystem", "dangerously_allow_full_access", "--dangerously-allow-full-access",
+             action="store_true", help="consent to --mode full-access (announced on stderr "
+             "and in the audit log)"), False),
+    (_option("process", "pass_fds", "--pass-fd", action="append", type=int, metavar="N",
+             help="let COMMAND inherit descriptor N (repeatable; every other one above 2 "
+             "is closed)"), []),
+)
+
+
+class Arguments:
+    """Parsed options as attributes, like argparse's Namespace (without importing it)."""
+
+    def __init__(self, values: dict[str, object]) -> None:
+        self.__dict__.update(values)
+
+
+def quick_run_args(argv: list[str]) -> Arguments | None:
+    """``sandlock run ...`` parsed as argparse would, or None for anything but the
+    plain forms (see the module's docstring)."""
+    if argv[:1] != ["run"]:
+        return None
+    by_flag = {flag: option for option in (*POLICY_OPTIONS, *(o for o, _ in RUN_OPTIONS))
+               for flag in option.flags}
+    values: dict[str, object] = {"version": None, "subcommand": "run", "sources": [],
+                                 **{o.dest: list(d) if isinstance(d, list) else d
+                                    for o, d in RUN_OPTIONS}}
+    position = 1
+    while position < len(argv) and argv[position].startswith("-") and argv[position] != "--":
+        option = by_flag.get(argv[position])
+        if option is None:
+            return None
+        if not option.takes_value:
+            values[option.dest] = option.action == "store_true"
+            position += 1
+            continue
+        value = _value(option, argv[position + 1:position + 2])
+        if value is None:
+            return None
+        if option.action == "source":
+            values["sources"].append((option.const, value))  # type: ignore[attr-defined]
+        elif option.action == "append":
+            values.setdefault(option.dest, []).append(value)  # type: ignore[attr-defined]
+        else:
+            values[option.dest] = value
+        position += 2
+    values["command"] = argv[position:]
+    return Arguments(values)
+
+
+def _value(option: Option, given: list[str]) -> object:
+    """The option's converted value, or None where argparse should decide."""
+    if not given or given[0].startswith("-"):
+        return None
+    try:
+        value = option.type(given[0]) if option.type else given[0]
+    except ValueError:
+        return None
+    if option.choices is not None and value not in option.choices:
+        return None
+    return value
