@@ -15,7 +15,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from . import _landlock as landlock, _mounts as mounts, _seccomp as seccomp
     from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
-    from ._fds import close_on_exec_from
+    from ._fds import close_on_exec_from, take_fd
     from ._features import namespaces, probe, protection_level
     from ._landlock import restrict_self
     from ._libc import (
@@ -79,6 +79,7 @@ _EXPORTS = {
     "seccomp": "_seccomp:",
     "socket_option": "_libc",
     "syscall": "_libc",
+    "take_fd": "_fds",
     "unix_socket_file": "_remote",
     "write_memory": "_remote",
 }

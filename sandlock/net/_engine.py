@@ -72,9 +72,11 @@ class Network(Services):
             http.watch_restarts(self._proxy_listens)
             http.attach(self.audit.record_http)
         self._lock = threading.Lock()
-        self._dns_ready: threading.Event | None = None
+        self._pins_ready: threading.Event | None = None
         self._dns_said = False  # the pinning's outcome was reported (or the run is over)
+        self._dns_setup: tuple[object, object] | None = None  # (settings, upstream), pinned
         self._responder = None
+        self._responder_lock = threading.Lock()
         self._closed = False
         self._ruleset_fd = ruleset_fd  # kept for a confined worker made on first need
         self._confined: ConfinedWorker | None = None
@@ -90,7 +92,7 @@ class Network(Services):
         way (``wait_for_pins``), or an IP destination would be judged without the pins.
         """
         if self._rules.hostnames() or self._policy.resolve:
-            self._start_dns()
+            self._start_pinning()
         self._supervisor.serve(listener_fd)
 
     def _proxy_listens(self, addresses: dict[int, tuple[str, int]]) -> None:
@@ -99,12 +101,13 @@ class Network(Services):
     # --- Services (for the supervisor) ---------------------------------------------
 
     def wait_for_pins(self) -> None:
-        ready = self._dns_ready
+        ready = self._pins_ready
         if ready is not None:
             ready.wait(DNS_START_TIMEOUT)
 
     def dns_responder(self, protocol: str, family: int) -> InetAddress | None:
-        self._start_dns().wait(DNS_START_TIMEOUT)
+        self._start_pinning().wait(DNS_START_TIMEOUT)
+        self._bring_responder_up()
         address = self._listeners.dns_tcp if protocol == "tcp" else self._listeners.dns_udp
         if address is None:
             return None
@@ -148,27 +151,27 @@ class Network(Services):
 
     # --- DNS -------------------------------------------------------------------------
 
-    def _start_dns(self) -> threading.Event:
+    def _start_pinning(self) -> threading.Event:
         with self._lock:
-            if self._dns_ready is None:
-                self._dns_ready = threading.Event()
-                threading.Thread(target=self._run_dns_start, daemon=True,
-                                 name="sandlock-dns-start").start()
-            return self._dns_ready
+            if self._pins_ready is None:
+                self._pins_ready = threading.Event()
+                threading.Thread(target=self._run_pinning, daemon=True,
+                                 name="sandlock-dns-pinning").start()
+            return self._pins_ready
 
-    def _run_dns_start(self) -> None:
+    def _run_pinning(self) -> None:
         try:
-            self._bring_dns_up()
+            self._pin_names()
         except Exception as exc:  # noqa: BLE001 - DNS stays down: lookups fail, nothing opens
             print(f"sandlock: warning: DNS for the sandbox could not start: {exc}",
                   file=sys.stderr, flush=True)
         finally:
-            self._dns_ready.set()
+            self._pins_ready.set()
 
-    def _bring_dns_up(self) -> None:
-        """Pin the policy's names and start the resolver (on the DNS start thread)."""
+    def _pin_names(self) -> None:
+        """Pin the policy's names (on the pinning thread). Names given with --resolve
+        need nothing more: no resolver, no dnspython."""
         from ._dns import DnsSettings, Upstream, pin_at_start
-        from ._dnsresponder import DnsResponder
 
         settings = DnsSettings.from_policy(self._policy)
         names = self._rules.hostnames()
@@ -178,17 +181,28 @@ class Network(Services):
         warnings = pin_at_start(names, settings, self.pins, upstream)
         with self._lock:  # said once: here, or by close() if the run ended first
             self._dns_said = True
+            self._dns_setup = (settings, upstream)
         if not self._quiet:
             for warning in warnings:
                 print(warning, file=sys.stderr, flush=True)
-        responder = DnsResponder(self.pins, self._rules, upstream, settings)
-        with self._lock:
-            if self._closed:  # the run ended while names were being resolved
-                return
-            responder.start()
-            self._responder = responder
-        self._listeners.dns_udp = inet(2, *responder.udp_address)
-        self._listeners.dns_tcp = inet(2, *responder.tcp_address)
+
+    def _bring_responder_up(self) -> None:
+        """Start the command's DNS server at its first lookup (dnspython costs ~40 ms
+        to import: a run that never asks does not pay it)."""
+        with self._responder_lock:
+            if self._responder is not None or self._dns_setup is None:
+                return  # up already, or pinning failed: lookups fail
+            from ._dnsresponder import DnsResponder
+
+            settings, upstream = self._dns_setup
+            responder = DnsResponder(self.pins, self._rules, upstream, settings)
+            with self._lock:
+                if self._closed:
+                    return
+                responder.start()
+                self._responder = responder
+            self._listeners.dns_udp = inet(2, *responder.udp_address)
+            self._listeners.dns_tcp = inet(2, *responder.tcp_address)
 
     def _say_still_resolving(self) -> None:
         """The run ended before the names were pinned: say so, naming them, rather than
@@ -206,7 +220,7 @@ class Network(Services):
         with self._lock:
             self._closed = True
             responder = self._responder
-            unsaid = self._dns_ready is not None and not self._dns_said
+            unsaid = self._pins_ready is not None and not self._dns_said
             self._dns_said = True
         if unsaid and not self._quiet:
             self._say_still_resolving()

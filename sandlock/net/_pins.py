@@ -8,7 +8,7 @@ the network verdict (reverse lookup: which names does this address stand for).
 
 from __future__ import annotations
 
-import threading
+import _thread  # threading's Lock without threading (~1 ms): policy checks load this
 from ipaddress import IPv4Address, IPv6Address
 
 IPAddress = IPv4Address | IPv6Address
@@ -18,7 +18,7 @@ class PinTable:
     """Thread-safe name -> addresses map with its reverse index."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._addresses: dict[str, tuple[IPAddress, ...]] = {}
         self._names: dict[IPAddress, frozenset[str]] = {}
         self.version = 0  # counts pins: what was judged with an older table may differ

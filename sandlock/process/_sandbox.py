@@ -170,13 +170,9 @@ class _NetworkLauncher:
         self._closed = False
 
     def take_listener(self, pid: int, fd: int) -> Callable[[], None]:
-        from ..kernel import duplicate_fd, open_pidfd
+        from ..kernel import take_fd
 
-        pidfd = open_pidfd(pid)
-        try:
-            listener = duplicate_fd(pidfd, fd)
-        finally:
-            os.close(pidfd)
+        listener = take_fd(pid, fd)
         if self._http is not None:
             try:
                 self._http.wait_for_trust()  # the command may read its CA bundle at once
