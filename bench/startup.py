@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Whole-process start-up cost: `sandlock run -- /bin/true` vs bare and vs bubblewrap.
+"""Whole-process start-up cost: `sandlock run -- /bin/true` (default policy, a pinned
+--net-allow, an inspecting --http-allow) vs bare, vs the interpreter alone and vs
+bubblewrap; then `Sandbox(policy).run` in a warm process vs `subprocess.run`.
 
-Usage: python bench/startup.py [--runs N] [--sandlock PATH]
-Prints a Markdown table (median and p90 wall time per run, ratio to bare) for
+Usage: python bench/startup.py [--runs N] [--sandlock PATH]   (run it with the venv's
+python: the interpreter row and the API rows use sys.executable and its sandlock)
+Prints Markdown tables (median and p90 wall time per run, ratio to bare) for
 docs/performance.md. Each configuration is timed in interleaved rounds so that a
-noisy neighbour affects all of them alike.
+noisy neighbour affects all of them alike. The HTTP row's first run fills the
+per-user CA cache (docs/ca.md); the warm-up round does it.
 """
 
 from __future__ import annotations
@@ -35,9 +39,15 @@ def main() -> int:
     parser.add_argument("--sandlock", default=_default_sandlock())
     args = parser.parse_args()
 
+    pin = ["--resolve", "example.test=127.0.0.1"]
     configs = {
         "bare /bin/true": ["/bin/true"],
+        "python -c pass": [sys.executable, "-c", "pass"],
         "sandlock run -- /bin/true": [args.sandlock, "run", "--", "/bin/true"],
+        "sandlock run --net-allow example.test:443 --resolve ... -- /bin/true":
+            [args.sandlock, "run", "--net-allow", "example.test:443", *pin, "--", "/bin/true"],
+        "sandlock run --http-allow 'GET example.test/*' --resolve ... -- /bin/true":
+            [args.sandlock, "run", "--http-allow", "GET example.test/*", *pin, "--", "/bin/true"],
     }
     if shutil.which("bwrap"):
         configs["bwrap --ro-bind / / --dev /dev /bin/true"] = [
@@ -60,7 +70,30 @@ def main() -> int:
         median = statistics.median(xs)
         p90 = statistics.quantiles(xs, n=10)[-1]
         print(f"| `{name}` | {median * 1e3:.2f} ms | {p90 * 1e3:.2f} ms | {median / bare:.1f}x |")
+    _warm_api(args.runs)
     return 0
+
+
+def _warm_api(runs: int) -> None:
+    """Sandbox(policy).run in a process that has run one already, against subprocess.run."""
+    from sandlock import Policy, Sandbox
+
+    sandbox = Sandbox(Policy(), quiet=True)
+    timings: dict[str, list[float]] = {"Sandbox(Policy()).run": [], "subprocess.run": []}
+    for _ in range(3):
+        sandbox.run(["/bin/true"])
+    for _ in range(runs):
+        start = time.perf_counter()
+        sandbox.run(["/bin/true"])
+        timings["Sandbox(Policy()).run"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        subprocess.run(["/bin/true"], check=True)
+        timings["subprocess.run"].append(time.perf_counter() - start)
+    print("\n| in a warm process | median | p90 |")
+    print("| --- | --- | --- |")
+    for name, xs in timings.items():
+        print(f"| `{name}([\"/bin/true\"])` | {statistics.median(xs) * 1e3:.2f} ms "
+              f"| {statistics.quantiles(xs, n=10)[-1] * 1e3:.2f} ms |")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import getpass
 import os
 import random
@@ -33,6 +34,12 @@ os.environ["SANDLOCK_FS_READ"] = ":".join(
     (sys.prefix, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PYTEST_TEMP = os.path.join(tempfile.gettempdir(), f"pytest-of-{getpass.getuser()}")
 os.environ["SANDLOCK_FS_WRITE"] = PYTEST_TEMP
+# The runtime directory, where inspecting runs cache their short-lived CA (docs/ca.md):
+# one for the session, outside every test's workspace (a fake HOME inside a workspace
+# would put the cache, denied in every policy, inside a write grant).
+RUNTIME_DIR = tempfile.mkdtemp(prefix=".sandlock-test-runtime-", dir=os.path.expanduser("~"))
+os.environ["XDG_RUNTIME_DIR"] = RUNTIME_DIR
+atexit.register(shutil.rmtree, RUNTIME_DIR, True)
 
 
 def sandlock(*args: str, **kwargs: object) -> subprocess.CompletedProcess:

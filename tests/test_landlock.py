@@ -34,6 +34,7 @@ from sandlock.confine._fspolicy import (
     WRITE,
     PathRule,
     compile_grants,
+    sandlock_ca_cache_dir,
     sandlock_ca_dir,
 )
 from sandlock.kernel._landlock import (
@@ -308,7 +309,7 @@ def test_default_workspace_lists_the_credential_stores_and_ca():
     assert {"/w", "/tmp", "/var/tmp", "/dev/shm", "/dev/null", "/dev/pts", "/h/.cache",
             "/h/.npm", "/h/.cargo/registry"} <= set(write)
     stores = {f"/h/{store}" for store in CREDENTIAL_STORES}
-    assert set(deny) == stores | {"/h/.local/share/sandlock/ca"}
+    assert set(deny) == stores | {"/h/.local/share/sandlock/ca", sandlock_ca_cache_dir({}, "/h")}
     assert {".ssh", ".aws", ".gnupg", ".netrc", ".config/gcloud", ".config/gh",
             ".local/share/keyrings", ".bash_history", ".cargo/credentials.toml",
             ".vault-token", ".pgpass", ".mozilla"} <= set(CREDENTIAL_STORES)
@@ -317,6 +318,14 @@ def test_default_workspace_lists_the_credential_stores_and_ca():
 def test_ca_dir_follows_xdg_data_home():
     assert sandlock_ca_dir({"XDG_DATA_HOME": "/d"}, "/h") == "/d/sandlock/ca"
     assert sandlock_ca_dir({"XDG_DATA_HOME": "rel"}, "/h") == "/h/.local/share/sandlock/ca"
+
+
+def test_ca_cache_dir_is_in_the_runtime_directory_or_beside_the_ca(tmp_path):
+    runtime = {"XDG_RUNTIME_DIR": str(tmp_path), "XDG_DATA_HOME": "/d"}
+    assert sandlock_ca_cache_dir(runtime, "/h") == f"{tmp_path}/sandlock/ca-cache"
+    missing = {"XDG_RUNTIME_DIR": str(tmp_path / "gone"), "XDG_DATA_HOME": "/d"}
+    if not os.path.isdir(f"/run/user/{os.getuid()}"):
+        assert sandlock_ca_cache_dir(missing, "/h") == "/d/sandlock/ca-cache"
 
 
 # --- confined processes: grants ------------------------------------------------------

@@ -13,7 +13,7 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._confinement import Confinement, keeper_scope
-    from ._fspolicy import PSEUDO_DEVICES, sandlock_ca_dir
+    from ._fspolicy import PSEUDO_DEVICES, sandlock_ca_cache_dir, sandlock_ca_dir
     from ._isolation import Isolation
     from ._workspace import unreachable, widening
 
@@ -25,6 +25,7 @@ _EXPORTS = {
     "Confinement": "_confinement",
     "Isolation": "_isolation",
     "keeper_scope": "_confinement",
+    "sandlock_ca_cache_dir": "_fspolicy",
     "sandlock_ca_dir": "_fspolicy",
     "unreachable": "_workspace",
     "widening": "_workspace",

@@ -98,12 +98,12 @@ def compile_grants(
 
 def protected_paths(home: str, env: Mapping[str, str]) -> tuple[str, ...]:
     """The credential stores under ``home`` (and where CARGO_HOME moved cargo's), and
-    sandlock's CA directory."""
+    sandlock's CA directories (the persistent CA's and the cached short-lived ones)."""
     stores = [os.path.join(home, store) for store in CREDENTIAL_STORES]
     cargo = env.get("CARGO_HOME", "")
     if os.path.isabs(cargo):
         stores += [os.path.join(cargo, name) for name in ("credentials", "credentials.toml")]
-    return (*stores, sandlock_ca_dir(env, home))
+    return (*stores, sandlock_ca_dir(env, home), sandlock_ca_cache_dir(env, home))
 
 
 def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:
@@ -112,6 +112,24 @@ def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:
     if not os.path.isabs(data_home):  # the XDG spec says to ignore relative values
         data_home = os.path.join(home, ".local", "share")
     return os.path.join(data_home, "sandlock", "ca")
+
+
+def sandlock_ca_cache_dir(env: Mapping[str, str], home: str) -> str:
+    """Where short-lived CAs are cached for this user (docs/ca.md): the user's runtime
+    directory ($XDG_RUNTIME_DIR, else /run/user/UID when it is theirs), else beside the
+    persistent CA. Never under /tmp: denying a path inside a writable tree takes the
+    write right off the tree itself (Landlock can only grant). Denied in every policy."""
+    uid = os.getuid()
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if not os.path.isabs(runtime):
+        runtime = f"/run/user/{uid}"
+    try:
+        owned = os.stat(runtime).st_uid == uid
+    except OSError:
+        owned = False
+    if owned:
+        return os.path.join(runtime, "sandlock", "ca-cache")
+    return os.path.join(os.path.dirname(sandlock_ca_dir(env, home)), "ca-cache")
 
 
 def _present(paths: Iterable[str]) -> list[str]:

@@ -2,14 +2,15 @@
 
 Started before the command is forked, so that the proxy (whose imports take a few
 hundred ms) comes up while the command starts. When HTTPS may be inspected, the
-command is held before exec until its trust bundle is written (by the proxy process,
-which alone ever holds the CA key): a TLS client may read the bundle at start-up.
+command's trust bundle must be complete before it execs (a TLS client may read it at
+start-up): with a short-lived CA from the per-user cache (the default, docs/ca.md)
+sandlock writes it at once; with the persistent or the user's CA, the proxy process
+writes it and the command is held until it has.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from collections.abc import Callable, Mapping
 
@@ -38,10 +39,13 @@ class HttpRun:
         self._events: list[dict] = []
         self._sink: Callable[[dict], None] | None = None
         self._lock = threading.Lock()
+        self._trusted = False  # the trust files are written
         ca: dict = {}
         if self.inspects:
-            self.run_dir = tempfile.mkdtemp(prefix="sandlock-")
+            self.run_dir = _private_directory()
             ca = _ca_settings(policy, self.rules, env)
+            if ca["source"] == "ephemeral":
+                ca = self._trust_cached_ca(ca, env)
             if policy.ca_env:
                 from .. import ca as _ca
 
@@ -62,9 +66,30 @@ class HttpRun:
         """What the command must be able to read whatever its filesystem policy."""
         return (self.run_dir,) if self.run_dir else ()
 
+    def _trust_cached_ca(self, settings: dict, env: Mapping[str, str]) -> dict:
+        """Write the run's trust files for a cached short-lived CA; the proxy gets the
+        CA as a replacement proxy does (``inherited``: over its control channel)."""
+        from .. import ca as _ca
+        from ..confine import sandlock_ca_cache_dir
+
+        try:
+            home = env.get("HOME") or os.path.expanduser("~")
+            certificate, pem = _ca.cached_ca(settings["hosts"], sandlock_ca_cache_dir(env, home))
+            _ca.prepare_trust(_Certificate(certificate), self.run_dir)
+            if settings.get("out"):
+                with open(settings["out"], "wb") as file:  # --http-ca-out: no key, ever
+                    file.write(certificate)
+        except _ca.CAError as exc:  # a cache others could reach: refuse, loudly
+            self._remove_run_dir()
+            raise SetupError(f"HTTPS inspection: sandbox CA: {exc}") from None
+        except OSError:  # no cache here (a HOME not ours, a read-only disk): the proxy
+            return settings  # makes this run's CA, and the command waits for it
+        self._trusted = True
+        return {"source": "inherited", "pem": pem.decode()}
+
     def wait_for_trust(self) -> None:
         """Before the command execs: its trust bundle must be complete."""
-        if not self.inspects:
+        if not self.inspects or self._trusted:
             return
         error = self.proxy.wait_for_trust(TRUST_TIMEOUT)
         if error is not None:
@@ -109,6 +134,26 @@ class HttpRun:
             import shutil  # at the end only: not on the start-up path
 
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def _private_directory() -> str:
+    """A new 0700 directory for the run's trust files, as tempfile.mkdtemp makes one
+    (tempfile imports random, hashlib, shutil...: ~5 ms of an HTTP run's start)."""
+    parent = os.environ.get("TMPDIR") or "/tmp"
+    while True:
+        path = os.path.join(parent, f"sandlock-{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+
+
+class _Certificate:
+    """What prepare_trust reads of a CA: its certificate (no key, no cryptography)."""
+
+    def __init__(self, cert_pem: bytes) -> None:
+        self.cert_pem = cert_pem
 
 
 def _ca_settings(policy: Policy, rules: HttpRules, env: Mapping[str, str]) -> dict:
