@@ -85,16 +85,19 @@ class Isolation:
 
     @staticmethod
     def enter_pid_namespace() -> None:
-        """The caller's next child is the first process of a new PID namespace. The
-        caller can start no thread after this: it does so before."""
-        mounts.enter_namespaces(mounts.CLONE_NEWPID)
+        """The caller's next child is the first process of a new PID namespace, and the
+        caller shares with it the new mount namespace that child fills (``mount``).
+        Held by the caller (the keeper), the mount namespace is torn down when the
+        keeper exits, after it has reported the command's end: that teardown waits for
+        an RCU grace period (~3.5 ms), which init's exit would otherwise put between
+        the command's end and sandlock's."""
+        mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS)
 
     def mount(self, add_rule: Callable[[str, int], None]) -> int:
-        """In the first process of the PID namespace: a mount namespace of its own and
-        every mount; ``add_rule(path, access)`` adds the Landlock rules of the trees
-        mounted over. Returns an O_PATH descriptor on the host's /proc (close-on-exec),
-        where "self" is a process's pid as seen from outside."""
-        mounts.enter_namespaces(mounts.CLONE_NEWNS)
+        """In the first process of the PID namespace, in the mount namespace the keeper
+        made for it: every mount; ``add_rule(path, access)`` adds the Landlock rules of
+        the trees mounted over. Returns an O_PATH descriptor on the host's /proc
+        (close-on-exec), where "self" is a process's pid as seen from outside."""
         host_proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         # Detached copies of what goes back in, taken while it is still in view.
         kept = [(path, mounts.detached_copy(path)) for path in self.restored]

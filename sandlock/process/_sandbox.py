@@ -229,7 +229,7 @@ class _ResponsiveSwitching:
     (the one reporting that a short command has exited) would wait up to the default
     5 ms for it. Restored when the last builder is done."""
 
-    INTERVAL = 0.0005
+    INTERVAL = 0.0001
 
     def __init__(self) -> None:
         self._lock = _thread.allocate_lock()
