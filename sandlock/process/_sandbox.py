@@ -5,6 +5,7 @@ from __future__ import annotations
 import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
 import _thread  # threading costs ~1 ms of start-up; its Lock and a daemon thread are these
 import os
+import select
 import sys
 from io import TextIOWrapper as TextIO
 
@@ -152,9 +153,12 @@ class Sandbox:
 
 class _NetworkLauncher:
     """Takes the command's seccomp listener at once, so that it can exec, and brings
-    the network engine (~13 ms of imports) up on a thread: a command that never
-    touches the network never waits for it; one that does waits at its first call,
-    which the kernel holds until the supervisor reads it.
+    the network engine (~13 ms of imports) up on a thread: a command never waits for it
+    but at a supervised call (connect, bind, sendto...), which the kernel holds until
+    the supervisor reads it. With network rules, the engine is built at once (it pins
+    the policy's names at start); without, at the first supervised call: a command
+    that never makes one never pays for it, nor does its exit (on two CPUs the build
+    competed with the command).
     """
 
     def __init__(self, policy: Policy, confinement: Confinement, audit: TextIO | None,
@@ -168,6 +172,7 @@ class _NetworkLauncher:
         self._lock = _thread.allocate_lock()
         self._network: object | None = None
         self._closed = False
+        self._wake: tuple[int, int] | None = None  # close() -> the thread waiting to build
 
     def take_listener(self, pid: int, fd: int) -> Callable[[], None]:
         from ..kernel import take_fd
@@ -181,7 +186,28 @@ class _NetworkLauncher:
                 raise
         # Started once the command has been told to go on: the thread's imports hold
         # the GIL, and the message that lets the command exec must not wait for them.
-        return lambda: _thread.start_new_thread(self._start, (listener,))
+        if _pins_names(self._policy):
+            return lambda: _thread.start_new_thread(self._start, (listener,))
+        self._wake = os.pipe2(os.O_CLOEXEC)
+        return lambda: _thread.start_new_thread(self._start_when_needed, (listener,))
+
+    def _start_when_needed(self, listener: int) -> None:
+        """Wait for the first supervised call (the listener readable), or for the run
+        to end (close(), or the command gone: the listener hangs up)."""
+        wake = self._wake[0]
+        poller = select.poll()
+        poller.register(listener, select.POLLIN)
+        poller.register(wake, select.POLLIN)
+        ready = dict(poller.poll())
+        os.close(wake)
+        if ready.get(listener, 0) & select.POLLIN:
+            self._start(listener)
+            return
+        os.close(listener)  # no engine: what it would have owned is closed here
+        if self._ruleset_fd is not None:
+            os.close(self._ruleset_fd)
+        if self._audit is not None:
+            self._audit.close()
 
     def _start(self, listener: int) -> None:
         try:
@@ -211,8 +237,12 @@ class _NetworkLauncher:
     def close(self) -> str | None:
         """End the network engine; its denial summary, if it ran and denied anything."""
         with self._lock:
+            if self._closed:
+                return None
             self._closed = True
             network = self._network
+        if self._wake is not None:
+            _signal_and_close(self._wake[1])
         if network is None:
             # Not built (yet): a builder still at work finds the run closed and drops
             # what it made. The proxy is ended here and now (idempotent), so that it
@@ -221,6 +251,20 @@ class _NetworkLauncher:
                 self._http.close()
             return None
         return network.close()
+
+
+def _pins_names(policy: Policy) -> bool:
+    """Whether the policy names destinations the engine resolves and pins at start."""
+    return bool(policy.net_allow_specs or policy.net_deny or policy.resolve
+                or policy.dns_servers or policy.has_http_rules)
+
+
+def _signal_and_close(fd: int) -> None:
+    try:
+        os.write(fd, b"x")
+    except OSError:
+        pass  # the reader is gone: the engine was built, or the wait is over
+    os.close(fd)
 
 
 class _ResponsiveSwitching:
