@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         prepare_trust,
         system_bundle,
         trust_environment,
+        write_trust_files,
     )
     from ._truststores import Installation
 
@@ -64,6 +65,7 @@ _EXPORTS = {
 # Used by sandlock's CLI (`sandlock ca`) and runs; not public API.
 _EXPORTS.update({
     "cached_ca": "_cache",
+    "write_trust_files": "_trust",
     "CERT_FILE": "_store",
     "KEY_FILE": "_store",
     "when": "_authority",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from .._record import record
 from ._errors import CAError
@@ -17,6 +16,8 @@ from ._errors import CAError
 TYPE_CHECKING = False  # typing costs ~5 ms: an inspecting run's parent writes trust files
 
 if TYPE_CHECKING:  # cryptography (~40 ms): not for trust_environment, used before a fork
+    from pathlib import Path  # (pathlib ~2 ms: only the public results are Paths)
+
     from ._authority import CertificateAuthority
 
 BUNDLE_FILE = "ca-bundle.pem"
@@ -99,57 +100,77 @@ def prepare_trust(
     The bundle starts from ``base_bundle``, else ``$SSL_CERT_FILE`` of ``env`` (the
     store the user chose), else the distribution's bundle.
     """
-    directory = Path(directory)
-    base = Path(base_bundle) if base_bundle is not None else system_bundle(env)
+    from pathlib import Path
+
+    directory = os.fspath(directory)
+    base = write_trust_files(ca.cert_pem, directory, base_bundle=base_bundle, env=env)
+    paths = _paths(directory)
+    return TrustInjection(
+        directory=Path(directory),
+        bundle=Path(paths["bundle"]),
+        ca_file=Path(paths["ca"]),
+        wgetrc=Path(paths["wgetrc"]),
+        base_bundle=Path(base) if base is not None else None,
+        env=trust_environment(directory),
+    )
+
+
+def write_trust_files(cert_pem: bytes, directory: str, *,
+                      base_bundle: str | os.PathLike[str] | None = None,
+                      env: Mapping[str, str] = os.environ) -> str | None:
+    """``prepare_trust``'s files for the CA certificate ``cert_pem`` (no key, no
+    cryptography: what sandlock does before a run's fork); the base bundle used."""
+    base = os.fspath(base_bundle) if base_bundle is not None else _system_bundle(env)
     system = _read(base) if base is not None else b""
     if system and not system.endswith(b"\n"):
         system += b"\n"
     paths = _paths(directory)
-    _write(paths["ca"], ca.cert_pem)
-    _write(paths["bundle"], system + ca.cert_pem)
+    _write(paths["ca"], cert_pem)
+    _write(paths["bundle"], system + cert_pem)
     _write(paths["wgetrc"], _wgetrc(paths["bundle"], env))
-    return TrustInjection(
-        directory=directory,
-        bundle=paths["bundle"],
-        ca_file=paths["ca"],
-        wgetrc=paths["wgetrc"],
-        base_bundle=base,
-        env=trust_environment(directory),
-    )
+    return base
 
 
 def trust_environment(directory: str | os.PathLike[str]) -> dict[str, str]:
     """The variables ``prepare_trust`` will return for ``directory``, known before the
     files exist (the command's environment is fixed before the CA is made)."""
-    paths = _paths(Path(directory))
+    paths = _paths(os.fspath(directory))
     return {variable.name: str(paths[variable.file]) for variable in TRUST_VARIABLES}
 
 
-def _paths(directory: Path) -> dict[FileKind, Path]:
-    return {"bundle": directory / BUNDLE_FILE, "ca": directory / CA_FILE, "wgetrc": directory / WGETRC_FILE}
+def _paths(directory: str) -> dict[FileKind, str]:
+    return {kind: os.path.join(directory, name) for kind, name in
+            (("bundle", BUNDLE_FILE), ("ca", CA_FILE), ("wgetrc", WGETRC_FILE))}
 
 
 def system_bundle(env: Mapping[str, str] = os.environ) -> Path | None:
     """The bundle of CAs this machine (or this user, through SSL_CERT_FILE) trusts."""
+    from pathlib import Path
+
+    found = _system_bundle(env)
+    return Path(found) if found is not None else None
+
+
+def _system_bundle(env: Mapping[str, str]) -> str | None:
     for candidate in (env.get("SSL_CERT_FILE", ""), *SYSTEM_BUNDLES):
         if _readable_file(candidate):
-            return Path(candidate)
+            return candidate
     import ssl  # only now: ~5 ms, for a distribution none of the above knows
 
     compiled_in = ssl.get_default_verify_paths().openssl_cafile
-    return Path(compiled_in) if _readable_file(compiled_in) else None
+    return compiled_in if _readable_file(compiled_in) else None
 
 
 def _readable_file(path: str) -> bool:
     return bool(path) and os.path.isfile(path) and os.access(path, os.R_OK)
 
 
-def _wgetrc(bundle: Path, env: Mapping[str, str]) -> bytes:
+def _wgetrc(bundle: str, env: Mapping[str, str]) -> bytes:
     """The system wgetrc wget would have read, plus our CA bundle. (SYSTEM_WGETRC
     replaces the system file; the user's ~/.wgetrc is still read after it.)"""
-    system = Path(env.get("SYSTEM_WGETRC") or _SYSTEM_WGETRC)
     try:
-        text = system.read_bytes()
+        with open(env.get("SYSTEM_WGETRC") or _SYSTEM_WGETRC, "rb") as system:
+            text = system.read()
     except OSError:
         text = b""
     if text and not text.endswith(b"\n"):
@@ -157,14 +178,15 @@ def _wgetrc(bundle: Path, env: Mapping[str, str]) -> bytes:
     return text + b"# sandlock: trust the sandbox CA\nca_certificate = " + os.fsencode(bundle) + b"\n"
 
 
-def _read(path: Path) -> bytes:
+def _read(path: str) -> bytes:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as file:
+            return file.read()
     except OSError as exc:
         raise CAError(f"{path}: cannot read the CA bundle: {exc.strerror}") from None
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: str, data: bytes) -> None:
     """A new world-readable file (the command may run as the same user or not)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)

@@ -8,7 +8,6 @@ sandlock ──fork──> keeper ──fork──> command (confined, exec)
 from __future__ import annotations
 
 import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
-import _thread
 import errno
 import gc
 import os
@@ -101,22 +100,27 @@ class SandboxedProcess:
                 self.notices.append(notice)
 
 
+# Keepers that had reported but not yet exited, reaped at the next spawn.
+_exiting_keepers: list[int] = []
+
+
 def _reap_soon(keeper_pid: int) -> None:
-    """Reap the keeper, on a thread if it is still exiting: after its report, all that
-    is left of it is the teardown of the sandbox's namespaces (an RCU grace period,
-    ~3.5 ms), which the caller need not wait for. Everything in the sandbox is gone."""
-    try:
-        if os.waitpid(keeper_pid, os.WNOHANG)[0] == 0:
-            _thread.start_new_thread(_reap, (keeper_pid,))
-    except ChildProcessError:
-        pass
+    """Reap the keeper now if it is gone, else at the next spawn: after its report, all
+    that is left of it is the teardown of the sandbox's namespaces (an RCU grace
+    period, ~3.5 ms), which the caller need not wait for. Everything in the sandbox is
+    gone. (Not on a thread: one waking while the interpreter shuts down can crash it.)"""
+    _exiting_keepers.append(keeper_pid)
+    _reap_exited()
 
 
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
+def _reap_exited() -> None:
+    for pid in list(_exiting_keepers):
+        try:
+            done = os.waitpid(pid, os.WNOHANG)[0] != 0
+        except ChildProcessError:
+            done = True
+        if done:
+            _exiting_keepers.remove(pid)
 
 
 def _exit_code(status: int | None) -> int:
@@ -136,6 +140,7 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     ``adopt_listener(pid, fd)`` must take it (the command waits until it returns) and
     returns what to do once the command has been told to go on.
     """
+    _reap_exited()
     report_r, report_w = os.pipe()
     error_r, error_w = os.pipe()
     to_sandlock, from_child = os.pipe() if adopt_listener else (-1, -1)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
-import _thread  # threading costs ~1 ms of start-up; its Lock and a daemon thread are these
 import os
-import select
 import sys
 from io import TextIOWrapper as TextIO
 
@@ -14,12 +12,13 @@ from .._record import DataclassView, record
 from ..confine import Confinement
 from ..policy import Policy
 from ._child import RESET_SIGNALS, ChildSpec
+from ._network import NetworkLauncher
 from ._process import SandboxedProcess, TimeoutExpired, spawn
 from ._terminal import Foreground
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from ..net import HttpRun
 
@@ -114,7 +113,7 @@ class Sandbox:
             ignored_signals=_inherited_ignored_signals(),
             pass_fds=pass_fds,
         )
-        launcher = _NetworkLauncher(self.policy, confinement, audit, self.quiet, http)
+        launcher = NetworkLauncher(self.policy, confinement, audit, self.quiet, http)
         try:
             process = spawn(spec, terminal, launcher.take_listener)
         except BaseException:
@@ -149,152 +148,6 @@ class Sandbox:
             stdout, stderr = capture.finish()
         code = EXIT_TIMEOUT if timed_out else process.returncode
         return Result(code, stdout, stderr, timed_out, process.start_error)
-
-
-class _NetworkLauncher:
-    """Takes the command's seccomp listener at once, so that it can exec, and brings
-    the network engine (~13 ms of imports) up on a thread: a command never waits for it
-    but at a supervised call (connect, bind, sendto...), which the kernel holds until
-    the supervisor reads it. With network rules, the engine is built at once (it pins
-    the policy's names at start); without, at the first supervised call: a command
-    that never makes one never pays for it, nor does its exit (on two CPUs the build
-    competed with the command).
-    """
-
-    def __init__(self, policy: Policy, confinement: Confinement, audit: TextIO | None,
-                 quiet: bool, http: HttpRun | None) -> None:
-        self._policy = policy
-        self._http = http  # owned from now on
-        self._quiet = quiet
-        self._audit = audit
-        # The confined worker restricts itself with the command's ruleset, later.
-        self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
-        self._lock = _thread.allocate_lock()
-        self._network: object | None = None
-        self._closed = False
-        self._wake: tuple[int, int] | None = None  # close() -> the thread waiting to build
-
-    def take_listener(self, pid: int, fd: int) -> Callable[[], None]:
-        from ..kernel import take_fd
-
-        listener = take_fd(pid, fd)
-        if self._http is not None:
-            try:
-                self._http.wait_for_trust()  # the command may read its CA bundle at once
-            except BaseException:
-                os.close(listener)
-                raise
-        # Started once the command has been told to go on: the thread's imports hold
-        # the GIL, and the message that lets the command exec must not wait for them.
-        if _pins_names(self._policy):
-            return lambda: _thread.start_new_thread(self._start, (listener,))
-        self._wake = os.pipe2(os.O_CLOEXEC)
-        return lambda: _thread.start_new_thread(self._start_when_needed, (listener,))
-
-    def _start_when_needed(self, listener: int) -> None:
-        """Wait for the first supervised call (the listener readable), or for the run
-        to end (close(), or the command gone: the listener hangs up)."""
-        wake = self._wake[0]
-        poller = select.poll()
-        poller.register(listener, select.POLLIN)
-        poller.register(wake, select.POLLIN)
-        ready = dict(poller.poll())
-        os.close(wake)
-        if ready.get(listener, 0) & select.POLLIN:
-            self._start(listener)
-            return
-        os.close(listener)  # no engine: what it would have owned is closed here
-        if self._ruleset_fd is not None:
-            os.close(self._ruleset_fd)
-        if self._audit is not None:
-            self._audit.close()
-
-    def _start(self, listener: int) -> None:
-        try:
-            with _responsive_switching:
-                from ..net import Network
-
-                network = Network(self._policy, self._ruleset_fd, self._audit,
-                                  quiet=self._quiet, http=self._http)
-        except BaseException as exc:
-            os.close(listener)  # fail closed: the command's network calls now fail (ENOSYS)
-            if self._http is not None:
-                self._http.close()
-            with self._lock:
-                if self._closed:
-                    return  # the run ended meanwhile (its proxy with it): nothing to say
-            print(f"sandlock: error: the network supervisor could not start: {exc}",
-                  file=sys.stderr, flush=True)
-            return
-        with self._lock:  # close() sees either no engine or one that is serving
-            if not self._closed:
-                network.serve(listener)
-                self._network = network
-                return
-        os.close(listener)  # the command is already gone
-        network.close()
-
-    def close(self) -> str | None:
-        """End the network engine; its denial summary, if it ran and denied anything."""
-        with self._lock:
-            if self._closed:
-                return None
-            self._closed = True
-            network = self._network
-        if self._wake is not None:
-            _signal_and_close(self._wake[1])
-        if network is None:
-            # Not built (yet): a builder still at work finds the run closed and drops
-            # what it made. The proxy is ended here and now (idempotent), so that it
-            # never outlives sandlock, without waiting for the builder.
-            if self._http is not None:
-                self._http.close()
-            return None
-        return network.close()
-
-
-def _pins_names(policy: Policy) -> bool:
-    """Whether the policy names destinations the engine resolves and pins at start."""
-    return bool(policy.net_allow_specs or policy.net_deny or policy.resolve
-                or policy.dns_servers or policy.has_http_rules)
-
-
-def _signal_and_close(fd: int) -> None:
-    try:
-        os.write(fd, b"x")
-    except OSError:
-        pass  # the reader is gone: the engine was built, or the wait is over
-    os.close(fd)
-
-
-class _ResponsiveSwitching:
-    """Lowers the interpreter's thread switch interval while network engines are being
-    built. The builder imports for ~15 ms holding the GIL; a thread that wakes meanwhile
-    (the one reporting that a short command has exited) would wait up to the default
-    5 ms for it. Restored when the last builder is done."""
-
-    INTERVAL = 0.0001
-
-    def __init__(self) -> None:
-        self._lock = _thread.allocate_lock()
-        self._builders = 0
-        self._saved = 0.0
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._builders == 0:
-                self._saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(self._saved, self.INTERVAL))
-            self._builders += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._builders -= 1
-            if self._builders == 0:
-                sys.setswitchinterval(self._saved)
-
-
-_responsive_switching = _ResponsiveSwitching()  # one for the process: the interval is global
 
 
 def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRun | None:
