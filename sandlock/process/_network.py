@@ -23,10 +23,11 @@ class NetworkLauncher:
     """Takes the command's seccomp listener at once, so that it can exec, and brings
     the network engine (~13 ms of imports) up on a thread: a command never waits for it
     but at a supervised call (connect, bind, sendto...), which the kernel holds until
-    the supervisor reads it. With network rules, the engine is built at once (it pins
-    the policy's names at start); without, at the first supervised call: a command
-    that never makes one never pays for it, nor does its exit (on two CPUs the build
-    competed with the command).
+    the supervisor reads it. When the policy names hosts for DNS to pin, the engine is
+    built at once (pinning starts with the run); otherwise (no network rules, or every
+    name given with --resolve) at the first supervised call: a command that never
+    makes one never pays for it, nor does its exit (on two CPUs the build competed
+    with the command).
     """
 
     def __init__(self, policy: Policy, confinement: Confinement, audit: TextIO | None,
@@ -40,6 +41,8 @@ class NetworkLauncher:
         self._lock = _thread.allocate_lock()
         self._network: object | None = None
         self._closed = False
+        # Decided before the fork: the command waits while take_listener runs.
+        self._pins_at_start = _pins_names(policy)
         self._wake: tuple[int, int] | None = None  # close() -> the thread waiting to build
         self._waiting = _thread.allocate_lock()  # held while that thread waits
 
@@ -55,7 +58,7 @@ class NetworkLauncher:
                 raise
         # Started once the command has been told to go on: the thread's imports hold
         # the GIL, and the message that lets the command exec must not wait for them.
-        if _pins_names(self._policy):
+        if self._pins_at_start:
             return lambda: _thread.start_new_thread(self._start, (listener,))
         return lambda: self._wait_for_first_call(listener)
 
@@ -134,9 +137,20 @@ _WAKE_TIMEOUT = 5.0  # the waiting thread needs microseconds; this bounds a stuc
 
 
 def _pins_names(policy: Policy) -> bool:
-    """Whether the policy names destinations the engine resolves and pins at start."""
-    return bool(policy.net_allow_specs or policy.net_deny or policy.resolve
-                or policy.dns_servers or policy.has_http_rules)
+    """Whether the policy names hosts that DNS must pin at start: those of its network
+    and HTTP rules that --resolve does not pin already (parsed again here: the policy
+    checks loaded the grammar, not the engine)."""
+    if not (policy.net_allow_specs or policy.has_http_rules):
+        return False
+    from ..net import parse_allow, parse_resolve
+
+    names = {rule.host for rule in map(parse_allow, policy.net_allow_specs)
+             if rule.host is not None}
+    if policy.has_http_rules:  # (the rule grammar imports re: only for these runs)
+        from ..proxy import HttpRules
+
+        names |= HttpRules.parse(policy.http_allow, policy.http_deny).concrete_hosts()
+    return bool(names - {parse_resolve(entry).host for entry in policy.resolve})
 
 
 def _signal_and_close(fd: int) -> None:
