@@ -138,26 +138,22 @@ def _compared(obj: object) -> tuple:
     return tuple(obj.__dict__[f.name] for f in type(obj).__record_fields__ if f.compare)  # type: ignore[attr-defined]
 
 
-def _eq(self: object, other: object) -> bool:
-    if other.__class__ is not self.__class__:
-        return NotImplemented
-    return _compared(self) == _compared(other)
+def _comparison(compare: Callable[[tuple, tuple], bool]) -> Callable[[object, object], bool]:
+    """A rich comparison method: ``compare`` of the compared fields, same class only."""
+
+    def method(self: object, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return compare(_compared(self), _compared(other))
+
+    return method
 
 
-def _lt(self: object, other: object) -> bool:
-    return _compared(self) < _compared(other) if other.__class__ is self.__class__ else NotImplemented
-
-
-def _le(self: object, other: object) -> bool:
-    return _compared(self) <= _compared(other) if other.__class__ is self.__class__ else NotImplemented
-
-
-def _gt(self: object, other: object) -> bool:
-    return _compared(self) > _compared(other) if other.__class__ is self.__class__ else NotImplemented
-
-
-def _ge(self: object, other: object) -> bool:
-    return _compared(self) >= _compared(other) if other.__class__ is self.__class__ else NotImplemented
+_eq = _comparison(lambda a, b: a == b)
+_lt = _comparison(lambda a, b: a < b)
+_le = _comparison(lambda a, b: a <= b)
+_gt = _comparison(lambda a, b: a > b)
+_ge = _comparison(lambda a, b: a >= b)
 
 
 def _hash(self: object) -> int:
