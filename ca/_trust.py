@@ -117,9 +117,12 @@ def prepare_trust(
 
 def write_trust_files(cert_pem: bytes, directory: str, *,
                       base_bundle: str | os.PathLike[str] | None = None,
-                      env: Mapping[str, str] = os.environ) -> str | None:
+                      env: Mapping[str, str] = os.environ,
+                      certificate_out: str | None = None) -> str | None:
     """``prepare_trust``'s files for the CA certificate ``cert_pem`` (no key, no
-    cryptography: what sandlock does before a run's fork); the base bundle used."""
+    cryptography: what a run does before its fork, or its proxy); the base bundle
+    used. ``certificate_out`` (--http-ca-out): the certificate alone written there too,
+    for runtimes with stores of their own."""
     base = os.fspath(base_bundle) if base_bundle is not None else _system_bundle(env)
     system = _read(base) if base is not None else b""
     if system and not system.endswith(b"\n"):
@@ -128,6 +131,12 @@ def write_trust_files(cert_pem: bytes, directory: str, *,
     _write(paths["ca"], cert_pem)
     _write(paths["bundle"], system + cert_pem)
     _write(paths["wgetrc"], _wgetrc(paths["bundle"], env))
+    if certificate_out:
+        try:
+            with open(certificate_out, "wb") as file:
+                file.write(cert_pem)
+        except OSError as exc:
+            raise CAError(f"cannot write {certificate_out}: {exc.strerror}") from None
     return base
 
 

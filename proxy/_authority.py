@@ -26,18 +26,11 @@ def prepare(config: ProxyConfig) -> Authority:
         from sandlock import ca
 
         authority = _load(ca, config.ca)
-        ca.prepare_trust(authority, config.run_dir)
-        if config.ca.get("out"):
-            _write_certificate(config.ca["out"], authority.cert_pem)
+        ca.write_trust_files(authority.cert_pem, config.run_dir,
+                             certificate_out=config.ca.get("out"))
         return Authority(authority.mitmproxy_pem())
     except Exception as exc:  # noqa: BLE001 - reported to sandlock, which fails the run
         return Authority(None, f"sandbox CA: {exc}")
-
-
-def _write_certificate(path: str, pem: bytes) -> None:
-    """--http-ca-out: the certificate only, for runtimes with their own stores."""
-    with open(path, "wb") as file:
-        file.write(pem)
 
 
 def _load(ca, settings: dict):

@@ -75,11 +75,9 @@ class HttpRun:
         try:
             home = env.get("HOME") or os.path.expanduser("~")
             certificate, pem = _ca.cached_ca(settings["hosts"], sandlock_ca_cache_dir(env, home))
-            _ca.write_trust_files(certificate, self.run_dir)
-            if settings.get("out"):
-                with open(settings["out"], "wb") as file:  # --http-ca-out: no key, ever
-                    file.write(certificate)
-        except _ca.CAError as exc:  # a cache others could reach: refuse, loudly
+            _ca.write_trust_files(certificate, self.run_dir,
+                                  certificate_out=settings.get("out"))
+        except _ca.CAError as exc:  # a cache others could reach, a file not writable
             self._remove_run_dir()
             raise SetupError(f"HTTPS inspection: sandbox CA: {exc}") from None
         except OSError:  # no cache here (a HOME not ours, a read-only disk): the proxy
