@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         parse_deny,
         parse_dns_server,
         parse_resolve,
+        resolved_names,
     )
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -53,6 +54,7 @@ _EXPORTS = {
     "parse_dns_server": "_spec",
     "parse_ports": "_ports",
     "parse_resolve": "_spec",
+    "resolved_names": "_spec",
 }
 
 __all__ = sorted(_EXPORTS)

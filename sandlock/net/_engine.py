@@ -26,7 +26,7 @@ from ._netpolicy import NetPolicy, canonical_address
 from ._pins import PinTable
 from ._ports import parse_ports
 from ._sockaddr import InetAddress, inet
-from ._spec import parse_allow, parse_deny, parse_resolve
+from ._spec import parse_allow, parse_deny, resolved_names
 from ._supervisor import Services, Supervisor
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
@@ -207,9 +207,9 @@ class Network(Services):
     def _say_still_resolving(self) -> None:
         """The run ended before the names were pinned: say so, naming them, rather than
         let a slow or silent DNS server go unnoticed."""
-        given = {parse_resolve(entry).host for entry in self._policy.resolve}  # no DNS asked
-        pending = sorted(name for name in self._rules.hostnames()
-                         if self.pins.addresses(name) is None and name not in given)
+        given = resolved_names(self._policy.resolve)  # pinned without DNS
+        pending = sorted(name for name in self._rules.hostnames() - given
+                         if self.pins.addresses(name) is None)
         if pending:
             print(f"sandlock: warning: the command ended while sandlock was still resolving "
                   f"{', '.join(pending)} (slow or silent DNS server?); "

@@ -28,6 +28,10 @@ from ipaddress import (
 )
 
 from .._record import record
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: policy checks load this module
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 from ._pins import normalise_name
 from ._ports import ALL_PORTS, PortSet, parse_port, parse_ports
 
@@ -329,6 +333,11 @@ def parse_resolve(text: str) -> ResolveEntry:
         raise ValueError(f"empty item in address list {addresses_text!r}")
     addresses = tuple(dict.fromkeys(_resolve_address(item) for item in items))
     return ResolveEntry(host, addresses)
+
+
+def resolved_names(entries: Iterable[str]) -> frozenset[str]:
+    """The host names --resolve ``entries`` pin: DNS is never asked for them."""
+    return frozenset(parse_resolve(entry).host for entry in entries)
 
 
 def _resolve_address(text: str) -> IPAddress:

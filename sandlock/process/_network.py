@@ -142,7 +142,7 @@ def _pins_names(policy: Policy) -> bool:
     checks loaded the grammar, not the engine)."""
     if not (policy.net_allow_specs or policy.has_http_rules):
         return False
-    from ..net import parse_allow, parse_resolve
+    from ..net import parse_allow, resolved_names
 
     names = {rule.host for rule in map(parse_allow, policy.net_allow_specs)
              if rule.host is not None}
@@ -150,7 +150,7 @@ def _pins_names(policy: Policy) -> bool:
         from ..proxy import HttpRules
 
         names |= HttpRules.parse(policy.http_allow, policy.http_deny).concrete_hosts()
-    return bool(names - {parse_resolve(entry).host for entry in policy.resolve})
+    return bool(names - resolved_names(policy.resolve))
 
 
 def _signal_and_close(fd: int) -> None:
