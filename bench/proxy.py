@@ -232,27 +232,39 @@ def download(ports: list[int], certdir: str, runs: int) -> list[str]:
 
 
 def startup(ports: list[int], certdir: str, runs: int) -> list[str]:
-    def wall(argv: list[str]) -> float:
+    """Interleaved: each figure with the user's proxy fork server (warm after the first
+    run) and with a fresh proxy interpreter per run (SANDLOCK_PROXY_FORKSERVER=0)."""
+    fresh = {**os.environ, "SANDLOCK_PROXY_FORKSERVER": "0"}
+
+    def wall(argv: list[str], env: dict | None = None) -> float:
         start = time.perf_counter()
-        subprocess.run(argv, capture_output=True)
+        subprocess.run(argv, capture_output=True, env=env)
         return time.perf_counter() - start
 
-    plain, passing, ruled, first, first_tls = [], [], [], [], []
+    http = ["curl", "-sS", f"http://{NAME}:{ports[0]}/x"]
+    https = ["curl", "-sS", f"https://{NAME}:{ports[1]}/x"]
+    cases = [
+        ("`sandlock run -- /bin/true`", [*SANDLOCK, "run", "--", "/bin/true"], None),
+        ("same, with a pass-through HTTP rule (no CA)",
+         sandboxed([f"* {NAME}"], certdir, ports, ["/bin/true"]), None),
+        ("same, with an inspecting HTTP rule (cached ephemeral CA)",
+         sandboxed([f"GET {NAME}/x"], certdir, ports, ["/bin/true"]), None),
+        ("same, inspecting, fresh proxy interpreter",
+         sandboxed([f"GET {NAME}/x"], certdir, ports, ["/bin/true"]), fresh),
+        ("`curl` of one HTTP URL through the proxy, launch to exit",
+         sandboxed([f"GET {NAME}/x"], certdir, ports, http), None),
+        ("same, fresh proxy interpreter", sandboxed([f"GET {NAME}/x"], certdir, ports, http), fresh),
+        ("`curl` of one HTTPS URL, inspected, launch to exit",
+         sandboxed([f"GET {NAME}/x"], certdir, ports, https), None),
+        ("same, fresh proxy interpreter", sandboxed([f"GET {NAME}/x"], certdir, ports, https), fresh),
+    ]
+    times: list[list[float]] = [[] for _ in cases]
     for _ in range(runs):
-        plain.append(wall([*SANDLOCK, "run", "--", "/bin/true"]))
-        passing.append(wall(sandboxed([f"* {NAME}"], certdir, ports, ["/bin/true"])))
-        ruled.append(wall(sandboxed([f"GET {NAME}/x"], certdir, ports, ["/bin/true"])))
-        first.append(wall(sandboxed([f"GET {NAME}/x"], certdir, ports,
-                                    ["curl", "-sS", f"http://{NAME}:{ports[0]}/x"])))
-        first_tls.append(wall(sandboxed([f"GET {NAME}/x"], certdir, ports,
-                                        ["curl", "-sS", f"https://{NAME}:{ports[1]}/x"])))
-    med = lambda xs: f"{statistics.median(xs) * 1e3:.0f} ms"  # noqa: E731
+        for index, (_, argv, env) in enumerate(cases):
+            times[index].append(wall(argv, env))
     return ["| run | median wall time |", "| --- | --- |",
-            f"| `sandlock run -- /bin/true` | {med(plain)} |",
-            f"| same, with a pass-through HTTP rule (no CA) | {med(passing)} |",
-            f"| same, with an inspecting HTTP rule (ephemeral CA before exec) | {med(ruled)} |",
-            f"| `curl` of one HTTP URL through the proxy, launch to exit | {med(first)} |",
-            f"| `curl` of one HTTPS URL, inspected, launch to exit | {med(first_tls)} |"]
+            *(f"| {label} | {statistics.median(samples) * 1e3:.0f} ms |"
+              for (label, _, _), samples in zip(cases, times))]
 
 
 def _free_port() -> int:

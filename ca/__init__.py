@@ -20,7 +20,7 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
 if TYPE_CHECKING:
     from ._authority import CertificateAuthority
-    from ._cache import cached_ca
+    from ._cache import cached_ca, private_directory
     from ._errors import CAError, NeedsPrivilege
     from ._generate import EPHEMERAL_LIFETIME, PERSISTENT_LIFETIME, ephemeral_ca, server_certificate
     from ._install import TARGETS, install, installed, uninstall
@@ -65,6 +65,7 @@ _EXPORTS = {
 # Used by sandlock's CLI (`sandlock ca`) and runs; not public API.
 _EXPORTS.update({
     "cached_ca": "_cache",
+    "private_directory": "_cache",
     "write_trust_files": "_trust",
     "CERT_FILE": "_store",
     "KEY_FILE": "_store",

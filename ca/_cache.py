@@ -33,7 +33,7 @@ def cached_ca(hosts: Iterable[str], directory: str) -> tuple[bytes, bytes]:
     """(certificate PEM, key + certificate PEM) of a CA name-constrained to ``hosts``
     (``ephemeral_ca``'s rule), from the cache in ``directory`` or made and cached."""
     hosts = sorted(set(hosts))
-    _private_directory(directory)
+    private_directory(directory)
     entry = os.path.join(directory, _entry_name(hosts))
     pem = _read_fresh(entry)
     if pem is None:
@@ -51,13 +51,15 @@ def _entry_name(hosts: list[str]) -> str:
     return f"{digest[:32]}.pem"
 
 
-def _private_directory(directory: str) -> None:
-    """Make ``directory`` (0700) if needed, and refuse one that others could reach."""
+def private_directory(directory: str) -> None:
+    """Make ``directory`` (0700) if needed, and refuse one that others could reach
+    (CAError): the cache's, and the proxy fork server's (``proxy._forkserver``)."""
+    os.makedirs(os.path.dirname(directory), mode=0o700, exist_ok=True)  # parents too
     os.makedirs(directory, mode=0o700, exist_ok=True)
     info = os.lstat(directory)
     if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
             or info.st_mode & 0o077):
-        raise CAError(f"{directory}: the CA cache must be a directory of yours that no one "
+        raise CAError(f"{directory}: sandlock's private directory must be a directory of yours that no one "
                       "else can enter (mode 0700, not a symlink); remove it and run again")
 
 

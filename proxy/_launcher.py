@@ -12,10 +12,8 @@ with the same rules and CA (new listeners: the dead one's are refused meanwhile)
 from __future__ import annotations
 
 import errno
-import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -24,6 +22,7 @@ from collections.abc import Callable
 from .._record import replace
 from . import _protocol
 from ._protocol import ProxyConfig, Route
+from ._spawn import Proxy, spawn_proxy
 
 _STOP_TIMEOUT = 10.0  # reading the reports still queued at the end (they are never dropped)
 _ROUTE_WAIT = 2.0
@@ -42,8 +41,11 @@ class ProxyProcess:
     of each death, ``on_restart(addresses)`` of the new listeners."""
 
     def __init__(self, config: ProxyConfig, on_event: Callable[[dict], None],
-                 on_incident: Callable[[str, bool], None] | None = None) -> None:
+                 on_incident: Callable[[str, bool], None] | None = None,
+                 forkserver: str | None = None) -> None:
+        """``forkserver``: the directory of the user's proxy fork server (``_spawn``)."""
         self._config = config
+        self._forkserver = forkserver
         self._on_event = on_event
         self.on_incident = on_incident or (lambda message, restarted: None)
         self.on_restart: Callable[[dict[int, tuple[str, int]]], None] = lambda addresses: None
@@ -60,7 +62,8 @@ class ProxyProcess:
         addresses = {version: s.getsockname()[:2] for version, s in listeners.items()}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            process = _spawn(theirs, listeners)
+            fds = [theirs.fileno(), *(s.fileno() for s in listeners.values())]
+            process = spawn_proxy(fds, self._forkserver)
         finally:
             theirs.close()
             for listener in listeners.values():
@@ -129,7 +132,7 @@ class ProxyProcess:
 
     # --- events from the proxy ----------------------------------------------------------
 
-    def _read(self, control: socket.socket, process: subprocess.Popen) -> None:
+    def _read(self, control: socket.socket, process: Proxy) -> None:
         for message in _protocol.receive(control):
             try:
                 self._dispatch(message)
@@ -143,7 +146,7 @@ class ProxyProcess:
                 return
         self._died(control, process)
 
-    def _died(self, control: socket.socket, process: subprocess.Popen) -> None:
+    def _died(self, control: socket.socket, process: Proxy) -> None:
         """The proxy died during the run: say so, and start another with the same rules
         and CA; until it listens, connections to the proxy are refused (fail closed). A
         proxy that keeps dying is not restarted for ever."""
@@ -178,7 +181,9 @@ class ProxyProcess:
             self._on_event(message)
 
 
-def _how_it_ended(returncode: int) -> str:
+def _how_it_ended(returncode: int | None) -> str:
+    if returncode is None:  # a forked proxy whose fork server went away first
+        return "ended"
     if returncode < 0:
         try:
             return f"was killed by {signal.Signals(-returncode).name}"
@@ -207,17 +212,3 @@ def _listen(family: int, host: str) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-def _spawn(control: socket.socket, listeners: dict[int, socket.socket]) -> subprocess.Popen:
-    fds = [control.fileno(), *(s.fileno() for s in listeners.values())]
-    # The package this process runs from, wherever that is (installed or a checkout).
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
-    return subprocess.Popen(
-        [sys.executable, "-m", "sandlock.proxy._server", *map(str, fds)],
-        pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        start_new_session=True,  # the terminal's Ctrl-C is for the command, not the proxy
-        env=env,
-    )

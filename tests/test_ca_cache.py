@@ -70,5 +70,5 @@ def test_a_cache_others_can_enter_is_refused(runtime, tmp_path):
     cache.chmod(0o755)
     done, _ = run_and_export(tmp_path, "a.pem", *RULES)
     assert done.returncode == 125
-    assert "CA cache must be a directory of yours" in done.stderr
+    assert "ca-cache: sandlock's private directory must be a directory of yours" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

@@ -8,6 +8,7 @@ Plain HTTP here; HTTPS is in test_https.py.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 
 from conftest import sandlock
 from httpservers import Upstream, free_port_on, served_repository
+from proxies import FRESH
 
 API, OTHER = "127.0.0.2", "127.0.0.3"
 
@@ -285,7 +287,8 @@ proxy=$(pgrep -f sandlock.proxy._server | head -1)
 wait
 grep VmHWM /proc/$proxy/status
 """
-    result = run(port, "-r", "/", "--http-allow", "GET api.test", cmd=["sh", "-c", script])
+    result = run(port, "-r", "/", "--http-allow", "GET api.test", cmd=["sh", "-c", script],
+                 env={**os.environ, **FRESH})  # pgrep finds the proxy by its command line
     code, peak = result.stdout.splitlines()
     assert code == "403", result
     assert api.log == []

@@ -35,6 +35,7 @@ from sandlock.confine._fspolicy import (
     PathRule,
     compile_grants,
     sandlock_ca_cache_dir,
+    sandlock_runtime_dir,
     sandlock_ca_dir,
 )
 from sandlock.kernel._landlock import (
@@ -309,7 +310,8 @@ def test_default_workspace_lists_the_credential_stores_and_ca():
     assert {"/w", "/tmp", "/var/tmp", "/dev/shm", "/dev/null", "/dev/pts", "/h/.cache",
             "/h/.npm", "/h/.cargo/registry"} <= set(write)
     stores = {f"/h/{store}" for store in CREDENTIAL_STORES}
-    assert set(deny) == stores | {"/h/.local/share/sandlock/ca", sandlock_ca_cache_dir({}, "/h")}
+    runtime = {sandlock_runtime_dir({}, "/h"), sandlock_runtime_dir(os.environ, "/h")}
+    assert set(deny) == stores | {"/h/.local/share/sandlock/ca"} | runtime
     assert {".ssh", ".aws", ".gnupg", ".netrc", ".config/gcloud", ".config/gh",
             ".local/share/keyrings", ".bash_history", ".cargo/credentials.toml",
             ".vault-token", ".pgpass", ".mozilla"} <= set(CREDENTIAL_STORES)
@@ -325,7 +327,7 @@ def test_ca_cache_dir_is_in_the_runtime_directory_or_beside_the_ca(tmp_path):
     assert sandlock_ca_cache_dir(runtime, "/h") == f"{tmp_path}/sandlock/ca-cache"
     missing = {"XDG_RUNTIME_DIR": str(tmp_path / "gone"), "XDG_DATA_HOME": "/d"}
     if not os.path.isdir(f"/run/user/{os.getuid()}"):
-        assert sandlock_ca_cache_dir(missing, "/h") == "/d/sandlock/ca-cache"
+        assert sandlock_ca_cache_dir(missing, "/h") == "/d/sandlock/runtime/ca-cache"
 
 
 # --- confined processes: grants ------------------------------------------------------

@@ -13,7 +13,9 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from conftest import SANDLOCK
+from proxies import MODES, proxy_of, warm_forkserver
 
 PROBE = r"""
 import json, os, socket, subprocess, sys
@@ -74,13 +76,17 @@ def test_the_confined_proxy_cannot_reach_what_it_does_not_need(tmp_path):
     }
 
 
-def test_the_real_proxy_process_runs_confined(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_the_real_proxy_process_runs_confined(tmp_path, mode):
+    env = {**os.environ, **MODES[mode]}
+    if mode == "forked":
+        warm_forkserver()
     process = subprocess.Popen([*SANDLOCK, "run", "-q", "--http-allow", "GET example.test/*",
-                                "--", "sleep", "30"], cwd=tmp_path)
+                                "--", "sleep", "30"], cwd=tmp_path, env=env)
     try:
         status = None
         for _ in range(200):
-            status = _proxy_status(process.pid)
+            status = _status(proxy_of(process.pid))
             if status and "Seccomp:\t2" in status:
                 break
             time.sleep(0.05)
@@ -90,16 +96,9 @@ def test_the_real_proxy_process_runs_confined(tmp_path):
     assert status is not None and "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status
 
 
-def _proxy_status(sandlock_pid: int) -> str | None:
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if b"sandlock.proxy._server" not in f.read():
-                    continue
-            with open(f"/proc/{entry}/status") as f:
-                status = f.read()
-        except OSError:
-            continue
-        if f"PPid:\t{sandlock_pid}\n" in status:
-            return status
-    return None
+def _status(pid: int | None) -> str | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return f.read()
+    except (OSError, TypeError):
+        return None

@@ -14,6 +14,7 @@ import trustme
 
 from conftest import SANDLOCK
 from httpservers import Upstream, free_port_on
+from proxies import MODES, proxy_of, warm_forkserver
 
 API = "127.0.0.2"
 MAX_RESTARTS = 3
@@ -45,23 +46,14 @@ def port():
 
 
 def _proxy_of(sandlock_pid: int) -> int:
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except OSError:
-            continue
-        if parent == sandlock_pid and b"sandlock.proxy._server" in cmdline:
-            return int(entry)
-    raise LookupError("no proxy process")
+    pid = proxy_of(sandlock_pid)
+    if pid is None:
+        raise LookupError("no proxy process")
+    return pid
 
 
 def _run_and_kill_the_proxy(port: int, audit: str, kills: int, tls: tuple | None = None,
-                            data_home: str = "") -> tuple[str, str]:
+                            data_home: str = "", mode: str = "forked") -> tuple[str, str]:
     """``tls``: (trustme CA, its PEM file) for an HTTPS upstream, inspected with an
     ephemeral sandbox CA (``data_home`` holds no persistent one)."""
     scheme, options = ("https", ["--upstream-ca", tls[1]]) if tls else ("http", [
@@ -69,7 +61,9 @@ def _run_and_kill_the_proxy(port: int, audit: str, kills: int, tls: tuple | None
     argv = [*SANDLOCK, "run", "--resolve", f"api.test={API}", "--http-port", str(port),
             *options, "--http-allow", "GET api.test/allowed/*",
             "--audit", audit, "--", "python3", "-c", CLIENT, str(port), scheme]
-    env = {**os.environ, "XDG_DATA_HOME": data_home} if data_home else None
+    env = {**os.environ, **MODES[mode], **({"XDG_DATA_HOME": data_home} if data_home else {})}
+    if mode == "forked":
+        warm_forkserver()
     server = Upstream(API, port, name="api", tls=tls[0], tls_names=("api.test",)) if tls \
         else Upstream(API, port, name="api")
     with server:
@@ -96,9 +90,10 @@ def _run_and_kill_the_proxy(port: int, audit: str, kills: int, tls: tuple | None
     return first + out, err
 
 
-def test_a_killed_proxy_is_reported_and_replaced(port, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_a_killed_proxy_is_reported_and_replaced(port, tmp_path, mode):
     audit = tmp_path / "audit.jsonl"
-    out, err = _run_and_kill_the_proxy(port, str(audit), kills=1)
+    out, err = _run_and_kill_the_proxy(port, str(audit), kills=1, mode=mode)
     assert out.split() == ["first", "200", "then", "False", "200", "403"], err
     assert "sandlock: the HTTP proxy was killed by SIGKILL; restarting it" in err
     records = [json.loads(line) for line in audit.read_text().splitlines()]

@@ -13,7 +13,12 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._confinement import Confinement, keeper_scope
-    from ._fspolicy import PSEUDO_DEVICES, sandlock_ca_cache_dir, sandlock_ca_dir
+    from ._fspolicy import (
+        PSEUDO_DEVICES,
+        sandlock_ca_cache_dir,
+        sandlock_ca_dir,
+        sandlock_runtime_dir,
+    )
     from ._isolation import Isolation
     from ._workspace import unreachable, widening
 
@@ -27,6 +32,7 @@ _EXPORTS = {
     "keeper_scope": "_confinement",
     "sandlock_ca_cache_dir": "_fspolicy",
     "sandlock_ca_dir": "_fspolicy",
+    "sandlock_runtime_dir": "_fspolicy",
     "unreachable": "_workspace",
     "widening": "_workspace",
 }

@@ -98,12 +98,15 @@ def compile_grants(
 
 def protected_paths(home: str, env: Mapping[str, str]) -> tuple[str, ...]:
     """The credential stores under ``home`` (and where CARGO_HOME moved cargo's), and
-    sandlock's CA directories (the persistent CA's and the cached short-lived ones)."""
+    sandlock's own secrets: the persistent CA's directory and the runtime directory
+    (cached short-lived CAs, the proxy fork server's token), wherever the command's
+    environment or sandlock's own puts them."""
     stores = [os.path.join(home, store) for store in CREDENTIAL_STORES]
     cargo = env.get("CARGO_HOME", "")
     if os.path.isabs(cargo):
         stores += [os.path.join(cargo, name) for name in ("credentials", "credentials.toml")]
-    return (*stores, sandlock_ca_dir(env, home), sandlock_ca_cache_dir(env, home))
+    runtime = {sandlock_runtime_dir(env, home), sandlock_runtime_dir(os.environ, home)}
+    return (*stores, sandlock_ca_dir(env, home), *sorted(runtime))
 
 
 def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:
@@ -114,11 +117,12 @@ def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:
     return os.path.join(data_home, "sandlock", "ca")
 
 
-def sandlock_ca_cache_dir(env: Mapping[str, str], home: str) -> str:
-    """Where short-lived CAs are cached for this user (docs/ca.md): the user's runtime
-    directory ($XDG_RUNTIME_DIR, else /run/user/UID when it is theirs), else beside the
-    persistent CA. Never under /tmp: denying a path inside a writable tree takes the
-    write right off the tree itself (Landlock can only grant). Denied in every policy."""
+def sandlock_runtime_dir(env: Mapping[str, str], home: str) -> str:
+    """sandlock's private directory for this user's runs (docs/ca.md): in the user's
+    runtime directory ($XDG_RUNTIME_DIR, else /run/user/UID when it is theirs), else
+    beside the persistent CA. Never under /tmp: denying a path inside a writable tree
+    takes the write right off the tree itself (Landlock can only grant). Denied in
+    every policy."""
     uid = os.getuid()
     runtime = env.get("XDG_RUNTIME_DIR", "")
     if not os.path.isabs(runtime):
@@ -128,8 +132,13 @@ def sandlock_ca_cache_dir(env: Mapping[str, str], home: str) -> str:
     except OSError:
         owned = False
     if owned:
-        return os.path.join(runtime, "sandlock", "ca-cache")
-    return os.path.join(os.path.dirname(sandlock_ca_dir(env, home)), "ca-cache")
+        return os.path.join(runtime, "sandlock")
+    return os.path.join(os.path.dirname(sandlock_ca_dir(env, home)), "runtime")
+
+
+def sandlock_ca_cache_dir(env: Mapping[str, str], home: str) -> str:
+    """Where short-lived CAs are cached for this user (``ca.cached_ca``)."""
+    return os.path.join(sandlock_runtime_dir(env, home), "ca-cache")
 
 
 def _present(paths: Iterable[str]) -> list[str]:

@@ -56,7 +56,8 @@ class HttpRun:
             run_dir=self.run_dir or "", ports=policy.http_ports, best_effort=policy.best_effort,
         )
         try:
-            self.proxy = ProxyProcess(config, self._on_event, self._on_incident)
+            self.proxy = ProxyProcess(config, self._on_event, self._on_incident,
+                                      forkserver=_forkserver_directory(env))
         except BaseException:
             self._remove_run_dir()
             raise
@@ -140,6 +141,15 @@ class HttpRun:
             import shutil
 
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def _forkserver_directory(env: Mapping[str, str]) -> str:
+    """The user's proxy fork server lives in sandlock's runtime directory, which every
+    policy denies (its token must stay out of every sandbox)."""
+    from ..confine import sandlock_runtime_dir
+
+    home = env.get("HOME") or os.path.expanduser("~")
+    return os.path.join(sandlock_runtime_dir(env, home), "proxy")
 
 
 def _private_directory() -> str:
