@@ -18,6 +18,10 @@ sees exactly the addresses the network verdict will let it reach:
   FORMERR. Other opcodes: NOTIMP. Malformed or oversized packets, and responses:
   dropped (UDP) or the connection closed (TCP).
 
+Queries in the everyday shape are read and answered by ``_dnswire`` (no dnspython:
+its ~45 ms import is not on a command's first lookup); others by dnspython
+(``_dnsmessage``). Both go through the same decision (``_decide``).
+
 ``policy`` is any object with ``admits_name(name: str) -> bool`` and
 ``admits_address(address: IPv4Address | IPv6Address, name: str) -> bool`` (``_netpolicy.NetPolicy``
 in sandlock; a duck type so that the two modules do not depend on each other).
@@ -30,25 +34,21 @@ import select
 import socket
 import struct
 import threading
-from ipaddress import IPv4Address
-from typing import Any
 
-import dns.exception
-import dns.flags
-import dns.message
-import dns.name
-import dns.opcode
-import dns.rcode
-import dns.rdataclass
-import dns.rdatatype
-import dns.rdtypes.IN.A
-import dns.rdtypes.IN.AAAA
-import dns.rrset
-
+from . import _dnswire
 from ._dns import DnsSettings, Upstream, pinnable
-from ._pins import IPAddress, PinTable
+from ._dnswire import AAAA, HTTPS, IN, NOERROR, NXDOMAIN, PTR, REFUSED, SERVFAIL, SVCB, A
 
-TTL = 60  # clients asking again get the same pinned answer anyway
+TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on a first lookup's path
+if TYPE_CHECKING:
+    from typing import Any, Union
+
+    from ._dnsmessage import FullQuery
+    from ._dnswire import SimpleQuery
+    from ._pins import IPAddress, PinTable
+
+    Query = Union[SimpleQuery, FullQuery]
+
 MAX_QUERY = 4096  # real queries are < 600 bytes, even padded
 UDP_PLAIN_SIZE = 512  # without EDNS (RFC 1035)
 UDP_MAX_SIZE = 1232  # the DNS flag day 2020 payload: never fragmented
@@ -58,11 +58,8 @@ MAX_CONNECTIONS = 32  # TCP connections served at once; more are closed at once
 MAX_PENDING = 64  # UDP queries waiting (for start-up pinning or upstream) at once
 WAIT_SLACK = 2.5  # beyond settings.lifetime: dnspython's retry back-off may overrun it by 2 s
 
-_ADDRESS_TYPES = {dns.rdatatype.A: 4, dns.rdatatype.AAAA: 6}
-_NAME_ONLY_TYPES = frozenset({dns.rdatatype.HTTPS, dns.rdatatype.SVCB})
-_HOSTNAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
-_LOOKUP_TYPES = frozenset(_ADDRESS_TYPES) | _NAME_ONLY_TYPES  # answered from the pinned table
-_RDATA = {dns.rdatatype.A: dns.rdtypes.IN.A.A, dns.rdatatype.AAAA: dns.rdtypes.IN.AAAA.AAAA}
+_ADDRESS_TYPES = {A: 4, AAAA: 6}
+_LOOKUP_TYPES = frozenset({A, AAAA, HTTPS, SVCB})  # answered from the pinned table
 
 
 class DnsResponder:
@@ -169,14 +166,14 @@ class DnsResponder:
             if not _spawn(self._reply_datagram_later, query, peer):
                 self._pending.release()
 
-    def _reply_datagram_later(self, query: dns.message.Message, peer: tuple) -> None:
+    def _reply_datagram_later(self, query: Query, peer: tuple) -> None:
         try:
             self._reply_datagram(query, peer)
         finally:
             self._pending.release()
 
-    def _reply_datagram(self, query: dns.message.Message, peer: tuple) -> None:
-        payload = query.payload if query.edns >= 0 else UDP_PLAIN_SIZE
+    def _reply_datagram(self, query: Query, peer: tuple) -> None:
+        payload = query.payload if query.payload is not None else UDP_PLAIN_SIZE
         wire = self.respond(query, max(UDP_PLAIN_SIZE, min(payload, UDP_MAX_SIZE)))
         try:
             self._udp.sendto(wire, peer)
@@ -224,55 +221,43 @@ class DnsResponder:
 
     # --- answers --------------------------------------------------------------------
 
-    def respond(self, query: dns.message.Message, max_size: int) -> bytes:
+    def respond(self, query: Query, max_size: int) -> bytes:
         """The wire response to a parsed query, at most ``max_size`` bytes (else TC)."""
         try:
-            response = self._response(query)
+            rcode, authoritative, addresses = self._decide(query)
         except Exception:  # a bug (or a policy error) must cost one answer, not the server
-            response = _with_rcode(_empty_response(query), dns.rcode.SERVFAIL)
-        try:
-            return response.to_wire(max_size=max_size)
-        except dns.exception.TooBig:
-            del response.answer[:]  # the client asks again over TCP
-            response.flags |= dns.flags.TC
-            return response.to_wire(max_size=max_size)
+            rcode, authoritative, addresses = SERVFAIL, False, []
+        return query.encode(rcode, authoritative, addresses, max_size)
 
-    def _response(self, query: dns.message.Message) -> dns.message.Message:
-        response = _empty_response(query)
-        if len(query.question) != 1:
-            return _with_rcode(response, dns.rcode.FORMERR)
-        if query.opcode() != dns.opcode.QUERY:
-            return _with_rcode(response, dns.rcode.NOTIMP)
-        question = query.question[0]
-        if question.rdclass == dns.rdataclass.IN and question.rdtype == dns.rdatatype.PTR:
-            return _with_rcode(response, dns.rcode.NXDOMAIN)  # no reverse names, ever
-        if question.rdclass != dns.rdataclass.IN or question.rdtype not in _LOOKUP_TYPES:
-            return _with_rcode(response, dns.rcode.REFUSED)
+    def _decide(self, query: Query) -> tuple[int, bool, list[IPAddress]]:
+        """(RCODE, authoritative, the addresses to answer with)."""
+        if query.early_rcode is not None:
+            return query.early_rcode, False, []
+        if query.rdclass == IN and query.rdtype == PTR:
+            return NXDOMAIN, False, []  # no reverse names, ever
+        if query.rdclass != IN or query.rdtype not in _LOOKUP_TYPES:
+            return REFUSED, False, []
         if self._ready is not None and not self._ready.wait(self._wait_limit):
-            return _with_rcode(response, dns.rcode.SERVFAIL)
-        name = _hostname(question.name)
+            return SERVFAIL, False, []
+        name = query.hostname
         addresses = self._addresses(name) if name else ()
         if addresses is None:
-            return _with_rcode(response, dns.rcode.SERVFAIL)
-        response.flags |= dns.flags.AA  # the pinned table is the authority for this run
+            return SERVFAIL, False, []
+        # Authoritative: the pinned table is the authority for this run.
         if not addresses:
-            return _with_rcode(response, dns.rcode.NXDOMAIN)
-        family = _ADDRESS_TYPES.get(question.rdtype)
-        matching = [a for a in addresses if a.version == family]
-        if matching:
-            response.answer.append(_rrset(question.name, question.rdtype, matching))
-        return response
+            return NXDOMAIN, True, []
+        family = _ADDRESS_TYPES.get(query.rdtype)
+        return NOERROR, True, [a for a in addresses if a.version == family]
 
-    def _may_block(self, query: dns.message.Message) -> bool:
+    def _may_block(self, query: Query) -> bool:
         """Would answering wait (start-up pinning, upstream)? Then not on the serving thread."""
         if self._ready is not None and not self._ready.is_set():
             return True
-        if len(query.question) != 1 or self._upstream is None:
+        if query.early_rcode is not None or self._upstream is None:
             return False
-        question = query.question[0]
-        if question.rdtype not in _LOOKUP_TYPES:
+        if query.rdtype not in _LOOKUP_TYPES:
             return False
-        name = _hostname(question.name)
+        name = query.hostname
         return (bool(name) and self._table.addresses(name) is None
                 and self._policy.admits_name(name))
 
@@ -312,46 +297,16 @@ class DnsResponder:
             done.set()
 
 
-def _parse(wire: bytes) -> dns.message.Message | None:
+def _parse(wire: bytes) -> Query | None:
     """A query, or None for anything to drop: malformed, oversized, or a response."""
     if len(wire) > MAX_QUERY:
         return None
-    try:
-        message = dns.message.from_wire(wire)
-    except Exception:  # dnspython raises many kinds (FormError, TSIG, EDNS...); all mean drop
-        return None
-    return None if message.flags & dns.flags.QR else message
+    query = _dnswire.parse(wire)
+    if query is not None:
+        return query
+    from . import _dnsmessage  # dnspython: only for queries out of the everyday shape
 
-
-def _empty_response(query: dns.message.Message) -> dns.message.Message:
-    return dns.message.make_response(query, recursion_available=True, our_payload=UDP_MAX_SIZE)
-
-
-def _hostname(qname: dns.name.Name) -> str | None:
-    """The question's hostname, or None for names no policy can mean.
-
-    Only letters, digits, '-' and '_' in labels (IDNs arrive as xn--): a label holding
-    a dot, a wildcard or a control byte would otherwise pass for another name.
-    """
-    labels = [label.decode("latin-1").lower() for label in qname.labels if label]
-    if not labels or not all(label and set(label) <= _HOSTNAME_CHARS for label in labels):
-        return None
-    return ".".join(labels)
-
-
-def _rrset(qname: dns.name.Name, rdtype: int, addresses: list[IPAddress]) -> dns.rrset.RRset:
-    kind = _RDATA[rdtype]
-    rdatas = [kind(dns.rdataclass.IN, rdtype, _text(a)) for a in addresses]
-    return dns.rrset.from_rdata_list(qname, TTL, rdatas)
-
-
-def _text(address: IPAddress) -> str:
-    return str(address) if isinstance(address, IPv4Address) else str(address).partition("%")[0]
-
-
-def _with_rcode(response: dns.message.Message, rcode: dns.rcode.Rcode) -> dns.message.Message:
-    response.set_rcode(rcode)
-    return response
+    return _dnsmessage.parse(wire)
 
 
 def _spawn(target, *args: object) -> bool:
