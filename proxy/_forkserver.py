@@ -9,9 +9,10 @@ domain and seccomp filter), in a session of its own. Runs never share a proxy.
 Who may ask: a process of the same user that can read ``token`` (0600, in sandlock's
 runtime directory, which every policy denies: no sandboxed command and no confined
 proxy can read it). A request is the token and the environment the proxy gets,
-with the proxy's descriptors passed along (stderr, control channel, listeners); the
-reply is ``ok PID`` with a pidfd of the child, then, on the same connection, the
-child's wait status when it ends.
+with the proxy's descriptors passed along (stderr, control channel, listeners). The
+replies, on the same connection: ``accepted`` (or ``stale``) at once, so that sandlock
+goes on while the fork happens; then ``ok PID`` with a pidfd of the child (or
+``failed``); then ``exit STATUS`` when the child ends.
 
 It goes away by itself: after IDLE_SECONDS without a proxy to serve, when its token
 file is removed or replaced, or when the code it loaded changed on disk (it answers
@@ -31,9 +32,9 @@ import struct
 import sys
 import time
 
-SOCKET_NAME, TOKEN_NAME, LOCK_NAME = "proxy.sock", "proxy.token", "proxy.lock"
+from ._spawn import LOCK_NAME, MAX_REQUEST, SOCKET_NAME, TOKEN_NAME, read_token
+
 IDLE_SECONDS = 600.0
-MAX_REQUEST = 1 << 18  # the environment a proxy inherits; bigger ones get a fresh proxy
 _PROXY_FDS = 4  # stderr, control channel, up to two listeners
 _CHECK_SECONDS = 2.0  # how often an idle server looks at its token file
 _REQUEST_TIMEOUT = 2.0
@@ -94,12 +95,15 @@ def _preload() -> None:
 
 
 def _loaded_files() -> dict[str, int]:
-    """The file of every module loaded, with its modification time: an upgrade of
-    sandlock, mitmproxy or Python makes this server stale."""
+    """The files that change when sandlock, a package it imported or Python itself is
+    upgraded, with their modification times: every module of sandlock, and the top
+    module of each other distribution (an upgrade rewrites its files) and of the
+    standard library (``os``). ~100 stats per request, not one per module loaded."""
     files = {}
-    for module in list(sys.modules.values()):
+    for name, module in list(sys.modules.items()):
+        top = "." not in name and (name == "os" or name not in sys.stdlib_module_names)
         path = getattr(module, "__file__", None)
-        if path:
+        if path and (top or name.startswith("sandlock.")):
             try:
                 files[path] = os.stat(path).st_mtime_ns
             except OSError:
@@ -133,20 +137,8 @@ def _write_token(directory: str, token: str) -> None:
     os.replace(partial, os.path.join(directory, TOKEN_NAME))
 
 
-def _read_token(directory: str) -> str | None:
-    try:
-        with open(os.path.join(directory, TOKEN_NAME), opener=_no_follow) as file:
-            return file.read()
-    except OSError:
-        return None
-
-
-def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
-
-
 def _remove_if_ours(directory: str, token: str) -> None:
-    if _read_token(directory) == token:
+    if read_token(directory) == token:
         for name in (TOKEN_NAME, SOCKET_NAME):
             try:
                 os.unlink(os.path.join(directory, name))
@@ -186,7 +178,7 @@ class Server:
                 return
 
     def _should_exit(self) -> bool:
-        if _read_token(self.directory) != self.token:
+        if read_token(self.directory) != self.token:
             return True  # removed or replaced: someone wants this one gone
         idle = time.monotonic() - self.last_activity
         return not self.children and idle > self.idle
@@ -210,6 +202,7 @@ class Server:
                 conn.send(b"stale")
                 conn.close()
                 return
+            conn.send(b"accepted")
             self._fork(conn, env, fds)
         except OSError:
             conn.close()
@@ -238,7 +231,11 @@ class Server:
         return env
 
     def _fork(self, conn: socket.socket, env: dict[str, str], fds: list[int]) -> None:
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            conn.send(b"failed")  # the proxy's descriptors close: sandlock starts another
+            raise
         if pid == 0:
             self._become_proxy(conn, env, fds)
         pidfd = os.pidfd_open(pid)  # before it can be reaped: names this child, never a reused pid

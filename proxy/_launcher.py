@@ -12,17 +12,21 @@ with the same rules and CA (new listeners: the dead one's are refused meanwhile)
 from __future__ import annotations
 
 import errno
-import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 from .._record import replace
 from . import _protocol
 from ._protocol import ProxyConfig, Route
-from ._spawn import Proxy, spawn_proxy
+from ._spawn import spawn_proxy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._spawn import Proxy
 
 _STOP_TIMEOUT = 10.0  # reading the reports still queued at the end (they are never dropped)
 _ROUTE_WAIT = 2.0
@@ -185,6 +189,8 @@ def _how_it_ended(returncode: int | None) -> str:
     if returncode is None:  # a forked proxy whose fork server went away first
         return "ended"
     if returncode < 0:
+        import signal
+
         try:
             return f"was killed by {signal.Signals(-returncode).name}"
         except ValueError:

@@ -6,16 +6,22 @@ one. ``SANDLOCK_PROXY_FORKSERVER=0`` keeps to fresh interpreters. See ``_forkser
 
 from __future__ import annotations
 
+import _signal as signal  # signal without its enum wrappers
 import fcntl
 import json
 import os
-import signal
 import socket
 import struct
-import subprocess
 import sys
+import threading
 
-from ._forkserver import LOCK_NAME, MAX_REQUEST, SOCKET_NAME, _read_token
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+
+# The fork server's files, in its directory (see _forkserver).
+SOCKET_NAME, TOKEN_NAME, LOCK_NAME = "proxy.sock", "proxy.token", "proxy.lock"
+MAX_REQUEST = 1 << 18  # the environment a proxy inherits; bigger ones get a fresh proxy
 
 FORKSERVER_VARIABLE = "SANDLOCK_PROXY_FORKSERVER"
 _REPLY_TIMEOUT = 2.0  # a fork of the server; a stuck one is passed over
@@ -24,36 +30,62 @@ _SUN_PATH_MAX = 107
 
 class ForkedProxy:
     """A proxy forked by the fork server, driven like a ``subprocess.Popen`` of it:
-    killed through a pidfd, its exit status reported by the server."""
+    killed through a pidfd, its exit status reported by the server. Its pid comes a
+    moment after the request was accepted (the fork is not waited for)."""
 
-    def __init__(self, pid: int, pidfd: int, channel: socket.socket) -> None:
-        self.pid = pid
-        self._pidfd: int | None = pidfd
+    def __init__(self, channel: socket.socket) -> None:
         self._channel = channel
+        self._lock = threading.Lock()  # the run's end (kill) may meet the reader thread (wait)
+        self._pidfd: int | None = None
+        self._started: bool | None = None  # unknown until the server's second reply
+        self.pid = 0
         self.returncode: int | None = None
 
+    def _learn_pid(self) -> bool:
+        """Whether the server forked it (reads the ``ok PID`` reply once)."""
+        with self._lock:
+            return self._read_pid()
+
+    def _read_pid(self) -> bool:
+        if self._started is None:
+            self._channel.settimeout(_REPLY_TIMEOUT)
+            try:
+                reply, fds, _, _ = socket.recv_fds(self._channel, 64, 1)
+            except OSError:
+                reply, fds = b"", []
+            self._started = reply.startswith(b"ok ") and len(fds) == 1
+            if self._started:
+                self.pid, self._pidfd = int(reply[3:]), fds[0]
+            else:
+                for fd in fds:
+                    os.close(fd)
+        return self._started
+
     def kill(self) -> None:
-        if self._pidfd is None:
+        if not self._learn_pid():
             return
-        try:
-            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self._close_pidfd()
+        with self._lock:
+            if self._pidfd is not None:
+                try:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self._close_pidfd()
 
     def wait(self) -> int | None:
-        """Popen's convention (-N for signal N); None if the fork server went away
-        before it could say."""
-        if self.returncode is None:
+        """Popen's convention (-N for signal N); None if it never started or the fork
+        server went away before it could say."""
+        if self.returncode is None and self._learn_pid():
             self._channel.settimeout(None)
             try:
                 report = self._channel.recv(64)
             except OSError:
                 report = b""
-            self._channel.close()
-            self._close_pidfd()
+            with self._lock:
+                self._close_pidfd()
             if report.startswith(b"exit "):
                 self.returncode = os.waitstatus_to_exitcode(int(report[5:]))
+        self._channel.close()
         return self.returncode
 
     def __del__(self) -> None:  # dropped without a wait (a run's end): nothing to hear
@@ -66,7 +98,8 @@ class ForkedProxy:
             self._pidfd = None
 
 
-Proxy = ForkedProxy | subprocess.Popen
+if TYPE_CHECKING:
+    Proxy = ForkedProxy | subprocess.Popen
 
 
 def spawn_proxy(fds: list[int], forkserver: str | None) -> Proxy:
@@ -76,13 +109,12 @@ def spawn_proxy(fds: list[int], forkserver: str | None) -> Proxy:
         forked = _ask_forkserver(forkserver, fds)
         if forked is not None:
             return forked
-    return _start_interpreter("sandlock.proxy._server", list(map(str, fds)), fds,
-                              stderr=None)
+    return _start_interpreter("sandlock.proxy._server", list(map(str, fds)), fds)
 
 
 def _ask_forkserver(directory: str, fds: list[int]) -> ForkedProxy | None:
     path = os.path.join(directory, SOCKET_NAME)
-    token = _read_token(directory)
+    token = read_token(directory)
     if token is None or len(os.fsencode(path)) > _SUN_PATH_MAX:
         return _start_forkserver(directory)
     request = json.dumps({"token": token, "env": dict(os.environ)}).encode()
@@ -95,14 +127,12 @@ def _ask_forkserver(directory: str, fds: list[int]) -> ForkedProxy | None:
         if _peer_uid(channel) != os.getuid():
             raise ConnectionRefusedError  # not this user's server: it gets nothing
         socket.send_fds(channel, [request], [2, *fds])
-        reply, pidfds, _, _ = socket.recv_fds(channel, 64, 1)
+        reply = channel.recv(64)
     except OSError:
         channel.close()
         return _start_forkserver(directory)
-    if reply.startswith(b"ok ") and pidfds:
-        return ForkedProxy(int(reply[3:]), pidfds[0], channel)
-    for fd in pidfds:
-        os.close(fd)
+    if reply == b"accepted":
+        return ForkedProxy(channel)
     channel.close()
     return _start_forkserver(directory)  # "stale": that one is exiting
 
@@ -130,22 +160,38 @@ def _start_forkserver(directory: str) -> None:
         os.close(lock)
     try:
         # No stderr: it outlives this run, whose stderr may be a pipe someone reads to EOF.
-        _start_interpreter("sandlock.proxy._forkserver", [directory], [],
-                           stderr=subprocess.DEVNULL)
+        _start_interpreter("sandlock.proxy._forkserver", [directory], [], detached=True)
     except OSError:
         pass
     return None
 
 
+def read_token(directory: str) -> str | None:
+    """The fork server's token (None: no server, or not one of this user's files)."""
+    try:
+        with open(os.path.join(directory, TOKEN_NAME), opener=_no_follow) as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
 def _start_interpreter(module: str, args: list[str], fds: list[int],
-                       stderr: int | None) -> subprocess.Popen:
+                       detached: bool = False) -> subprocess.Popen:
+    """``detached``: no stderr either (it outlives the run)."""
+    import subprocess  # only here: a run served by the fork server never loads it
+
     # The package this process runs from, wherever that is (installed or a checkout).
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],
-        pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+        pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if detached else None,
         start_new_session=True,  # the terminal's Ctrl-C is for the command, not the proxy
         env=env,
     )
