@@ -110,6 +110,13 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "ca_env": (["--no-ca-env"], "[ca]\nenv = false"),
         "http_ca_out": (["--http-ca-out", str(tmp / "out.pem")],
                         f'[ca]\nout = "{tmp / "out.pem"}"'),
+        "max_memory": (["-m", "512M"], '[limits]\nmax_memory = "512M"'),
+        "max_processes": (["-P", "20"], "[limits]\nmax_processes = 20"),
+        "max_cpu": (["--max-cpu", "50"], "[limits]\nmax_cpu = 50"),
+        "cpu_cores": (["--cpu-cores", "0"], "[limits]\ncpu_cores = [0]"),
+        "max_open_files": (["--max-open-files", "256"], "[limits]\nmax_open_files = 256"),
+        "max_file_size": (["--max-file-size", "50M"], "[limits]\nmax_file_size = 52428800"),
+        "max_output": (["--max-output", "1M"], '[limits]\nmax_output = "1024K"'),
     }
 
 

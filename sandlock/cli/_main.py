@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..policy import PolicyFile
+    from ..process import Capture
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -170,12 +171,16 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
         if signal.getsignal(sig) != signal.SIG_IGN:  # keep nohup's SIGHUP ignored
             signal.signal(sig, forward)
     sandbox = Sandbox(policy, audit=audit, quiet=quiet, dangerously_allow_full_access=full_access)
+    relay = _output_relay(policy)
     try:
-        process = sandbox.start(command, foreground=True, pass_fds=pass_fds)
+        process = sandbox.start(command, foreground=True, pass_fds=pass_fds,
+                                **(relay.child_stdio() if relay else {}))
     except PolicyError as exc:
         fail(_option_error(exc))
     except SandlockError as exc:
         fail(str(exc), exc.exit_code)
+    if relay is not None:
+        relay.start()
     gc.enable()  # the supervisor may run for hours: its garbage is collected again
     if not quiet:
         for warning in sandbox.warnings:
@@ -192,12 +197,27 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
         process.kill()
         process.wait()
         code = EXIT_TIMEOUT
+    notices = list(process.notices)
+    if relay is not None:
+        relay.finish()
+        relay.__exit__()
+        notices += relay.drop_notices()
     if not quiet:
-        for notice in process.notices:
+        for notice in notices:
             print(notice, file=sys.stderr)
         if code != 0 and policy.uses_default_workspace and not policy.full_access:
             _name_what_was_outside(policy, command)
     return code
+
+
+def _output_relay(policy: Policy) -> Capture | None:
+    """With --max-output, the command's stdout and stderr are pipes that sandlock passes
+    on to its own, up to the limit."""
+    if policy.max_output is None:
+        return None
+    from ..process import Capture
+
+    return Capture(None, True, limit=policy.max_output, forward=True)
 
 
 def _name_what_was_outside(policy: Policy, command: list[str]) -> None:

@@ -57,6 +57,7 @@ GROUPS = {
     "http": "HTTP(S) through sandlock's proxy (see docs/http.md)",
     "confinement": "confinement",
     "process": "process",
+    "limits": "resource limits, for the sandbox as a whole (see docs/usage.md)",
 }
 
 POLICY_OPTIONS = (
@@ -144,6 +145,23 @@ POLICY_OPTIONS = (
                    help="run COMMAND in DIR (the default workspace's writable directory)"),
     _policy_option("process", "timeout", "-t", type=float, metavar="SECONDS",
                    help="kill COMMAND and everything it started after SECONDS (exit 124)"),
+    _policy_option("limits", "max_memory", "-m", metavar="SIZE",
+                   help="memory all its processes may use together, e.g. 512M (K, M, G); "
+                   "past it the sandbox is killed (exit 137)"),
+    _policy_option("limits", "max_processes", "-P", type=int, metavar="N",
+                   help="processes alive at once (threads not counted; default 64, 0: no "
+                   "cap); a fork past it fails with EAGAIN"),
+    _policy_option("limits", "max_cpu", type=float, metavar="PCT",
+                   help="percent of one CPU the sandbox may use (up to 100 per CPU)"),
+    _policy_option("limits", "cpu_cores", metavar="LIST",
+                   help="run only on these CPUs, e.g. 0,2-3"),
+    _policy_option("limits", "max_open_files", type=int, metavar="N",
+                   help="open file descriptors per process (RLIMIT_NOFILE)"),
+    _policy_option("limits", "max_file_size", metavar="SIZE",
+                   help="largest file a process may write (RLIMIT_FSIZE: EFBIG, SIGXFSZ)"),
+    _policy_option("limits", "max_output", metavar="SIZE",
+                   help="keep at most SIZE of COMMAND's stdout and of its stderr; the rest "
+                   "is dropped, and said"),
 )
 
 # `run`'s own options, each with its value when not given.

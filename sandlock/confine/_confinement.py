@@ -180,7 +180,8 @@ def _seccomp_program(policy: Policy) -> bytes:
             raise SetupError(f"{what} is not available: the network policy cannot be "
                              "enforced (run `sandlock check`)")
     waived = {*policy.allow_syscalls, *(seccomp.SYSV_IPC if policy.allow_sysv_ipc else ())}
-    return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED))
+    extra = seccomp.FIXED_AFFINITY if policy.cpu_cores else None
+    return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED), extra)
 
 
 def level_access(abi: int) -> dict[int, int]:

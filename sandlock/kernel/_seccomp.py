@@ -162,6 +162,14 @@ RULES: dict[str, Rule] = {
     # ...but clone3's live in memory, which BPF cannot read. ENOSYS makes glibc
     # (2.34+) fall back to clone, which is checked above.
     "clone3": Rule(default=ENOSYS),
+    # Limits are the sandbox's to keep: a process may read any other's and lower its
+    # own (raising a hard limit needs a capability it has not), but not set another's.
+    # pid is pid_t; the new limit is a pointer (NULL: a read).
+    "prlimit64": Rule(
+        Clause(ALLOW, Match(0, [0])),
+        Clause(ALLOW, Match(2, [0]), Match(2, [0], high=True)),
+        default=EPERM,
+    ),
     # Pushing input into a terminal would let the sandbox type into its parent's
     # shell. cmd is unsigned int: the kernel ignores its high word, so do we.
     "ioctl": Rule(Clause(EPERM, Match(1, [_TIOCSTI, _TIOCLINUX])), default=ALLOW),
@@ -193,6 +201,9 @@ RULES: dict[str, Rule] = {
         default=ALLOW,
     ),
 }
+
+# With --cpu-cores: the affinity sandlock set is not the command's to widen.
+FIXED_AFFINITY: dict[str, Rule] = {"sched_setaffinity": Rule(default=EPERM)}
 
 # What --allow-syscall NAME may waive: every rule, as a whole.
 WAIVABLE: frozenset[str] = frozenset(RULES)

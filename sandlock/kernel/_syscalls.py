@@ -96,6 +96,8 @@ _X86_64 = Arch(
         "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66,
         "shmdt": 67, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
         "semtimedop": 220, "personality": 135,
+        # resource limits
+        "setrlimit": 160, "prlimit64": 302, "sched_setaffinity": 203,
     },
 )
 

@@ -12,7 +12,14 @@ from .._record import DataclassView, field, initialise, record
 from . import _values as check
 from ._values import Environment
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..limits import Size
+
 DEFAULT_HTTP_PORTS = (80, 443)
+# The seeds' default process cap (max_processes = 64; LocalGPT's RLIMIT_NPROC 64): a
+# fork bomb stops there. 0 turns the cap off.
+DEFAULT_MAX_PROCESSES = 64
 PortList = tuple[str, ...]  # port lists as --net-allow-bind takes them: "8080", "8000-8100", "*"
 HTTPS_INSPECT_MODES = ("auto", "on", "off")
 # LocalGPT's modes: the default workspace; the same reads and no writes; no confinement.
@@ -82,6 +89,15 @@ class Policy:
     http_key: str | None = _flag("--http-key", "ca.key", path=True, default=None)
     ca_env: bool = _flag("--no-ca-env", "ca.env", default=True)
     http_ca_out: str | None = _flag("--http-ca-out", "ca.out", path=True, default=None)
+    # Limits: what the sandbox as a whole may consume (docs/usage.md, "Resource limits").
+    max_memory: Size | None = _flag("--max-memory", "limits.max_memory", default=None)
+    max_processes: int = _flag("--max-processes", "limits.max_processes",
+                               default=DEFAULT_MAX_PROCESSES)
+    max_cpu: float | None = _flag("--max-cpu", "limits.max_cpu", default=None)
+    cpu_cores: tuple[int, ...] = _flag("--cpu-cores", "limits.cpu_cores", default=())
+    max_open_files: int | None = _flag("--max-open-files", "limits.max_open_files", default=None)
+    max_file_size: Size | None = _flag("--max-file-size", "limits.max_file_size", default=None)
+    max_output: Size | None = _flag("--max-output", "limits.max_output", default=None)
 
     __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
 
@@ -178,6 +194,13 @@ _CHECKS = {
     "http_key": check.existing_file,
     "ca_env": check.boolean,
     "http_ca_out": check.output_file,
+    "max_memory": check.size,
+    "max_processes": check.process_count,
+    "max_cpu": check.cpu_share,
+    "cpu_cores": check.cpu_list,
+    "max_open_files": check.open_files,
+    "max_file_size": check.size,
+    "max_output": check.size,
 }
 
 

@@ -15,7 +15,7 @@ from .._record import record
 from ._policy import FIELDS
 
 # Sections in the order a written policy shows them (docs/policy.md follows it).
-SECTIONS = ("filesystem", "network", "http", "ca", "process", "confinement")
+SECTIONS = ("filesystem", "network", "http", "ca", "process", "limits", "confinement")
 DESCRIPTION = "description"  # the one top-level key: a line for `sandlock profile list`
 
 
@@ -55,6 +55,9 @@ ENV = Kind('table of strings or a list of "K=V" strings', True, _is_env)
 BOOLEAN = Kind("boolean", False, lambda value: isinstance(value, bool))
 STRING = Kind("string", False, _is_str)
 NUMBER = Kind("number", False, lambda value: _is_int(value) or isinstance(value, float))
+INTEGER = Kind("integer", False, _is_int)
+SIZE = Kind('size (a string such as "512M", or a number of bytes)', False,
+            lambda value: _is_int(value) or _is_str(value))
 
 # Policy's annotations (strings: the module uses postponed evaluation) -> TOML kinds.
 _KINDS = {
@@ -66,6 +69,9 @@ _KINDS = {
     "str": STRING,
     "str | None": STRING,
     "float | None": NUMBER,
+    "int": INTEGER,
+    "int | None": INTEGER,
+    "Size | None": SIZE,
 }
 
 

@@ -275,3 +275,59 @@ def isolated(name: str, value: object) -> bool:
         raise PolicyError(name, "IPC and signals are always isolated; allow_ipc relaxes "
                           "both (--allow-ipc)")
     return True
+
+
+def size(name: str, value: object) -> object:
+    """A size ("512M", or bytes) as a ``limits.Size``; None: no limit."""
+    if value is None:
+        return None
+    from ..limits import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise PolicyError(name, str(exc)) from None
+
+
+def process_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PolicyError(name, f"expected a number of processes (0: no cap), got {value!r}")
+    return value
+
+
+def cpu_share(name: str, value: object) -> float | None:
+    """Percent of one CPU, for the sandbox as a whole: at most 100 per CPU it may use."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PolicyError(name, f"expected a percentage of one CPU, got {value!r}")
+    most = 100 * len(os.sched_getaffinity(0))
+    if not 0 < value <= most:
+        raise PolicyError(name, f"must be more than 0 and at most {most} (100 per CPU), "
+                          f"got {value!r}")
+    return float(value)
+
+
+def cpu_list(name: str, value: object) -> tuple[int, ...]:
+    if value in ((), [], None):
+        return ()
+    from ..limits import parse_cpu_list
+
+    try:
+        return parse_cpu_list(value)
+    except ValueError as exc:
+        raise PolicyError(name, str(exc)) from None
+
+
+def open_files(name: str, value: object) -> int | None:
+    """RLIMIT_NOFILE: at least 1, at most what sandlock itself may raise it to."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PolicyError(name, f"expected a number of descriptors (1 or more), got {value!r}")
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and value > hard:
+        raise PolicyError(name, f"{value} is above this session's hard limit ({hard})")
+    return value

@@ -1,20 +1,30 @@
-"""Pipes for Sandbox.run: feed stdin, collect stdout and stderr without deadlock."""
+"""Pipes between sandlock and a command: feed stdin, collect stdout and stderr without
+deadlock (Sandbox.run), or pass them on to sandlock's own (the CLI's --max-output);
+with a limit, at most that much of each is kept and the rest read and dropped."""
 
 from __future__ import annotations
 
 import os
 import threading
 
+STREAMS = ("stdout", "stderr")
+
 
 class Capture:
-    """Owns the pipes between sandlock and a command run by Sandbox.run."""
+    """Owns the pipes between sandlock and a command. ``limit``: bytes kept of each
+    output (None: all); ``forward``: write what is kept to sandlock's own stdout and
+    stderr as it comes, instead of collecting it."""
 
-    def __init__(self, input: bytes | None, capture_output: bool) -> None:
+    def __init__(self, input: bytes | None, capture_output: bool, *, limit: int | None = None,
+                 forward: bool = False) -> None:
         self._input = input
         self._stdin = os.pipe() if input is not None else None
         self._outputs = [os.pipe(), os.pipe()] if capture_output else []
         self._threads: list[threading.Thread] = []
         self._collected: list[list[bytes]] = [[] for _ in self._outputs]
+        self._limit = limit
+        self._forward = forward
+        self.dropped = [0, 0]  # bytes of stdout and stderr read past the limit
 
     def __enter__(self) -> Capture:
         return self
@@ -40,14 +50,14 @@ class Capture:
         self._close_child_ends()
         if self._stdin:
             self._spawn(self._feed, self._stdin[1])
-        for (read_end, _), sink in zip(self._outputs, self._collected):
-            self._spawn(self._drain, read_end, sink)
+        for index, (read_end, _) in enumerate(self._outputs):
+            self._spawn(self._drain, read_end, index)
 
     def finish(self) -> tuple[bytes | None, bytes | None]:
         for thread in self._threads:
             thread.join()
         self._threads.clear()
-        if not self._outputs:
+        if not self._outputs or self._forward:
             return None, None
         out, err = (b"".join(chunks) for chunks in self._collected)
         return out, err
@@ -67,10 +77,37 @@ class Capture:
         finally:
             _close(fd)
 
-    @staticmethod
-    def _drain(fd: int, sink: list[bytes]) -> None:
+    def drop_notices(self) -> list[str]:
+        """What the limit cut, one line per output (for stderr and the exit summary)."""
+        return [f"sandlock: output limit {self._limit_text()} reached: dropped {dropped} bytes "
+                f"of {name} (--max-output)"
+                for name, dropped in zip(STREAMS, self.dropped) if dropped]
+
+    def _limit_text(self) -> str:
+        from ..limits import Size
+
+        return str(Size(self._limit or 0))
+
+    def _drain(self, fd: int, index: int) -> None:
+        room = self._limit if self._limit is not None else -1
         while chunk := os.read(fd, 65536):
-            sink.append(chunk)
+            if room >= 0:
+                kept, room = chunk[:room], max(room - len(chunk), 0)
+                self.dropped[index] += len(chunk) - len(kept)
+                chunk = kept
+            if chunk:
+                self._keep(index, chunk)
+
+    def _keep(self, index: int, chunk: bytes) -> None:
+        if not self._forward:
+            self._collected[index].append(chunk)
+            return
+        try:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(1 + index, view):]
+        except OSError:
+            pass  # sandlock's own stdout is gone (a closed pipe): drop, keep draining
 
     def _close_child_ends(self) -> None:
         if self._stdin:

@@ -21,6 +21,7 @@ from ._terminal import set_foreground
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ..confine import Confinement
+    from ..limits import KernelLimits
 
 # Signals whose disposition sandlock or the interpreter changed. The command gets them
 # back as sandlock received them: an inherited SIG_IGN (nohup) is passed on, anything
@@ -50,6 +51,7 @@ class ChildSpec:
     ignored_signals: tuple[int, ...]
     handoff: tuple[int, int] | None = None
     pass_fds: tuple[int, ...] = ()
+    limits: KernelLimits | None = None  # CPUs before confinement, rlimits before exec
 
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
@@ -69,7 +71,11 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
         if os.getppid() != parent_pid:  # the parent died before we set the death signal
             os._exit(EXIT_SETUP)
         os.chdir(spec.cwd)
+        if spec.limits:
+            spec.limits.restrict_cpus()
         _hand_over(spec.confinement.apply(), spec.handoff, host_pid or os.getpid())
+        if spec.limits:
+            spec.limits.apply_rlimits()
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
         report_setup_error(error_fd, exc)
         os._exit(EXIT_SETUP)

@@ -20,6 +20,7 @@ TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up pat
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ..limits import KernelLimits
     from ..net import HttpRun
 
 # --clean-env keeps only these variables from sandlock's environment.
@@ -112,6 +113,7 @@ class Sandbox:
             tty_fd=terminal.fd if terminal else None,
             ignored_signals=_inherited_ignored_signals(),
             pass_fds=pass_fds,
+            limits=_kernel_limits(self.policy),
         )
         launcher = NetworkLauncher(self.policy, confinement, audit, self.quiet, http)
         try:
@@ -141,11 +143,17 @@ class Sandbox:
         from ._capture import Capture  # threads: only paid for by callers who capture
 
         timeout = self.policy.timeout if timeout is None else timeout
-        with Capture(input, capture_output) as capture:
+        limit = self.policy.max_output
+        # Not captured but limited: passed on to sandlock's own stdout and stderr.
+        with Capture(input, capture_output or limit is not None, limit=limit,
+                     forward=not capture_output) as capture:
             process = self.start(argv, pass_fds=pass_fds, **capture.child_stdio())
             capture.start()
             timed_out = _wait(process, timeout)
             stdout, stderr = capture.finish()
+        if not self.quiet:
+            for notice in capture.drop_notices():
+                print(notice, file=sys.stderr)
         code = EXIT_TIMEOUT if timed_out else process.returncode
         return Result(code, stdout, stderr, timed_out, process.start_error)
 
@@ -162,6 +170,14 @@ def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRu
         raise SetupError(f"the HTTP proxy could not start: {exc}") from None
     env.update(http.env_updates)
     return http
+
+
+def _kernel_limits(policy: Policy) -> KernelLimits | None:
+    if not (policy.max_open_files or policy.max_file_size or policy.cpu_cores):
+        return None  # the limits package is not even imported
+    from ..limits import kernel_limits
+
+    return kernel_limits(policy)
 
 
 def _wait(process: SandboxedProcess, timeout: float | None) -> bool:

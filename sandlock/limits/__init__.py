@@ -1,0 +1,28 @@
+"""Resource limits without cgroups: what a sandbox may consume (memory, processes,
+CPU, open files, file size, output), their values, and the mechanisms that hold them.
+
+Internal to sandlock (not public API).
+"""
+
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from ._kernel import KernelLimits, kernel_limits
+    from ._values import Size, format_cpu_list, parse_cpu_list, parse_size
+
+# name -> the private module defining it; each module is imported on first use
+_EXPORTS = {
+    "KernelLimits": "_kernel",
+    "kernel_limits": "_kernel",
+    "Size": "_values",
+    "format_cpu_list": "_values",
+    "parse_cpu_list": "_values",
+    "parse_size": "_values",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)
