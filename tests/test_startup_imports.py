@@ -29,7 +29,7 @@ ALLOWED = {
     "sandlock.confine._fspolicy", "sandlock.confine._isolation", "sandlock.confine._workspace",
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
-    "sandlock.process._network", "sandlock.process._sandbox", "sandlock.process._terminal",
+    "sandlock.process._supervision", "sandlock.process._sandbox", "sandlock.process._terminal",
     "sandlock.net",  # the package only: the engine is built after the command execs
 }
 # Never loaded by a default run, not even after exec (TLS, the proxy, policy files,

@@ -149,7 +149,7 @@ POLICY_OPTIONS = (
                    help="memory all its processes may use together, e.g. 512M (K, M, G); "
                    "past it the sandbox is killed (exit 137)"),
     _policy_option("limits", "max_processes", "-P", type=int, metavar="N",
-                   help="processes alive at once (threads not counted; default 64, 0: no "
+                   help="processes alive at once (threads not counted; default and 0: no "
                    "cap); a fork past it fails with EAGAIN"),
     _policy_option("limits", "max_cpu", type=float, metavar="PCT",
                    help="percent of one CPU the sandbox may use (up to 100 per CPU)"),

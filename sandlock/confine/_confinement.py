@@ -52,6 +52,7 @@ class Confinement:
     scopes_signals: bool
     warnings: list[str] = field(factory=list)
     isolation: Isolation | None = None  # the namespaces' mounts (None: no namespaces)
+    counts_processes: bool = False  # fork-like calls go to the supervisor (process cap)
 
     @classmethod
     def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str],
@@ -63,15 +64,20 @@ class Confinement:
         filesystem = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings)
         ruleset = filesystem.ruleset if filesystem else None
         try:
-            program = _seccomp_program(policy)
             isolation = _isolation(policy, filesystem, env, warnings) if filesystem else None
+            # Processes are counted in the sandbox's PID namespace: none, no count.
+            counted = bool(policy.max_processes) and isolation is not None
+            if policy.max_processes and not counted:
+                warnings.append("no PID namespace: the process cap (--max-processes) is not "
+                                "enforced (--best-effort)")
+            program = _seccomp_program(policy, counted)
         except BaseException:
             if ruleset is not None:
                 ruleset.close()
             raise
         scopes_signals = (ruleset is not None and abi >= MIN_SCOPE_ABI
                           and not (policy.allow_ipc or policy.full_access))
-        return cls(ruleset, program, scopes_signals, warnings, isolation)
+        return cls(ruleset, program, scopes_signals, warnings, isolation, counted)
 
     def apply(self) -> int:
         """Confine the calling process (the child, right before exec); returns the
@@ -170,7 +176,7 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
         temporary=[env[name] for name in ("TMPDIR", "TMP", "TEMP") if env.get(name)])
 
 
-def _seccomp_program(policy: Policy) -> bytes:
+def _seccomp_program(policy: Policy, count_processes: bool) -> bytes:
     """The filter, with the network syscalls for the supervisor. Required even with
     --best-effort: without it there would be no network policy at all, silently."""
     arch = native_arch()  # SetupError on a machine without a verified syscall table
@@ -180,7 +186,9 @@ def _seccomp_program(policy: Policy) -> bytes:
             raise SetupError(f"{what} is not available: the network policy cannot be "
                              "enforced (run `sandlock check`)")
     waived = {*policy.allow_syscalls, *(seccomp.SYSV_IPC if policy.allow_sysv_ipc else ())}
-    extra = seccomp.FIXED_AFFINITY if policy.cpu_cores else None
+    extra = dict(seccomp.FIXED_AFFINITY) if policy.cpu_cores else {}
+    if count_processes:
+        extra.update(seccomp.counted_process_creation(frozenset(waived)))
     return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED), extra)
 
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         unix_socket_file,
         write_memory,
     )
-    from ._seccomp import MSG_FASTOPEN, SUPERVISED, WAIVABLE
+    from ._seccomp import MSG_FASTOPEN, PROCESS_CREATION, SUPERVISED, WAIVABLE
     from ._syscalls import Arch, native_arch, nr
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -59,6 +59,7 @@ _EXPORTS = {
     "PR_SET_NO_NEW_PRIVS": "_libc",
     "PR_SET_PDEATHSIG": "_libc",
     "SUPERVISED": "_seccomp",
+    "PROCESS_CREATION": "_seccomp",
     "WAIVABLE": "_seccomp",
     "abstract_socket_inode": "_remote",
     "close_on_exec_from": "_fds",

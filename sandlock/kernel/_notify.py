@@ -10,7 +10,7 @@ import errno
 import fcntl
 import os
 import struct
-import threading
+from _thread import allocate_lock  # threading's Lock, without importing threading
 
 from .._record import record
 
@@ -48,7 +48,7 @@ class Listener:
         self.fd = fd
         self._users = 0  # workers still holding a call to answer
         self._closing = False
-        self._lock = threading.Lock()
+        self._lock = allocate_lock()
         self._buffer = bytearray(_NOTIF.size)
         try:
             # The flags are the ioctl's argument itself, not a pointer to them.

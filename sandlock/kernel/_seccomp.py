@@ -202,6 +202,25 @@ RULES: dict[str, Rule] = {
     ),
 }
 
+# With a process cap: every call that makes a process goes to the supervisor, which
+# counts; making a thread (CLONE_THREAD) never does. Namespace flags stay refused
+# unless clone's own rule is waived (``counted_clone``).
+_CLONE_THREAD = 0x00010000
+
+
+def counted_process_creation(waived: frozenset[str] = frozenset()) -> dict[str, Rule]:
+    threads = Match(0, [_CLONE_THREAD], mask=_CLONE_THREAD)
+    if "clone" in waived:
+        clone = Rule(Clause(ALLOW, threads), default=NOTIFY)
+    else:
+        no_namespaces = Match(0, [0], mask=_CLONE_NEW_NAMESPACES)
+        clone = Rule(Clause(ALLOW, no_namespaces, threads), Clause(NOTIFY, no_namespaces),
+                     default=EPERM)
+    return {"clone": clone, "fork": Rule(default=NOTIFY), "vfork": Rule(default=NOTIFY)}
+
+
+PROCESS_CREATION = ("clone", "fork", "vfork")  # the calls counted_process_creation notifies
+
 # With --cpu-cores: the affinity sandlock set is not the command's to widen.
 FIXED_AFFINITY: dict[str, Rule] = {"sched_setaffinity": Rule(default=EPERM)}
 

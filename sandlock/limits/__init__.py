@@ -11,11 +11,13 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._kernel import KernelLimits, kernel_limits
+    from ._processes import ProcessGate
     from ._values import Size, format_cpu_list, parse_cpu_list, parse_size
 
 # name -> the private module defining it; each module is imported on first use
 _EXPORTS = {
     "KernelLimits": "_kernel",
+    "ProcessGate": "_processes",
     "kernel_limits": "_kernel",
     "Size": "_values",
     "format_cpu_list": "_values",

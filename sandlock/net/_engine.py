@@ -31,6 +31,7 @@ from ._supervisor import Services, Supervisor
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from ..kernel import Listener, Notification
     from ..policy import Policy
     from ._http import HttpRun
 
@@ -84,16 +85,20 @@ class Network(Services):
                              ipc_scoped=not (policy.allow_ipc or policy.full_access))
         self._supervisor = Supervisor(native_arch(), context, self.audit, self)
 
-    def serve(self, listener_fd: int) -> None:
-        """Answer the command's calls (``listener_fd``: its seccomp listener, owned from
-        now on); pin the policy's names meanwhile.
-
-        Pinning starts first: a call the supervisor reads at once must find it under
-        way (``wait_for_pins``), or an IP destination would be judged without the pins.
-        """
+    def start(self) -> None:
+        """Pin the policy's names (before any call is handled: a call the supervisor
+        reads at once must find pinning under way (``wait_for_pins``), or an IP
+        destination would be judged without the pins)."""
         if self._rules.hostnames() or self._policy.resolve:
             self._start_pinning()
-        self._supervisor.serve(listener_fd)
+
+    def handle(self, listener: Listener, notification: Notification) -> None:
+        """Answer one of the command's network calls (the run's loop read it)."""
+        self._supervisor.handle(listener, notification)
+
+    def release(self, listener: Listener | None) -> None:
+        """The run's loop is over: the listener goes once no worker holds a call."""
+        self._supervisor.release(listener)
 
     def _proxy_listens(self, addresses: dict[int, tuple[str, int]]) -> None:
         self._listeners.others = frozenset((ip, port) for ip, port in addresses.values())
@@ -216,8 +221,9 @@ class Network(Services):
                   "it would not have been reachable before that", file=sys.stderr, flush=True)
 
     def close(self) -> str | None:
-        """Stop everything; returns the denial summary line, if any denial happened."""
-        self._supervisor.stop()
+        """Stop everything (after the run's loop); returns the denial summary line, if
+        any denial happened."""
+        self._supervisor.release(None)
         with self._lock:
             self._closed = True
             responder = self._responder

@@ -1,6 +1,7 @@
 """The network supervisor: notification -> materialize -> verdict -> execute -> reply.
 
-Runs in sandlock's process, on a thread of its own. Every allowed operation is
+Runs in sandlock's process, on the run's supervision thread, which reads each call and
+hands the network's here (``handle``). Every allowed operation is
 performed here, from sandlock's copies, on a duplicate of the child's socket, so
 nothing the child changes after the check can matter. The one CONTINUE: a unix socket
 file the command binds itself, where nothing is checked (``_bind_as_the_command``).
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import select
 import struct
 import sys
 import threading
@@ -81,63 +81,27 @@ class Supervisor:
         self._audit = audit
         self._workers = WorkerPool()
         self._pidfds = PidfdCache()
-        self._listener: Listener | None = None
-        self._thread: threading.Thread | None = None
-        self._stop_r, self._stop_w = os.pipe()
         self._lock = threading.Lock()
-        self._released = False  # fds closed: their numbers may belong to others now
+        self._released = False  # pidfds closed: their numbers may belong to others now
+        self._listener: Listener | None = None
 
-    def serve(self, listener_fd: int) -> None:
-        """Start answering the calls of the filter behind ``listener_fd`` (ours now)."""
-        self._listener = Listener(listener_fd)
-        thread = threading.Thread(target=self._serve, daemon=True, name="sandlock-supervisor")
-        thread.start()
-        self._thread = thread  # only a started thread can be joined by stop()
+    def handle(self, listener: Listener, notification: Notification) -> None:
+        """Answer one network call (read by the run's loop, ``process._supervision``)."""
+        self._listener = listener  # the run's one listener, for answers a worker writes late
+        self._guarded(listener, notification.id, self._handle, listener, notification)
 
-    def stop(self) -> None:
-        """Ask the loop to end; it releases its own fds (a worker may still be waiting
-        on a deferred call: it keeps the listener alive until it has answered)."""
-        with self._lock:
-            if not self._released:
-                os.write(self._stop_w, b"x")
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        else:
-            self._release()
-
-    def _release(self) -> None:
+    def release(self, listener: Listener | None) -> None:
+        """The loop is over: the cached pidfds go, and the listener once no worker holds
+        a call to answer (a deferred connect keeps it open until it has answered)."""
         with self._lock:
             if self._released:
                 return
             self._released = True
             self._pidfds.close()
-            for fd in (self._stop_r, self._stop_w):
-                os.close(fd)
-        if self._listener is not None:
-            self._listener.close_when_idle()
+        if listener is not None:
+            listener.close_when_idle()
 
-    # --- the loop --------------------------------------------------------------
-
-    def _serve(self) -> None:
-        try:
-            self._loop()
-        finally:
-            self._release()
-
-    def _loop(self) -> None:
-        listener = self._listener
-        poller = select.poll()
-        poller.register(listener.fd, select.POLLIN)
-        poller.register(self._stop_r, select.POLLIN)
-        while True:
-            events = dict(poller.poll())
-            if self._stop_r in events:
-                return
-            if events.get(listener.fd, 0) & (select.POLLHUP | select.POLLERR):
-                return  # every process of the sandbox is gone
-            notification = listener.receive()
-            if notification is not None:
-                self._guarded(listener, notification.id, self._handle, listener, notification)
+    # --- one call ----------------------------------------------------------------
 
     @staticmethod
     def _guarded(listener: Listener, notification_id: int, work: Callable[..., None],

@@ -17,9 +17,10 @@ if TYPE_CHECKING:
     from ..limits import Size
 
 DEFAULT_HTTP_PORTS = (80, 443)
-# The seeds' default process cap (max_processes = 64; LocalGPT's RLIMIT_NPROC 64): a
-# fork bomb stops there. 0 turns the cap off.
-DEFAULT_MAX_PROCESSES = 64
+# No process cap unless asked for: the cap supervises fork, and a fork the supervisor
+# has not yet received fails with EINTR when a signal comes (a kernel limit, see
+# docs/usage.md "Resource limits"): not a price every run should pay. 0: no cap.
+DEFAULT_MAX_PROCESSES = 0
 PortList = tuple[str, ...]  # port lists as --net-allow-bind takes them: "8080", "8000-8100", "*"
 HTTPS_INSPECT_MODES = ("auto", "on", "off")
 # LocalGPT's modes: the default workspace; the same reads and no writes; no confinement.

@@ -52,6 +52,7 @@ class ChildSpec:
     handoff: tuple[int, int] | None = None
     pass_fds: tuple[int, ...] = ()
     limits: KernelLimits | None = None  # CPUs before confinement, rlimits before exec
+    hand_proc: bool = False  # hand sandlock the sandbox's /proc with the listener
 
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
@@ -73,7 +74,10 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
         os.chdir(spec.cwd)
         if spec.limits:
             spec.limits.restrict_cpus()
-        _hand_over(spec.confinement.apply(), spec.handoff, host_pid or os.getpid())
+        # The sandbox's own procfs (init mounted it), where sandlock counts and watches
+        # its processes; opened before Landlock, which a policy may make stricter.
+        proc = _open_proc() if spec.hand_proc else -1
+        _hand_over(spec.confinement.apply(), spec.handoff, host_pid or os.getpid(), proc)
         if spec.limits:
             spec.limits.apply_rlimits()
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
@@ -121,8 +125,9 @@ def _enter_process_group(tty_fd: int | None) -> None:
         set_foreground(tty_fd, os.getpgrp())
 
 
-def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int) -> None:
-    """Let sandlock duplicate our seccomp listener, and wait until it has.
+def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int, proc: int) -> None:
+    """Let sandlock duplicate our seccomp listener (and ``proc``, the sandbox's /proc,
+    or -1), and wait until it has.
 
     The listener is close-on-exec: exec before sandlock holds a copy and every
     supervised call would fail with ENOSYS. Plain write/read are not intercepted.
@@ -133,10 +138,16 @@ def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int) -> None
     # The keeper's non-dumpable flag was inherited; pidfd_getfd needs us dumpable
     # (we are already inside our Landlock domain: nothing in the sandbox can exploit it).
     prctl(PR_SET_DUMPABLE, 1)
-    os.write(to_sandlock, b"%d %d" % (pid, listener))
+    os.write(to_sandlock, b"%d %d %d" % (pid, listener, proc))
     if os.read(from_sandlock, 1) != b"g":
         raise RuntimeError("sandlock did not take the seccomp listener")
     os.close(listener)
+    if proc >= 0:
+        os.close(proc)
+
+
+def _open_proc() -> int:
+    return os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 def _install_stdio(stdio: tuple[int | None, int | None, int | None]) -> None:

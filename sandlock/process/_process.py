@@ -133,12 +133,14 @@ def _exit_code(status: int | None) -> int:
 
 
 def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
-          adopt_listener: Callable[[int, int], Callable[[], None]] | None = None) -> SandboxedProcess:
+          adopt_listener: Callable[[int, int, int], Callable[[], None]] | None = None,
+          ) -> SandboxedProcess:
     """Fork the keeper (which forks the command) and wait until the command exec'd.
 
     With ``adopt_listener``, the command hands over its seccomp listener before exec:
-    ``adopt_listener(pid, fd)`` must take it (the command waits until it returns) and
-    returns what to do once the command has been told to go on.
+    ``adopt_listener(pid, fd, proc)`` must take it (and ``proc``, the sandbox's /proc,
+    when not -1; the command waits until it returns) and returns what to do once the
+    command has been told to go on.
     """
     _reap_exited()
     report_r, report_w = os.pipe()
@@ -172,13 +174,13 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
 
 
 def _take_listener(from_child: int, to_child: int,
-                   adopt: Callable[[int, int], Callable[[], None]]) -> None:
+                   adopt: Callable[[int, int, int], Callable[[], None]]) -> None:
     then = None
     try:
         message = os.read(from_child, 64)
         if message:  # empty: the command failed before installing its filter
-            pid, fd = map(int, message.split())
-            then = adopt(pid, fd)
+            pid, fd, proc = map(int, message.split())
+            then = adopt(pid, fd, proc)
             os.write(to_child, b"g")
     finally:
         os.close(from_child)

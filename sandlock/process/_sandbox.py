@@ -12,8 +12,8 @@ from .._record import DataclassView, record
 from ..confine import Confinement
 from ..policy import Policy
 from ._child import RESET_SIGNALS, ChildSpec
-from ._network import NetworkLauncher
 from ._process import SandboxedProcess, TimeoutExpired, spawn
+from ._supervision import Supervision
 from ._terminal import Foreground
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
@@ -115,15 +115,16 @@ class Sandbox:
             pass_fds=pass_fds,
             limits=_kernel_limits(self.policy),
         )
-        launcher = NetworkLauncher(self.policy, confinement, audit, self.quiet, http)
+        supervision = Supervision(self.policy, confinement, audit, self.quiet, http)
         try:
-            process = spawn(spec, terminal, launcher.take_listener)
+            process = spawn(spec.replace(hand_proc=supervision.wants_proc), terminal,
+                            supervision.take_listener)
         except BaseException:
-            launcher.close()
+            supervision.close()
             raise
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
-        process.on_exit(launcher.close)
+        process.on_exit(supervision.close)
         return process
 
     def run(

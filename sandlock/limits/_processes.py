@@ -1,0 +1,96 @@
+"""The process cap: fork, vfork and clone without CLONE_THREAD reach the supervisor,
+which lets the kernel make the process while the sandbox holds fewer than the cap and
+answers EAGAIN otherwise (making a thread never reaches it).
+
+Processes are counted in the sandbox's own procfs (its PID namespace): one numeric
+entry per process, wherever it went (another process group, another session, a
+daemon), zombies until reaped; threads are never listed, and init, sandlock's own
+pid 1 there, is not counted. Listing it costs ~30 µs, so it is listed only when the
+count might be near the cap: exits only lower a count, forks let go since the last
+listing raise it by at most one each.
+
+A fork let go is "in flight" until its process can be listed: a thread makes one
+fork at a time, so its next fork-like call, or its exit, proves the last one done, and
+so does a fork-like call of the process it made (which then exists); otherwise it is
+counted for FLIGHT_SECONDS (a fork takes well under that), after which its process is
+listed or gone. Counting in-flight forks as well as the listing can
+only count one process twice, never miss one: forks from several threads at once do
+not overshoot the cap; at worst a fork near the cap is refused while one lands.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+FLIGHT_SECONDS = 0.01
+_INIT = 1  # sandlock's init: in the namespace, not one of the command's processes
+
+
+class ProcessGate:
+    """Decides fork-like calls against ``cap``; ``proc_fd``: the sandbox's /proc."""
+
+    def __init__(self, cap: int, proc_fd: int) -> None:
+        self.cap = cap
+        self._proc_fd = proc_fd
+        # forking thread -> (when its fork was let go, its process)
+        self._in_flight: dict[int, tuple[float, int]] = {}
+        self._ceiling = cap  # what the sandbox may hold at most now; cap: count at once
+        self.refused = 0
+
+    def admit(self, tid: int) -> bool:
+        """Whether thread ``tid`` may make one more process now (counted if so)."""
+        process, parent = _process_and_parent(tid)
+        self._in_flight.pop(tid, None)  # its previous fork, if any, is done
+        made_by = next((t for t, (_, p) in self._in_flight.items() if p == parent), None)
+        if made_by is not None:
+            del self._in_flight[made_by]  # the fork that made this process is done
+        if self._ceiling + 1 > self.cap:
+            self._ceiling = self.count() + self._flying()
+        if self._ceiling + 1 > self.cap:
+            self.refused += 1
+            return False
+        self._ceiling += 1
+        self._in_flight[tid] = (time.monotonic(), process)
+        return True
+
+    def count(self) -> int:
+        """The processes in the sandbox now."""
+        return sum(1 for name in os.listdir(self._proc_fd) if name.isdigit()) - _INIT
+
+    def _flying(self) -> int:
+        """Forks let go whose process may not be listed yet."""
+        recent = time.monotonic() - FLIGHT_SECONDS
+        self._in_flight = {tid: entry for tid, entry in self._in_flight.items()
+                           if entry[0] > recent and _running(tid)}
+        return len(self._in_flight)
+
+    def close(self) -> None:
+        os.close(self._proc_fd)
+
+
+def _process_and_parent(tid: int) -> tuple[int, int]:
+    """(process, parent process) of thread ``tid``; (0, 0) if it is gone."""
+    fields = {}
+    try:
+        with open(f"/proc/{tid}/status", "rb") as file:
+            for line in file:
+                name, _, value = line.partition(b":")
+                if name in (b"Tgid", b"PPid"):
+                    fields[name] = int(value)
+                    if len(fields) == 2:
+                        break
+    except (OSError, ValueError):
+        pass
+    return fields.get(b"Tgid", 0), fields.get(b"PPid", 0)
+
+
+def _running(tid: int) -> bool:
+    """Whether thread ``tid`` (sandlock's view of it) is alive, so perhaps still in
+    the fork it made; one that exited made it to the end."""
+    try:
+        with open(f"/proc/{tid}/stat", "rb") as file:
+            state = file.read().rsplit(b")", 1)[1].split(None, 1)[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")

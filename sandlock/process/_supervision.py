@@ -1,0 +1,318 @@
+"""A run's supervision, from the process's point of view: the command's seccomp
+listener, taken before it execs, and the one loop that answers it: fork-like calls
+against the process cap (``limits``), network calls by the network engine
+(``sandlock.net``), built on that loop's thread at the first network call, or at once
+when DNS must pin names at start."""
+
+from __future__ import annotations
+
+import _thread  # threading costs ~1 ms of start-up; its Lock and a daemon thread are these
+import errno
+import os
+import select
+import sys
+from io import TextIOWrapper as TextIO
+
+TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..confine import Confinement
+    from ..kernel import Listener, Notification
+    from ..limits import ProcessGate
+    from ..net import HttpRun, Network
+    from ..policy import Policy
+
+
+class Supervision:
+    """Takes the command's seccomp listener at once, so that it can exec, and answers
+    it on a thread: a command never waits for it but at a supervised call, which the
+    kernel holds until the loop reads it. The network engine (~10 ms of imports) is
+    built when DNS must pin the policy's names at start, else at the first network
+    call: a command that never makes one never pays for it, nor does its exit (on two
+    CPUs the build competed with the command). Counting processes needs nothing of it.
+    """
+
+    def __init__(self, policy: Policy, confinement: Confinement, audit: TextIO | None,
+                 quiet: bool, http: HttpRun | None) -> None:
+        self._policy = policy
+        self._http = http  # owned from now on
+        self._quiet = quiet
+        self._audit = audit
+        # The confined worker restricts itself with the command's ruleset, later.
+        self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
+        self.wants_proc = confinement.counts_processes  # the sandbox's /proc, to count in
+        self._lock = _thread.allocate_lock()
+        self._network: Network | None = None
+        self._network_failed = False
+        self._gate: ProcessGate | None = None
+        self._closed = False
+        # Decided before the fork: the command waits while take_listener runs.
+        self._pins_at_start = _pins_names(policy)
+        self._receivers = 0  # threads waiting for the command's calls (RECEIVERS, then fewer)
+        self._over = _thread.allocate_lock()  # held until the last receiver is over
+        self._handling = _thread.allocate_lock()  # network calls: one at a time
+        self._gating = _thread.allocate_lock()  # fork-like calls: one at a time
+        self.notices: list[str] = []
+
+    def take_listener(self, pid: int, fd: int, proc: int) -> Callable[[], None]:
+        """While the command waits to exec: its listener (and /proc, for the process
+        cap); returns what to start once it has been told to go on."""
+        from ..kernel import take_fd
+
+        listener_fd = take_fd(pid, fd)
+        try:
+            proc_fd = take_fd(pid, proc) if proc >= 0 else -1
+            if self._http is not None:
+                self._http.wait_for_trust()  # the command may read its CA bundle at once
+        except BaseException:
+            os.close(listener_fd)
+            raise
+        self._over.acquire()  # released by the last receiver
+        if proc_fd < 0:
+            # Only network calls: one receiver, started after the go (its imports and
+            # the engine's would hold the GIL while the command waits).
+            self._receivers = 1
+            return lambda: _thread.start_new_thread(self._receive_from, (listener_fd,))
+        from ..kernel import Listener
+        from ..limits import ProcessGate
+
+        listener = Listener(listener_fd)
+        self._gate = ProcessGate(self._policy.max_processes, proc_fd)
+        # Forks are supervised: receivers wait in the kernel before the command's first
+        # call (see _receive).
+        self._receivers = RECEIVERS
+        tids: list[int] = []
+        for _ in range(RECEIVERS):
+            _thread.start_new_thread(self._receive, (listener, tids))
+        _wait_until_receiving(tids)
+        if self._pins_at_start:
+            return lambda: _thread.start_new_thread(self._build_network_now, ())
+        return lambda: None
+
+    def _receive_from(self, listener_fd: int) -> None:
+        try:
+            from ..kernel import Listener
+
+            listener = Listener(listener_fd)
+        except BaseException:
+            os.close(listener_fd)  # fail closed: the command's network calls fail (ENOSYS)
+            self._done(None)
+            raise
+        if self._pins_at_start:
+            self._build_network_now()
+        self._receive(listener, [])
+
+    def _build_network_now(self) -> None:
+        with self._handling:
+            self._build_network()
+
+    def _receive(self, listener: Listener, tids: list[int]) -> None:
+        """One of the threads waiting in the kernel for the command's next call. The
+        kernel hands a call to a waiting receiver at once, and from then on (with
+        WAIT_KILLABLE_RECV) a signal to the caller no longer interrupts it: a call still
+        unreceived when a signal comes fails with EINTR, which fork never does otherwise
+        (a shell's SIGCHLD made its next fork fail). With the process cap several wait,
+        so that a burst of calls is received while Python is busy with one. They end
+        when the sandbox is gone (the listener hangs up)."""
+        tids.append(_thread.get_native_id())
+        try:
+            while True:
+                try:
+                    notification = listener.receive()
+                except OSError:
+                    return
+                if notification is not None:
+                    self._dispatch(listener, notification)
+                elif _hung_up(listener.fd):
+                    return
+        finally:
+            self._done(listener)
+
+    def _dispatch(self, listener: Listener, notification: Notification) -> None:
+        if self._gate is not None and notification.nr in _process_creation():
+            with self._gating:
+                self._answer_fork(listener, notification)
+            return
+        with self._handling:  # the network engine answers one call at a time
+            network = self._network or self._build_network()
+            if network is None:  # fail closed: the command's network calls fail
+                listener.reply(notification.id, error=errno.ENOSYS)
+                return
+            network.handle(listener, notification)
+
+    def _answer_fork(self, listener: Listener, notification: Notification) -> None:
+        if self._gate.admit(notification.pid):
+            listener.proceed(notification.id)  # nothing read from the caller: no TOCTOU
+            return
+        listener.reply(notification.id, error=errno.EAGAIN)
+        if self._gate.refused == 1 and not self._quiet:
+            print(f"sandlock: process limit {self._gate.cap} reached: a fork failed with EAGAIN "
+                  "(-P/--max-processes raises it)", file=sys.stderr, flush=True)
+
+    def _build_network(self) -> Network | None:
+        if self._network is not None or self._network_failed:
+            return self._network
+        try:
+            with _responsive_switching:
+                from ..net import Network
+
+                network = Network(self._policy, self._ruleset_fd, self._audit,
+                                  quiet=self._quiet, http=self._http)
+        except BaseException as exc:
+            self._network_failed = True
+            if self._http is not None:
+                self._http.close()
+            with self._lock:
+                if self._closed:
+                    return None  # the run ended meanwhile (its proxy with it): nothing to say
+            print(f"sandlock: error: the network supervisor could not start: {exc}",
+                  file=sys.stderr, flush=True)
+            return None
+        self._ruleset_fd = self._audit = None  # the engine's now
+        network.start()
+        with self._lock:
+            self._network = network
+        return network
+
+    def _done(self, listener: Listener | None) -> None:
+        """A receiver is over; the last one releases the listener: it closes once no
+        network worker holds a call (the engine stays for close(), which ends it)."""
+        with self._lock:
+            self._receivers -= 1
+            if self._receivers:
+                return
+        if self._network is not None:
+            self._network.release(listener)
+        elif listener is not None:
+            listener.close_when_idle()
+        if self._gate is not None:
+            if self._gate.refused:
+                self.notices.append(f"sandlock: process limit {self._gate.cap}: "
+                                    f"{self._gate.refused} fork(s) refused (EAGAIN)")
+            self._gate.close()
+        self._over.release()
+
+    def close(self) -> str | None:
+        """End the supervision; the notices of what it refused, if any."""
+        with self._lock:
+            if self._closed:
+                return None
+            self._closed = True
+        if self._receivers:
+            # The sandbox is gone (close() comes after its end): its listener hangs up and
+            # the receivers end, before the run does: no thread of ours wakes later, when
+            # the interpreter may be shutting down.
+            self._over.acquire(timeout=_WAKE_TIMEOUT)
+        network = self._network
+        if network is None:
+            # Not built: what it would have owned is closed here. The proxy is ended
+            # here and now (idempotent), so that it never outlives sandlock.
+            if self._http is not None:
+                self._http.close()
+            if self._ruleset_fd is not None:
+                os.close(self._ruleset_fd)
+            if self._audit is not None:
+                self._audit.close()
+            summary = None
+        else:
+            summary = network.close()
+        lines = [*self.notices, *([summary] if summary else [])]
+        return "\n".join(lines) if lines else None
+
+
+def _process_creation() -> frozenset[int]:
+    global _CREATION_NUMBERS
+    if _CREATION_NUMBERS is None:
+        from ..kernel import PROCESS_CREATION, native_arch
+
+        numbers = native_arch().numbers
+        _CREATION_NUMBERS = frozenset(numbers[name] for name in PROCESS_CREATION)
+    return _CREATION_NUMBERS
+
+
+_CREATION_NUMBERS: frozenset[int] | None = None
+
+
+RECEIVERS = 3  # calls the kernel can hand over while Python is busy with others
+_READY_TIMEOUT = 0.05
+_WAKE_TIMEOUT = 5.0  # receivers need microseconds to see the hang-up; this bounds a stuck one
+
+
+def _pins_names(policy: Policy) -> bool:
+    """Whether the policy names hosts that DNS must pin at start: those of its network
+    and HTTP rules that --resolve does not pin already (parsed again here: the policy
+    checks loaded the grammar, not the engine)."""
+    if not (policy.net_allow_specs or policy.has_http_rules):
+        return False
+    from ..net import parse_allow, resolved_names
+
+    names = {rule.host for rule in map(parse_allow, policy.net_allow_specs)
+             if rule.host is not None}
+    if policy.has_http_rules:  # (the rule grammar imports re: only for these runs)
+        from ..proxy import HttpRules
+
+        names |= HttpRules.parse(policy.http_allow, policy.http_deny).concrete_hosts()
+    return bool(names - resolved_names(policy.resolve))
+
+
+_IOCTL = b"16 "  # x86_64's ioctl, as /proc/PID/task/TID/syscall shows a blocked call
+
+
+def _wait_until_receiving(tids: list[int]) -> None:
+    """Until each receiver waits in the kernel (in RECV, not for the GIL): a call the
+    command makes at once, then, is received at once. Bounded: a receiver late to wait
+    only widens the EINTR window its docstring speaks of."""
+    import time
+
+    deadline = time.monotonic() + _READY_TIMEOUT
+    pending = RECEIVERS
+    while time.monotonic() < deadline:
+        if len(tids) == pending and all(map(_in_ioctl, tids)):
+            return
+        time.sleep(0.00005)  # lets the receivers take the GIL
+
+
+def _in_ioctl(tid: int) -> bool:
+    try:
+        with open(f"/proc/self/task/{tid}/syscall", "rb") as file:
+            return file.read(3) == _IOCTL
+    except OSError:
+        return True  # gone (the sandbox already is): nothing to wait for
+
+
+def _hung_up(fd: int) -> bool:
+    """The listener's filter has no process left (RECV then fails at once)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
+
+
+class _ResponsiveSwitching:
+    """Lowers the interpreter's thread switch interval while network engines are being
+    built. The builder imports for ~15 ms holding the GIL; a thread that wakes meanwhile
+    (the one reporting that a short command has exited) would wait up to the default
+    5 ms for it. Restored when the last builder is done."""
+
+    INTERVAL = 0.0001
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._builders = 0
+        self._saved = 0.0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._builders == 0:
+                self._saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._saved, self.INTERVAL))
+            self._builders += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._builders -= 1
+            if self._builders == 0:
+                sys.setswitchinterval(self._saved)
+
+
+_responsive_switching = _ResponsiveSwitching()  # one for the process: the interval is global
