@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""What the process cap costs: start-up of `sandlock run -P 50 -- /bin/true` against
-`sandlock run -- /bin/true`, and a shell loop spawning N `/bin/true` and M
-`python3 -c 'import json, asyncio, ssl'` under `-P 50` against the same without a cap.
+"""What the process cap and the memory limit cost: start-up of `sandlock run -P 50
+-m 1G -- /bin/true` against `sandlock run -- /bin/true`, and a shell loop spawning N
+`/bin/true` and M `python3 -c 'import json, asyncio, ssl'` under `-P 50 -m 1G` against
+the same without limits.
 
 Usage: python bench/limits.py [--runs N] [--spawns N] [--pythons M] [--sandlock PATH]
 Medians of interleaved runs (each configuration once per round), Markdown tables for
@@ -43,10 +44,12 @@ def main() -> int:
             "i=$((i+1)); done")
     cases = {
         "`sandlock run -- /bin/true`": [args.sandlock, "run", "--", "/bin/true"],
-        "`sandlock run -P 50 -- /bin/true`": [args.sandlock, "run", "-P", "50", "--", "/bin/true"],
+        "`sandlock run -P 50 -m 1G -- /bin/true`":
+            [args.sandlock, "run", "-P", "50", "-m", "1G", "--", "/bin/true"],
         f"shell loop: {args.spawns} `true` + {args.pythons} python imports, no cap":
             [args.sandlock, "run", "--", "sh", "-c", loop],
-        f"the same under `-P 50`": [args.sandlock, "run", "-P", "50", "--", "sh", "-c", loop],
+        "the same under `-P 50 -m 1G`":
+            [args.sandlock, "run", "-P", "50", "-m", "1G", "--", "sh", "-c", loop],
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
     with tempfile.TemporaryDirectory() as workdir:

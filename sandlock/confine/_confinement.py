@@ -70,6 +70,9 @@ class Confinement:
             if policy.max_processes and not counted:
                 warnings.append("no PID namespace: the process cap (--max-processes) is not "
                                 "enforced (--best-effort)")
+            if policy.max_memory is not None and isolation is None:
+                warnings.append("no PID namespace: the memory limit (--max-memory) is not "
+                                "enforced (--best-effort)")
             program = _seccomp_program(policy, counted)
         except BaseException:
             if ruleset is not None:

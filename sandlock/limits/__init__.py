@@ -11,6 +11,7 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._kernel import KernelLimits, kernel_limits
+    from ._memory import MemoryWatch
     from ._processes import ProcessGate
     from ._values import Size, format_cpu_list, parse_cpu_list, parse_size
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "KernelLimits": "_kernel",
     "ProcessGate": "_processes",
+    "MemoryWatch": "_memory",
     "kernel_limits": "_kernel",
     "Size": "_values",
     "format_cpu_list": "_values",

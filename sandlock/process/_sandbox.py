@@ -126,6 +126,7 @@ class Sandbox:
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
         process.on_exit(supervision.close)
+        supervision.watch_memory(process.kill)
         return process
 
     def run(
@@ -175,14 +176,14 @@ def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRu
 
 
 # Limits a policy may name that this version does not hold yet: refused, never ignored.
-_UNENFORCED = ("max_memory", "max_cpu")
+_UNENFORCED = ("max_cpu",)
 
 
 def _refuse_unenforced(policy: Policy) -> None:
     for name in _UNENFORCED:
         if getattr(policy, name) is not None:
-            raise PolicyError(name, "not enforced by this version of sandlock yet (the memory "
-                              "and CPU-share limits are in progress); run without it")
+            raise PolicyError(name, "not enforced by this version of sandlock yet (the CPU-share "
+                              "limit is in progress); run without it")
 
 
 def _kernel_limits(policy: Policy) -> KernelLimits | None:

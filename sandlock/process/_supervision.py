@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from ..confine import Confinement
     from ..kernel import Listener, Notification
-    from ..limits import ProcessGate
+    from ..limits import MemoryWatch, ProcessGate
     from ..net import HttpRun, Network
     from ..policy import Policy
 
@@ -41,7 +41,11 @@ class Supervision:
         self._audit = audit
         # The confined worker restricts itself with the command's ruleset, later.
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
-        self.wants_proc = confinement.counts_processes  # the sandbox's /proc, to count in
+        # The sandbox's /proc: processes are counted and their memory summed there.
+        watched = policy.max_memory is not None and confinement.isolation is not None
+        self.wants_proc = confinement.counts_processes or watched
+        self._memory: MemoryWatch | None = None
+        self._memory_fd = -1
         self._lock = _thread.allocate_lock()
         self._network: Network | None = None
         self._network_failed = False
@@ -69,6 +73,11 @@ class Supervision:
             os.close(listener_fd)
             raise
         self._over.acquire()  # released by the last receiver
+        if proc_fd >= 0 and self._policy.max_memory is not None:
+            self._memory_fd = os.dup(proc_fd)  # watched once the command runs (watch_memory)
+        if proc_fd >= 0 and not self._policy.max_processes:
+            os.close(proc_fd)
+            proc_fd = -1
         if proc_fd < 0:
             # Only network calls: one receiver, started after the go (its imports and
             # the engine's would hold the GIL while the command waits).
@@ -89,6 +98,21 @@ class Supervision:
         if self._pins_at_start:
             return lambda: _thread.start_new_thread(self._build_network_now, ())
         return lambda: None
+
+    def watch_memory(self, kill: Callable[[], None]) -> None:
+        """Once the command runs: past --max-memory, say so and ``kill`` the sandbox."""
+        if self._memory_fd < 0:
+            return
+        from ..limits import MemoryWatch
+
+        def exceeded(used: int) -> None:
+            self.notices.append(f"sandlock: memory limit {self._policy.max_memory} exceeded "
+                                f"({_mib(used)} in use): killed the sandbox (--max-memory)")
+            kill()
+
+        self._memory = MemoryWatch(self._policy.max_memory, self._memory_fd, exceeded)
+        self._memory_fd = -1
+        self._memory.start()
 
     def _receive_from(self, listener_fd: int) -> None:
         try:
@@ -199,6 +223,10 @@ class Supervision:
             if self._closed:
                 return None
             self._closed = True
+        if self._memory is not None:
+            self._memory.stop()
+        elif self._memory_fd >= 0:
+            os.close(self._memory_fd)
         if self._receivers:
             # The sandbox is gone (close() comes after its end): its listener hangs up and
             # the receivers end, before the run does: no thread of ours wakes later, when
@@ -279,6 +307,10 @@ def _in_ioctl(tid: int) -> bool:
             return file.read(3) == _IOCTL
     except OSError:
         return True  # gone (the sandbox already is): nothing to wait for
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.0f}M"
 
 
 def _hung_up(fd: int) -> bool:

@@ -1,0 +1,86 @@
+"""The memory limit: what the sandbox's processes really use, together, checked every
+INTERVAL by a thread of sandlock's; past the limit the sandbox is killed.
+
+"Really use": resident anonymous and shared-memory pages and swap, not address space
+(node, Go and the JVM reserve gigabytes they never touch). Each process's status gives
+its counters cheaply; their sum counts a page shared after a fork once per process,
+so when it passes the limit the proportional set sizes (smaps_rollup: a shared page
+split between its users) decide. Files are not memory (page cache is reclaimable).
+Processes are those of the sandbox's own /proc, wherever they went; sandlock's init
+(pid 1 there) is not the command's.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+INTERVAL = 0.01  # seconds between samples
+_INIT = "1"
+_CHEAP = (b"RssAnon:", b"RssShmem:", b"VmSwap:")  # /proc/PID/status, kB
+_PRECISE = (b"Pss_Anon:", b"Pss_Shmem:", b"SwapPss:")  # /proc/PID/smaps_rollup, kB
+
+
+class MemoryWatch:
+    """Calls ``on_exceeded(bytes used)`` once when the sandbox uses more than ``limit``
+    bytes; ``proc_fd``: the sandbox's /proc (owned from now on)."""
+
+    def __init__(self, limit: int, proc_fd: int, on_exceeded: Callable[[int], None]) -> None:
+        self.limit = limit
+        self._proc_fd = proc_fd
+        self._on_exceeded = on_exceeded
+        self._stop = _thread.allocate_lock()
+        self._stop.acquire()  # released by stop()
+        self._over = _thread.allocate_lock()
+        self._over.acquire()  # released when the thread ends
+        self.peak = 0
+
+    def start(self) -> None:
+        _thread.start_new_thread(self._watch, ())
+
+    def stop(self) -> None:
+        self._stop.release()
+        self._over.acquire(timeout=5)
+        os.close(self._proc_fd)
+
+    def _watch(self) -> None:
+        try:
+            while not self._stop.acquire(timeout=INTERVAL):
+                used = self.usage()
+                self.peak = max(self.peak, used)
+                if used > self.limit:
+                    self._on_exceeded(used)
+                    return
+        finally:
+            self._over.release()
+
+    def usage(self) -> int:
+        """Bytes in use now: the cheap sum, or the proportional one past the limit."""
+        pids = [name for name in os.listdir(self._proc_fd) if name.isdigit() and name != _INIT]
+        cheap = sum(_counters(pid, "status", _CHEAP, self._proc_fd) for pid in pids)
+        if cheap <= self.limit:
+            return cheap
+        return sum(_counters(pid, "smaps_rollup", _PRECISE, self._proc_fd) for pid in pids)
+
+
+def _counters(pid: str, name: str, fields: tuple[bytes, ...], proc_fd: int) -> int:
+    """The sum of ``fields`` (kB) in /proc/PID/NAME, in bytes; 0 if it is gone."""
+    try:
+        fd = os.open(f"{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+    except OSError:
+        return 0
+    try:
+        text = os.read(fd, 65536)
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+    total = 0
+    for line in text.splitlines():
+        if line.startswith(fields):
+            total += int(line.split()[1])
+    return total * 1024

@@ -1,0 +1,106 @@
+"""The memory limit (-m/--max-memory) on real confined processes: what the sandbox's
+processes really use together (not address space) is held under the limit; past it
+the sandbox is killed (137) and sandlock says so."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from conftest import SANDLOCK, sandlock
+
+GROW = r"""
+import sys, time
+kind = sys.argv[1]
+held = []
+def grow(step):
+    for _ in range(400):
+        held.append(step())
+        time.sleep(0.002)
+if kind == "heap":
+    grow(lambda: bytearray(1 << 20))
+elif kind == "mmap":
+    import mmap
+    def page():
+        m = mmap.mmap(-1, 1 << 20)
+        m.write(b"x" * (1 << 20))
+        return m
+    grow(page)
+elif kind == "threads":
+    import threading
+    def worker():
+        mine = [bytearray(1 << 20) for _ in range(40)]
+        time.sleep(5)
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+elif kind in ("shm", "memfd"):
+    import mmap, os
+    fd = os.memfd_create("grow") if kind == "memfd" else os.open(
+        "/dev/shm/grow", os.O_RDWR | os.O_CREAT, 0o600)
+    os.ftruncate(fd, 400 << 20)
+    m = mmap.mmap(fd, 400 << 20)
+    for i in range(400):
+        m[i << 20:(i + 1) << 20] = b"y" * (1 << 20)
+        time.sleep(0.002)
+elif kind == "processes":
+    import os
+    for _ in range(10):
+        if os.fork() == 0:
+            block = bytearray(20 << 20)
+            time.sleep(5)
+            os._exit(0)
+    time.sleep(5)
+print("survived")
+"""
+
+
+@pytest.mark.parametrize("kind", ["heap", "mmap", "threads", "shm", "memfd", "processes"])
+def test_memory_past_the_limit_kills_the_sandbox(kind, tmp_path):
+    result = sandlock("run", "-m", "64M", "--", sys.executable, "-c", GROW, kind, cwd=tmp_path)
+    assert result.returncode == 137, (result.stdout, result.stderr)
+    assert "survived" not in result.stdout
+    assert "sandlock: memory limit 64M exceeded (" in result.stderr
+    assert "killed the sandbox (--max-memory)" in result.stderr
+
+
+SHARED_AFTER_FORK = r"""
+import os, time
+block = bytearray(os.urandom(40 << 20))  # 40 MiB, then shared with 4 children
+children = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.5)  # reads nothing, writes nothing: the pages stay shared
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+print("shared")
+"""
+
+
+def test_pages_shared_after_a_fork_count_once(tmp_path):
+    """Five processes each show 40 MiB resident; together they use 40."""
+    result = sandlock("run", "-m", "100M", "--", sys.executable, "-c", SHARED_AFTER_FORK,
+                      cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, "shared\n"), result.stderr
+
+
+def test_reserved_address_space_is_not_memory(tmp_path):
+    """node reserves far more address space than it touches."""
+    script = "const a = []; for (let i = 0; i < 20; i++) a.push(Buffer.alloc(1 << 20, 1)); " \
+             "console.log('node', a.length)"
+    result = sandlock("run", "-m", "256M", "--", "node", "-e", script, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, "node 20\n"), result.stderr
+
+
+def test_memory_limit_holds_for_an_unprivileged_user(as_nobody):
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "-m", "64M", "--", sys.executable, "-c",
+                                       GROW, "heap"]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert result.returncode == 137, result.stderr
+    assert "sandlock: memory limit 64M exceeded" in result.stderr
