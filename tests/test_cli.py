@@ -328,6 +328,10 @@ def test_check_reports_features():
     assert result.returncode == 0, result.stdout
     for word in ("Landlock", "ABI", "seccomp user notification", "pidfd_getfd", "IPC scoping"):
         assert word in result.stdout
+    limits = result.stdout.split("resource limits (without cgroups):\n")[1]
+    assert "--max-memory      ok  summed every 10 ms" in limits
+    assert "--max-processes   ok  fork-like calls supervised" in limits
+    assert "--max-cpu         no  not enforced" in limits
 
 
 def test_selftest_passes():

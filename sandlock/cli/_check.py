@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ..kernel import probe, protection_level
 
 
@@ -14,9 +16,32 @@ def main() -> int:
         print(f"{feature.name:<{width}}  {status:<7}  {feature.detail:<26}  {feature.use}")
     level, meaning = protection_level(features)
     print(f"\nprotection level: {level} ({meaning})")
+    _limits(features)
     missing = [f.name for f in features if f.required and not f.available]
     if missing:
         print(f"sandlock run cannot confine commands here: missing {', '.join(missing)}")
         return 1
     print("\nall required features are present")
     return 0
+
+
+def _limits(features: list) -> None:
+    """Which mechanism holds each resource limit here (docs/usage.md): no cgroups."""
+    available = {feature.name: feature.available for feature in features}
+    namespaces = available.get("user namespaces", False)
+    notify = available.get("seccomp user notification", False)
+    cpus = os.sched_getaffinity(0)
+    rows = (
+        ("--max-memory", namespaces, "summed every 10 ms in the sandbox's own /proc (needs "
+                                     "its PID namespace)"),
+        ("--max-processes", namespaces and notify, "fork-like calls supervised, processes "
+                                                   "counted in the sandbox's own /proc"),
+        ("--max-open-files", True, "RLIMIT_NOFILE, hard"),
+        ("--max-file-size", True, "RLIMIT_FSIZE, hard"),
+        ("--cpu-cores", True, f"CPU affinity (sandlock may use {len(cpus)} CPU(s))"),
+        ("--max-output", True, "sandlock reads the command's stdout and stderr"),
+        ("--max-cpu", False, "not enforced by this version yet (refused)"),
+    )
+    print("\nresource limits (without cgroups):")
+    for option, ok, how in rows:
+        print(f"  {option:<17} {'ok' if ok else 'no':<3} {how}")
