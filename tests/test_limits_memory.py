@@ -104,3 +104,12 @@ def test_memory_limit_holds_for_an_unprivileged_user(as_nobody):
                             capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
     assert result.returncode == 137, result.stderr
     assert "sandlock: memory limit 64M exceeded" in result.stderr
+
+
+def test_the_api_says_it_too(capfd, tmp_path):
+    from sandlock import Policy, Sandbox
+
+    result = Sandbox(Policy(max_memory="64M", cwd=str(tmp_path))).run(
+        [sys.executable, "-c", GROW, "heap"])
+    assert result.exit_code == 137
+    assert "sandlock: memory limit 64M exceeded" in capfd.readouterr().err

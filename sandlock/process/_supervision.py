@@ -106,9 +106,11 @@ class Supervision:
         from ..limits import MemoryWatch
 
         def exceeded(used: int) -> None:
-            self.notices.append(f"sandlock: memory limit {self._policy.max_memory} exceeded "
-                                f"({_mib(used)} in use): killed the sandbox (--max-memory)")
             kill()
+            if not self._quiet:  # said as it happens: the CLI and Sandbox.run alike
+                print(f"sandlock: memory limit {self._policy.max_memory} exceeded "
+                      f"({_mib(used)} in use): killed the sandbox (--max-memory)",
+                      file=sys.stderr, flush=True)
 
         self._memory = MemoryWatch(self._policy.max_memory, self._memory_fd, exceeded)
         self._memory_fd = -1
