@@ -1,8 +1,8 @@
 """A run's supervision, from the process's point of view: the command's seccomp
-listener, taken before it execs, and the one loop that answers it: fork-like calls
+listener, taken before it execs, and the receivers that answer it: fork-like calls
 against the process cap (``limits``), network calls by the network engine
-(``sandlock.net``), built on that loop's thread at the first network call, or at once
-when DNS must pin names at start."""
+(``sandlock.net``), built at the first network call, or at once when DNS must pin
+names at start; and the memory watch (``limits``), with --max-memory."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ class Supervision:
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         # The sandbox's /proc: processes are counted and their memory summed there.
         watched = policy.max_memory is not None and confinement.isolation is not None
-        self.wants_proc = confinement.counts_processes or watched
+        self._counts_processes = confinement.counts_processes
+        self.wants_proc = self._counts_processes or watched
         self._memory: MemoryWatch | None = None
         self._memory_fd = -1
         self._lock = _thread.allocate_lock()
@@ -60,8 +61,8 @@ class Supervision:
         self.notices: list[str] = []
 
     def take_listener(self, pid: int, fd: int, proc: int) -> Callable[[], None]:
-        """While the command waits to exec: its listener (and /proc, for the process
-        cap); returns what to start once it has been told to go on."""
+        """While the command waits to exec: its listener (and /proc, for the process cap
+        and the memory watch); returns what to start once it has been told to go on."""
         from ..kernel import take_fd
 
         listener_fd = take_fd(pid, fd)
@@ -75,7 +76,7 @@ class Supervision:
         self._over.acquire()  # released by the last receiver
         if proc_fd >= 0 and self._policy.max_memory is not None:
             self._memory_fd = os.dup(proc_fd)  # watched once the command runs (watch_memory)
-        if proc_fd >= 0 and not self._policy.max_processes:
+        if proc_fd >= 0 and not self._counts_processes:
             os.close(proc_fd)
             proc_fd = -1
         if proc_fd < 0:
