@@ -331,7 +331,7 @@ def test_check_reports_features():
     limits = result.stdout.split("resource limits (without cgroups):\n")[1]
     assert "--max-memory      ok  summed every 10 ms" in limits
     assert "--max-processes   ok  fork-like calls supervised" in limits
-    assert "--max-cpu         no  not enforced" in limits
+    assert "--max-cpu         ok  the sandbox's CPU time" in limits
 
 
 def test_selftest_passes():

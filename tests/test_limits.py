@@ -143,15 +143,3 @@ def test_the_api_keeps_at_most_the_limit_of_each_output(capfd):
         [sys.executable, "-c", "import sys; print('x' * 500); sys.stderr.write('y' * 50)"])
     assert (result.stdout, result.stderr, result.exit_code) == (b"x" * 100, b"y" * 50, 0)
     assert "dropped 401 bytes of stdout" in capfd.readouterr().err
-
-
-@pytest.mark.parametrize("option,value,field", [("--max-cpu", "50", "max_cpu")])
-def test_limits_not_held_yet_are_refused_never_ignored(option, value, field, tmp_path):
-    result = sandlock("run", option, value, "--", "true", cwd=tmp_path)
-    assert result.returncode == 2
-    flag = f"--{field.replace('_', '-')}"
-    assert f"sandlock: error: {flag}: not enforced by this version of sandlock yet" in result.stderr
-    with pytest.raises(Exception, match="not enforced"):
-        Sandbox(Policy(**{field: int(value) if value.isdigit() else value})).run(["true"])
-    # A policy may still name them (files, --print-policy): only running is refused.
-    assert sandlock("run", option, value, "--print-policy", "--", "true").returncode == 0

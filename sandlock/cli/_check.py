@@ -40,7 +40,8 @@ def _limits(features: list) -> None:
         ("--max-file-size", True, "RLIMIT_FSIZE, hard"),
         ("--cpu-cores", True, f"CPU affinity (sandlock may use {len(cpus)} CPU(s))"),
         ("--max-output", True, "sandlock reads the command's stdout and stderr"),
-        ("--max-cpu", False, "not enforced by this version yet (refused)"),
+        ("--max-cpu", namespaces, "the sandbox's CPU time, all its processes stopped while "
+                                  "over its share (SIGSTOP/SIGCONT)"),
     )
     print("\nresource limits (without cgroups):")
     for option, ok, how in rows:

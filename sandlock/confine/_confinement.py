@@ -70,9 +70,9 @@ class Confinement:
             if policy.max_processes and not counted:
                 warnings.append("no PID namespace: the process cap (--max-processes) is not "
                                 "enforced (--best-effort)")
-            if policy.max_memory is not None and isolation is None:
-                warnings.append("no PID namespace: the memory limit (--max-memory) is not "
-                                "enforced (--best-effort)")
+            for field, flag in (("max_memory", "--max-memory"), ("max_cpu", "--max-cpu")):
+                if getattr(policy, field) is not None and isolation is None:
+                    warnings.append(f"no PID namespace: {flag} is not enforced (--best-effort)")
             program = _seccomp_program(policy, counted)
         except BaseException:
             if ruleset is not None:

@@ -25,6 +25,9 @@ def parse_reports(data: bytes) -> list[tuple[str, int]]:
     return reports
 
 
+_JOB_CONTROL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+
+
 class SandlockGone(Exception):
     """sandlock's end of the report pipe closed: however it died, the sandbox goes too."""
 
@@ -43,7 +46,10 @@ def wait_for_command(command_pid: int, report_fd: int, *, watch: bool = False) -
         if pid != command_pid:
             continue  # an orphan reparented to us
         if os.WIFSTOPPED(status):
-            send(report_fd, b"stop %d" % os.WSTOPSIG(status))
+            # Job control (Ctrl-Z, a background read or write) is relayed; a SIGSTOP is
+            # not (--max-cpu's throttle sends those, and sandlock must not stop with it).
+            if os.WSTOPSIG(status) in _JOB_CONTROL_STOPS:
+                send(report_fd, b"stop %d" % os.WSTOPSIG(status))
             continue
         return status
 

@@ -84,7 +84,6 @@ class Sandbox:
         """
         argv = _check_argv(argv)
         pass_fds = _check_pass_fds(pass_fds)
-        _refuse_unenforced(self.policy)
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
                               "--dangerously-allow-full-access as well")
@@ -126,7 +125,7 @@ class Sandbox:
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
         process.on_exit(supervision.close)
-        supervision.watch_memory(process.kill)
+        supervision.watch(process.kill)
         return process
 
     def run(
@@ -173,17 +172,6 @@ def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRu
         raise SetupError(f"the HTTP proxy could not start: {exc}") from None
     env.update(http.env_updates)
     return http
-
-
-# Limits a policy may name that this version does not hold yet: refused, never ignored.
-_UNENFORCED = ("max_cpu",)
-
-
-def _refuse_unenforced(policy: Policy) -> None:
-    for name in _UNENFORCED:
-        if getattr(policy, name) is not None:
-            raise PolicyError(name, "not enforced by this version of sandlock yet (the CPU-share "
-                              "limit is in progress); run without it")
 
 
 def _kernel_limits(policy: Policy) -> KernelLimits | None:

@@ -2,7 +2,8 @@
 listener, taken before it execs, and the receivers that answer it: fork-like calls
 against the process cap (``limits``), network calls by the network engine
 (``sandlock.net``), built at the first network call, or at once when DNS must pin
-names at start; and the memory watch (``limits``), with --max-memory."""
+names at start; and the memory watch and CPU throttle (``limits``), with
+--max-memory and --max-cpu."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
     from ..confine import Confinement
     from ..kernel import Listener, Notification
-    from ..limits import MemoryWatch, ProcessGate
+    from ..limits import CpuThrottle, MemoryWatch, ProcessGate
     from ..net import HttpRun, Network
     from ..policy import Policy
 
@@ -41,12 +42,14 @@ class Supervision:
         self._audit = audit
         # The confined worker restricts itself with the command's ruleset, later.
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
-        # The sandbox's /proc: processes are counted and their memory summed there.
-        watched = policy.max_memory is not None and confinement.isolation is not None
+        # The sandbox's /proc: processes are counted, their memory summed and their CPU
+        # time taken there.
+        watched = ((policy.max_memory is not None or policy.max_cpu is not None)
+                   and confinement.isolation is not None)
         self._counts_processes = confinement.counts_processes
         self.wants_proc = self._counts_processes or watched
-        self._memory: MemoryWatch | None = None
-        self._memory_fd = -1
+        self._watches: list[MemoryWatch | CpuThrottle] = []
+        self._watch_fd = -1
         self._lock = _thread.allocate_lock()
         self._network: Network | None = None
         self._network_failed = False
@@ -74,8 +77,9 @@ class Supervision:
             os.close(listener_fd)
             raise
         self._over.acquire()  # released by the last receiver
-        if proc_fd >= 0 and self._policy.max_memory is not None:
-            self._memory_fd = os.dup(proc_fd)  # watched once the command runs (watch_memory)
+        if proc_fd >= 0 and (self._policy.max_memory is not None
+                             or self._policy.max_cpu is not None):
+            self._watch_fd = os.dup(proc_fd)  # watched once the command runs (watch)
         if proc_fd >= 0 and not self._counts_processes:
             os.close(proc_fd)
             proc_fd = -1
@@ -100,22 +104,31 @@ class Supervision:
             return lambda: _thread.start_new_thread(self._build_network_now, ())
         return lambda: None
 
-    def watch_memory(self, kill: Callable[[], None]) -> None:
-        """Once the command runs: past --max-memory, say so and ``kill`` the sandbox."""
-        if self._memory_fd < 0:
+    def watch(self, kill: Callable[[], None]) -> None:
+        """Once the command runs: its memory (past --max-memory, say so and ``kill`` the
+        sandbox) and its CPU share (--max-cpu)."""
+        if self._watch_fd < 0:
             return
-        from ..limits import MemoryWatch
+        policy = self._policy
+        if policy.max_memory is not None:
+            from ..limits import MemoryWatch
 
-        def exceeded(used: int) -> None:
-            kill()
-            if not self._quiet:  # said as it happens: the CLI and Sandbox.run alike
-                print(f"sandlock: memory limit {self._policy.max_memory} exceeded "
-                      f"({_mib(used)} in use): killed the sandbox (--max-memory)",
-                      file=sys.stderr, flush=True)
+            def exceeded(used: int) -> None:
+                kill()
+                if not self._quiet:  # said as it happens: the CLI and Sandbox.run alike
+                    print(f"sandlock: memory limit {policy.max_memory} exceeded "
+                          f"({_mib(used)} in use): killed the sandbox (--max-memory)",
+                          file=sys.stderr, flush=True)
 
-        self._memory = MemoryWatch(self._policy.max_memory, self._memory_fd, exceeded)
-        self._memory_fd = -1
-        self._memory.start()
+            self._watches.append(MemoryWatch(policy.max_memory, os.dup(self._watch_fd), exceeded))
+        if policy.max_cpu is not None:
+            from ..limits import CpuThrottle
+
+            self._watches.append(CpuThrottle(policy.max_cpu, os.dup(self._watch_fd)))
+        os.close(self._watch_fd)
+        self._watch_fd = -1
+        for watch in self._watches:
+            watch.start()
 
     def _receive_from(self, listener_fd: int) -> None:
         try:
@@ -226,10 +239,10 @@ class Supervision:
             if self._closed:
                 return None
             self._closed = True
-        if self._memory is not None:
-            self._memory.stop()
-        elif self._memory_fd >= 0:
-            os.close(self._memory_fd)
+        for watch in self._watches:
+            watch.stop()
+        if self._watch_fd >= 0:
+            os.close(self._watch_fd)
         if self._receivers:
             # The sandbox is gone (close() comes after its end): its listener hangs up and
             # the receivers end, before the run does: no thread of ours wakes later, when

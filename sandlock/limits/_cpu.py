@@ -1,0 +1,114 @@
+"""The CPU share (--max-cpu PCT): the sandbox as a whole gets at most PCT% of one CPU.
+
+A thread of sandlock's keeps a budget of CPU time that grows by PCT/100 of a second
+each second, saved up for at most PERIOD (so a burst lasts at most that), and every
+TICK takes from it what the sandbox's processes used since (their CPU times in the
+sandbox's own /proc: every thread of a process, wherever the process went). When the
+budget is spent, every process of the sandbox is stopped (SIGSTOP, through its /proc
+directory: a pid is never reused under it) until the budget is back; a process that
+appears meanwhile is stopped too. The processes stopped are all of the sandbox's, so
+none is left running to continue another; sandlock's init is never stopped.
+"""
+
+from __future__ import annotations
+
+import _signal
+import _thread
+import os
+import time
+
+TICK = 0.01
+PERIOD = 0.1
+_INIT = "1"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class CpuThrottle:
+    """Holds the sandbox whose /proc is ``proc_fd`` (owned from now on) to ``share``
+    percent of one CPU."""
+
+    def __init__(self, share: float, proc_fd: int) -> None:
+        self._rate = share / 100
+        self._proc_fd = proc_fd
+        self._seen: dict[str, int] = {}  # pid -> its CPU time (clock ticks) last tick
+        self._stopped: set[str] = set()
+        self._end = _thread.allocate_lock()
+        self._end.acquire()  # released by stop()
+        self._over = _thread.allocate_lock()
+        self._over.acquire()  # released when the thread ends
+
+    def start(self) -> None:
+        _thread.start_new_thread(self._run, ())
+
+    def stop(self) -> None:
+        self._end.release()
+        self._over.acquire(timeout=5)
+        os.close(self._proc_fd)
+
+    def _run(self) -> None:
+        budget = self._rate * PERIOD
+        last = time.monotonic()
+        try:
+            while not self._end.acquire(timeout=TICK):
+                now = time.monotonic()
+                budget = min(budget + self._rate * (now - last), self._rate * PERIOD)
+                last = now
+                budget -= self._used_since_last()
+                if budget < 0:
+                    self._signal_all(_signal.SIGSTOP, self._stopped)
+                elif self._stopped:
+                    self._signal_all(_signal.SIGCONT, set())
+        finally:
+            if self._stopped:
+                self._signal_all(_signal.SIGCONT, set())
+            self._over.release()
+
+    def _used_since_last(self) -> float:
+        """CPU seconds the sandbox used since the last tick."""
+        used = 0
+        seen = {}
+        for pid in self._pids():
+            ticks = _cpu_ticks(pid, self._proc_fd)
+            if ticks is None:
+                continue
+            seen[pid] = ticks
+            used += max(ticks - self._seen.get(pid, ticks), 0)
+        self._seen = seen
+        return used / _CLOCK_TICKS
+
+    def _pids(self) -> list[str]:
+        return [name for name in os.listdir(self._proc_fd) if name.isdigit() and name != _INIT]
+
+    def _signal_all(self, sig: int, mark: set[str]) -> None:
+        """``sig`` to every process (those in ``mark`` already have it); remembered."""
+        for pid in self._pids():
+            if pid in mark:
+                continue
+            try:
+                fd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._proc_fd)
+            except OSError:
+                continue
+            try:
+                _signal.pidfd_send_signal(fd, sig)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+            mark.add(pid)
+        if sig == _signal.SIGCONT:
+            self._stopped = set()
+
+
+def _cpu_ticks(pid: str, proc_fd: int) -> int | None:
+    """utime + stime of process ``pid`` (all its threads), in clock ticks."""
+    try:
+        fd = os.open(f"{pid}/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+    except OSError:
+        return None
+    try:
+        fields = os.read(fd, 4096).rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    finally:
+        os.close(fd)
+    return int(fields[11]) + int(fields[12])  # stat fields 14 and 15
