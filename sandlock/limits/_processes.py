@@ -42,7 +42,8 @@ class ProcessGate:
         """Whether thread ``tid`` may make one more process now (counted if so)."""
         process, parent = _process_and_parent(tid)
         self._in_flight.pop(tid, None)  # its previous fork, if any, is done
-        made_by = next((t for t, (_, p) in self._in_flight.items() if p == parent), None)
+        made_by = next((t for t, (_, p) in self._in_flight.items() if parent and p == parent),
+                       None)
         if made_by is not None:
             del self._in_flight[made_by]  # the fork that made this process is done
         if self._ceiling + 1 > self.cap:
