@@ -13,23 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-
-def _time(argv: list[str], cwd: str) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True, cwd=cwd)
-    return time.perf_counter() - start
-
-
-def _default_sandlock() -> str:
-    beside = os.path.join(os.path.dirname(sys.executable), "sandlock")
-    return beside if os.path.exists(beside) else shutil.which("sandlock") or "sandlock"
+from startup import _default_sandlock, _time_once  # bench/ is the script's directory
 
 
 def main() -> int:
@@ -55,7 +43,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as workdir:
         for _ in range(args.runs):
             for name, argv in cases.items():
-                times[name].append(_time(argv, workdir))
+                times[name].append(_time_once(argv, workdir))
     print(f"{args.runs} rounds, {os.cpu_count()} CPUs\n")
     print("| run | median | ratio |")
     print("| --- | --- | --- |")

@@ -22,9 +22,9 @@ import sys
 import time
 
 
-def _time_once(argv: list[str]) -> float:
+def _time_once(argv: list[str], cwd: str | None = None) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True, cwd=cwd)
     return time.perf_counter() - start
 
 

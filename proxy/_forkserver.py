@@ -32,7 +32,7 @@ import struct
 import sys
 import time
 
-from ._spawn import LOCK_NAME, MAX_REQUEST, SOCKET_NAME, TOKEN_NAME, read_token
+from ._spawn import MAX_REQUEST, SOCKET_NAME, TOKEN_NAME, open_lock, read_token
 
 IDLE_SECONDS = 600.0
 _PROXY_FDS = 4  # stderr, control channel, up to two listeners
@@ -68,13 +68,8 @@ def main(argv: list[str]) -> int:
 
 
 def _take_lock(directory: str) -> int | None:
-    from sandlock.ca import CAError, private_directory
-
-    try:
-        private_directory(directory)
-        lock = os.open(os.path.join(directory, LOCK_NAME),
-                       os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except (OSError, CAError):
+    lock = open_lock(directory)
+    if lock is None:
         return None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -144,13 +144,8 @@ def _peer_uid(channel: socket.socket) -> int:
 
 def _start_forkserver(directory: str) -> None:
     """In the background, unless one is running or starting (it holds the lock)."""
-    from sandlock.ca import CAError, private_directory
-
-    try:
-        private_directory(directory)
-        lock = os.open(os.path.join(directory, LOCK_NAME),
-                       os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except (OSError, CAError):
+    lock = open_lock(directory)
+    if lock is None:
         return None
     try:
         fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -164,6 +159,19 @@ def _start_forkserver(directory: str) -> None:
     except OSError:
         pass
     return None
+
+
+def open_lock(directory: str) -> int | None:
+    """The fork server's lock file in ``directory`` (made private first); None where
+    there can be none. The server holds it exclusively for as long as it lives."""
+    from sandlock.ca import CAError, private_directory
+
+    try:
+        private_directory(directory)
+        return os.open(os.path.join(directory, LOCK_NAME),
+                       os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except (OSError, CAError):
+        return None
 
 
 def read_token(directory: str) -> str | None:
