@@ -194,14 +194,13 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
     except TimeoutExpired:
         print(f"sandlock: timeout: killed {command[0]!r} and everything it started "
               f"after {policy.timeout:g} s", file=sys.stderr)
-        process.kill()
-        process.wait()
+        process.end_for_timeout(policy.timeout)
         code = EXIT_TIMEOUT
     notices = list(process.notices)
     if relay is not None:
         relay.finish()
         relay.__exit__()
-        notices += relay.drop_notices()
+        notices += relay.drop_notices(process.audit)
     if not quiet:
         for notice in notices:
             print(notice, file=sys.stderr)

@@ -36,6 +36,8 @@ class CpuThrottle:
         self._end.acquire()  # released by stop()
         self._over = _thread.allocate_lock()
         self._over.acquire()  # released when the thread ends
+        self.holds = 0  # times the sandbox was stopped for having spent its budget
+        self.held = 0.0  # seconds it spent stopped
 
     def start(self) -> None:
         _thread.start_new_thread(self._run, ())
@@ -48,6 +50,7 @@ class CpuThrottle:
     def _run(self) -> None:
         budget = self._rate * PERIOD
         last = time.monotonic()
+        held_since = None
         try:
             while not self._end.acquire(timeout=TICK):
                 now = time.monotonic()
@@ -55,12 +58,18 @@ class CpuThrottle:
                 last = now
                 budget -= self._used_since_last()
                 if budget < 0:
+                    if held_since is None:
+                        held_since = now
+                        self.holds += 1
                     self._signal_all(_signal.SIGSTOP, self._stopped)
-                elif self._stopped:
+                elif held_since is not None:
                     self._signal_all(_signal.SIGCONT, set())
+                    self.held += now - held_since
+                    held_since = None
         finally:
-            if self._stopped:
+            if held_since is not None:
                 self._signal_all(_signal.SIGCONT, set())
+                self.held += time.monotonic() - held_since
             self._over.release()
 
     def _used_since_last(self) -> float:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from io import TextIOBase
 
 from ._netpolicy import Verdict
 from ._sockaddr import SockAddress, describe
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .._auditlog import AuditLog
+
 
 class Audit:
-    def __init__(self, file: TextIOBase | None, quiet: bool, stderr: TextIOBase | None = None) -> None:
-        self._file = file  # opened (line-buffered) by the caller; closed here
+    def __init__(self, log: AuditLog | None, quiet: bool, stderr: TextIOBase | None = None) -> None:
+        self._auditlog = log  # the run's, which closes it
         self._quiet = quiet
         self._stderr = stderr or sys.stderr
         self._lock = threading.Lock()
@@ -22,12 +25,12 @@ class Audit:
     @property
     def logs_allowed(self) -> bool:
         """Whether allowed operations are recorded at all (only in an audit log)."""
-        return self._file is not None
+        return self._auditlog is not None
 
     def record(self, *, pid: int, syscall: str, protocol: str, address: SockAddress,
                verdict: Verdict, redirected: bool = False) -> None:
         allowed = verdict.allowed
-        if allowed and self._file is None:
+        if allowed and self._auditlog is None:
             return  # the hot path: nothing to write, nothing to say
         destination = describe(address)
         name = f" ({verdict.hostname})" if verdict.hostname else ""
@@ -65,14 +68,9 @@ class Audit:
 
     def _incident(self, message: str, restarted: bool) -> None:
         """Not a decision about the command: sandlock's own proxy failed."""
-        if self._file is not None:
-            import json
-
-            with self._lock:
-                self._file.write(json.dumps({
-                    "time": round(time.time(), 6), "syscall": "proxy", "protocol": "http",
-                    "verdict": "restart" if restarted else "down", "reason": message,
-                }) + "\n")
+        if self._auditlog is not None:
+            self._auditlog.write({"syscall": "proxy", "protocol": "http",
+                              "verdict": "restart" if restarted else "down", "reason": message})
         if not self._quiet:
             self._notice(f"sandlock: {message}")
 
@@ -81,10 +79,8 @@ class Audit:
         with self._lock:
             if not allowed:
                 self.denied += 1
-            if self._file is not None:
-                import json  # only runs that keep an audit log pay for it
-
-                self._file.write(json.dumps({"time": round(time.time(), 6), **record}) + "\n")
+            if self._auditlog is not None:
+                self._auditlog.write(record)
         if not allowed and not self._quiet:
             self._notice(notice)
 
@@ -99,7 +95,3 @@ class Audit:
             return None
         plural = "s" if self.denied != 1 else ""
         return f"sandlock: {self.denied} network operation{plural} denied"  # HTTP requests included
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()

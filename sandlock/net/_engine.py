@@ -13,7 +13,6 @@ import errno
 import os
 import sys
 import threading
-from io import TextIOWrapper as TextIO
 
 from ..kernel import DROPPED_CAPABILITIES, drop_capabilities, native_arch, restrict_self
 from ..proxy import HttpRules
@@ -31,6 +30,7 @@ from ._supervisor import Services, Supervisor
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from .._auditlog import AuditLog
     from ..kernel import Listener, Notification
     from ..policy import Policy
     from ._http import HttpRun
@@ -57,16 +57,17 @@ def compile_policy(policy: Policy) -> NetPolicy:
 class Network(Services):
     """Everything that enforces one run's network policy; ``close`` when it ends."""
 
-    def __init__(self, policy: Policy, ruleset_fd: int | None, audit_file: TextIO | None, *,
+    def __init__(self, policy: Policy, ruleset_fd: int | None, audit_log: AuditLog | None, *,
                  quiet: bool, http: HttpRun | None = None) -> None:
         """``ruleset_fd``: the command's Landlock ruleset (owned from now on), for the
-        confined worker; ``audit_file``, ``http`` (the run's proxy): owned from now on."""
+        confined worker, and ``http`` (the run's proxy): owned from now on; ``audit_log``:
+        the run's (it closes it)."""
         self._policy = policy
         self._http = http
         self._rules = rules = compile_policy(policy)
         self._quiet = quiet
         self.pins = PinTable()
-        self.audit = Audit(audit_file, quiet)
+        self.audit = Audit(audit_log, quiet)
         self._listeners = OwnListeners()
         if http is not None:  # never reachable directly, whatever the rules say
             self._proxy_listens(http.proxy.addresses)
@@ -239,6 +240,5 @@ class Network(Services):
             os.close(self._ruleset_fd)
         if self._http is not None:
             self._http.close()
-        self.audit.close()
         return self.audit.summary()
 

@@ -7,6 +7,10 @@ from __future__ import annotations
 import os
 import threading
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .._auditlog import AuditLog
+
 STREAMS = ("stdout", "stderr")
 
 
@@ -77,11 +81,19 @@ class Capture:
         finally:
             _close(fd)
 
-    def drop_notices(self) -> list[str]:
-        """What the limit cut, one line per output (for stderr and the exit summary)."""
-        return [f"sandlock: output limit {self._limit_text()} reached: dropped {dropped} bytes "
-                f"of {name} (--max-output)"
-                for name, dropped in zip(STREAMS, self.dropped) if dropped]
+    def drop_notices(self, audit: AuditLog | None = None) -> list[str]:
+        """What the limit cut, one line per output (for stderr and the exit summary),
+        also recorded in ``audit``."""
+        notices = []
+        for name, dropped in zip(STREAMS, self.dropped):
+            if not dropped:
+                continue
+            limit = self._limit_text()
+            reason = f"output limit {limit} reached: dropped {dropped} bytes of {name} (--max-output)"
+            if audit is not None:
+                audit.limit("max_output", limit, "truncate", reason, stream=name, dropped=dropped)
+            notices.append(f"sandlock: {reason}")
+        return notices
 
     def _limit_text(self) -> str:
         from ..limits import Size

@@ -22,6 +22,8 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._auditlog import AuditLog
+
 
 class TimeoutExpired(Exception):
     """wait() ran out of time; the sandbox is still running."""
@@ -39,6 +41,7 @@ class SandboxedProcess:
         self._foreground = foreground
         self._exit_hooks: list[Callable[[], str | None]] = []
         self.notices: list[str] = []  # what the exit hooks had to say (e.g. denial summary)
+        self.audit: AuditLog | None = None  # the run's audit log, if it keeps one
 
     def on_exit(self, hook: Callable[[], str | None]) -> None:
         """Run ``hook`` once the sandbox has ended; a string it returns is kept in notices."""
@@ -59,6 +62,14 @@ class SandboxedProcess:
                 os.kill(self.keeper_pid, _keeper.KILL_SIGNAL)
             except ProcessLookupError:
                 pass
+
+    def end_for_timeout(self, timeout: float) -> None:
+        """The run's time is up: recorded in the audit log, then the sandbox killed."""
+        if self.audit is not None:
+            self.audit.limit("timeout", timeout, "kill",
+                             f"timeout: killed the sandbox after {timeout:g} s")
+        self.kill()
+        self.wait()
 
     def wait(self, timeout: float | None = None) -> int:
         """The command's exit code in shell convention (128+N for signal N)."""

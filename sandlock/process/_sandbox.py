@@ -5,7 +5,6 @@ from __future__ import annotations
 import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
 import os
 import sys
-from io import TextIOWrapper as TextIO
 
 from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
 from .._record import DataclassView, record
@@ -20,6 +19,7 @@ TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up pat
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .._auditlog import AuditLog
     from ..limits import KernelLimits
     from ..net import HttpRun
 
@@ -92,7 +92,12 @@ class Sandbox:
         audit = _open_audit(self.audit)
         if self.policy.full_access:
             _record_full_access(audit, argv)
-        http = _start_http(self.policy, env, audited=audit is not None)
+        try:
+            http = _start_http(self.policy, env, audited=audit is not None)
+        except BaseException:
+            if audit is not None:
+                audit.close()
+            raise
         try:
             # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
             # to --unix-allow, and listening to --net-allow-bind.
@@ -101,6 +106,8 @@ class Sandbox:
         except BaseException:
             if http is not None:
                 http.close()
+            if audit is not None:
+                audit.close()
             raise
         self.warnings = confinement.warnings
         terminal = Foreground.detect() if foreground else None
@@ -121,10 +128,17 @@ class Sandbox:
                             supervision.take_listener)
         except BaseException:
             supervision.close()
+            if audit is not None:
+                audit.close()
             raise
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
+        process.audit = audit
         process.on_exit(supervision.close)
+        if self.policy.max_file_size is not None:
+            process.on_exit(lambda: _file_size_exceeded(process, self.policy.max_file_size))
+        if audit is not None:
+            process.on_exit(audit.close)
         supervision.watch(process.kill)
         return process
 
@@ -153,8 +167,9 @@ class Sandbox:
             capture.start()
             timed_out = _wait(process, timeout)
             stdout, stderr = capture.finish()
+        drops = capture.drop_notices(process.audit)
         if not self.quiet:
-            for notice in capture.drop_notices():
+            for notice in drops:
                 print(notice, file=sys.stderr)
         code = EXIT_TIMEOUT if timed_out else process.returncode
         return Result(code, stdout, stderr, timed_out, process.start_error)
@@ -188,19 +203,27 @@ def _wait(process: SandboxedProcess, timeout: float | None) -> bool:
         process.wait(timeout)
         return False
     except TimeoutExpired:
-        process.kill()
-        process.wait()
+        process.end_for_timeout(timeout)
         return True
 
 
-def _open_audit(path: str | None) -> TextIO | None:
-    """The audit log, opened before anything starts so that a bad path is a clear error."""
+def _open_audit(path: str | None) -> AuditLog | None:
     if path is None:
+        return None  # not even imported
+    from .._auditlog import AuditLog
+
+    return AuditLog(path)
+
+
+def _file_size_exceeded(process: SandboxedProcess, limit: int) -> str | None:
+    """The command was killed by SIGXFSZ: it wrote past --max-file-size (a process that
+    handles or ignores the signal gets EFBIG instead, and knows)."""
+    if process.returncode != 128 + signal.SIGXFSZ:
         return None
-    try:
-        return open(path, "a", buffering=1, encoding="utf-8")
-    except OSError as exc:
-        raise PolicyError("audit", f"cannot open {path}: {exc.strerror}") from None
+    reason = f"file size limit {limit} exceeded: the command was killed by SIGXFSZ (--max-file-size)"
+    if process.audit is not None:
+        process.audit.limit("max_file_size", str(limit), "kill", reason)
+    return f"sandlock: {reason}"
 
 
 def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dict[str, str]:
@@ -224,18 +247,13 @@ def _check_argv(argv: Sequence[str]) -> list[str]:
     return list(argv)
 
 
-def _record_full_access(audit: TextIO | None, argv: list[str]) -> None:
+def _record_full_access(audit: AuditLog | None, argv: list[str]) -> None:
     """Announced on stderr whatever -q says, and recorded in the audit log."""
     program = os.path.basename(argv[0])  # not the arguments: they may carry tokens
     print(f"sandlock: warning: full-access mode: {program} runs unconfined (filesystem, "
           "network and IPC open; only the syscall filter stays)", file=sys.stderr, flush=True)
     if audit is not None:
-        import json
-        import time
-
-        audit.write(json.dumps({"time": round(time.time(), 6), "event": "full-access",
-                                "program": program}) + "\n")
-        audit.flush()
+        audit.write({"event": "full-access", "program": program})
 
 
 def _check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:

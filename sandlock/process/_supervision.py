@@ -12,12 +12,12 @@ import errno
 import os
 import select
 import sys
-from io import TextIOWrapper as TextIO
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._auditlog import AuditLog
     from ..confine import Confinement
     from ..kernel import Listener, Notification
     from ..limits import CpuThrottle, MemoryWatch, ProcessGate
@@ -34,8 +34,9 @@ class Supervision:
     CPUs the build competed with the command). Counting processes needs nothing of it.
     """
 
-    def __init__(self, policy: Policy, confinement: Confinement, audit: TextIO | None,
+    def __init__(self, policy: Policy, confinement: Confinement, audit: AuditLog | None,
                  quiet: bool, http: HttpRun | None) -> None:
+        """``audit``: the run's log (it closes it), where limits hit are recorded too."""
         self._policy = policy
         self._http = http  # owned from now on
         self._quiet = quiet
@@ -48,7 +49,8 @@ class Supervision:
                    and confinement.isolation is not None)
         self._counts_processes = confinement.counts_processes
         self.wants_proc = self._counts_processes or watched
-        self._watches: list[MemoryWatch | CpuThrottle] = []
+        self._memory: MemoryWatch | None = None
+        self._cpu: CpuThrottle | None = None
         self._watch_fd = -1
         self._lock = _thread.allocate_lock()
         self._network: Network | None = None
@@ -115,20 +117,28 @@ class Supervision:
 
             def exceeded(used: int) -> None:
                 kill()
-                if not self._quiet:  # said as it happens: the CLI and Sandbox.run alike
-                    print(f"sandlock: memory limit {policy.max_memory} exceeded "
-                          f"({_mib(used)} in use): killed the sandbox (--max-memory)",
-                          file=sys.stderr, flush=True)
+                # Said as it happens: the CLI and Sandbox.run alike.
+                self._hit("max_memory", str(policy.max_memory), "kill",
+                          f"memory limit {policy.max_memory} exceeded ({_mib(used)} in use): "
+                          "killed the sandbox (--max-memory)", used=used)
 
-            self._watches.append(MemoryWatch(policy.max_memory, os.dup(self._watch_fd), exceeded))
+            self._memory = MemoryWatch(policy.max_memory, os.dup(self._watch_fd), exceeded)
+            self._memory.start()
         if policy.max_cpu is not None:
             from ..limits import CpuThrottle
 
-            self._watches.append(CpuThrottle(policy.max_cpu, os.dup(self._watch_fd)))
+            self._cpu = CpuThrottle(policy.max_cpu, os.dup(self._watch_fd))
+            self._cpu.start()
         os.close(self._watch_fd)
         self._watch_fd = -1
-        for watch in self._watches:
-            watch.start()
+
+    def _hit(self, limit: str, value: object, verdict: str, reason: str, *, notice: bool = True,
+             **details: object) -> None:
+        """A limit was hit: a record in the audit log, a notice on stderr."""
+        if self._audit is not None:
+            self._audit.limit(limit, value, verdict, reason, **details)
+        if notice and not self._quiet:
+            print(f"sandlock: {reason}", file=sys.stderr, flush=True)
 
     def _receive_from(self, listener_fd: int) -> None:
         try:
@@ -186,9 +196,10 @@ class Supervision:
             listener.proceed(notification.id)  # nothing read from the caller: no TOCTOU
             return
         listener.reply(notification.id, error=errno.EAGAIN)
-        if self._gate.refused == 1 and not self._quiet:
-            print(f"sandlock: process limit {self._gate.cap} reached: a fork failed with EAGAIN "
-                  "(-P/--max-processes raises it)", file=sys.stderr, flush=True)
+        if self._gate.refused == 1:  # the first: a fork bomb's next million are counted
+            self._hit("max_processes", self._gate.cap, "deny",
+                      f"process limit {self._gate.cap} reached: a fork failed with EAGAIN "
+                      "(-P/--max-processes raises it)", pid=notification.pid)
 
     def _build_network(self) -> Network | None:
         if self._network is not None or self._network_failed:
@@ -209,7 +220,7 @@ class Supervision:
             print(f"sandlock: error: the network supervisor could not start: {exc}",
                   file=sys.stderr, flush=True)
             return None
-        self._ruleset_fd = self._audit = None  # the engine's now
+        self._ruleset_fd = None  # the engine's now
         network.start()
         with self._lock:
             self._network = network
@@ -228,10 +239,17 @@ class Supervision:
             listener.close_when_idle()
         if self._gate is not None:
             if self._gate.refused:
-                self.notices.append(f"sandlock: process limit {self._gate.cap}: "
-                                    f"{self._gate.refused} fork(s) refused (EAGAIN)")
+                self._summarize("max_processes", self._gate.cap, "deny",
+                                f"process limit {self._gate.cap}: {self._gate.refused} fork(s) "
+                                "refused (EAGAIN)", count=self._gate.refused)
             self._gate.close()
         self._over.release()
+
+    def _summarize(self, limit: str, value: object, verdict: str, reason: str,
+                   **details: object) -> None:
+        """What a limit did over the whole run: audited, and said in the exit summary."""
+        self._hit(limit, value, verdict, reason, notice=False, summary=True, **details)
+        self.notices.append(f"sandlock: {reason}")
 
     def close(self) -> str | None:
         """End the supervision; the notices of what it refused, if any."""
@@ -239,8 +257,15 @@ class Supervision:
             if self._closed:
                 return None
             self._closed = True
-        for watch in self._watches:
-            watch.stop()
+        for watch in (self._memory, self._cpu):
+            if watch is not None:
+                watch.stop()
+        if self._cpu is not None and self._cpu.holds:
+            share = f"{self._policy.max_cpu:g}%"
+            self._summarize("max_cpu", self._policy.max_cpu, "throttle",
+                            f"CPU share {share}: the sandbox was held back {self._cpu.holds} "
+                            f"time(s), {self._cpu.held:.1f} s in all (--max-cpu)",
+                            count=self._cpu.holds, held=round(self._cpu.held, 3))
         if self._watch_fd >= 0:
             os.close(self._watch_fd)
         if self._receivers:
@@ -256,8 +281,6 @@ class Supervision:
                 self._http.close()
             if self._ruleset_fd is not None:
                 os.close(self._ruleset_fd)
-            if self._audit is not None:
-                self._audit.close()
             summary = None
         else:
             summary = network.close()
