@@ -15,9 +15,11 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
     from .policy import Policy
-    from .process import Result, Sandbox, SandboxedProcess, TimeoutExpired
+    from .process import CallError, CallResult, Result, Sandbox, SandboxedProcess, TimeoutExpired
 
 _EXPORTS = {
+    "CallError": "process",
+    "CallResult": "process",
     "PolicyError": "_errors",
     "SandlockError": "_errors",
     "SetupError": "_errors",
@@ -29,6 +31,8 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "CallError",
+    "CallResult",
     "Policy",
     "PolicyError",
     "Result",

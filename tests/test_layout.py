@@ -126,8 +126,8 @@ print(sorted(sandlock.__all__))
 """ % (LAYERS,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(sorted([
-        "Policy", "PolicyError", "Result", "Sandbox", "SandboxedProcess", "SandlockError",
-        "SetupError", "TimeoutExpired"]))
+        "CallError", "CallResult", "Policy", "PolicyError", "Result", "Sandbox", "SandboxedProcess",
+        "SandlockError", "SetupError", "TimeoutExpired"]))
 
 
 def test_importing_a_package_imports_none_of_its_modules():

@@ -12,6 +12,7 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from ._call import CallError, CallResult
     from ._capture import Capture
     from ._process import SandboxedProcess, TimeoutExpired
     from ._sandbox import Result, Sandbox
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 # ``module:`` for the module itself);
 # each module is imported on first use, so importing the package costs nothing
 _EXPORTS = {
+    "CallError": "_call",
+    "CallResult": "_call",
     "Capture": "_capture",
     "Result": "_sandbox",
     "Sandbox": "_sandbox",

@@ -71,6 +71,10 @@ class Capture:
         thread.start()
         self._threads.append(thread)
 
+    def read_alongside(self, fd: int, into: list[bytes]) -> None:
+        """Drain ``fd`` as well (a call's result pipe) into ``into``, until finish()."""
+        self._spawn(_read_into, fd, into)
+
     def _feed(self, fd: int) -> None:
         try:
             view = memoryview(self._input or b"")
@@ -125,6 +129,11 @@ class Capture:
         if self._stdin:
             self._stdin = (_close(self._stdin[0]), self._stdin[1])
         self._outputs = [(r, _close(w)) for r, w in self._outputs]
+
+
+def _read_into(fd: int, chunks: list[bytes]) -> None:
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
 
 
 def _close(fd: int | None) -> None:

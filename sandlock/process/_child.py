@@ -20,6 +20,8 @@ from ._terminal import set_foreground
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..confine import Confinement
     from ..limits import KernelLimits
 
@@ -53,6 +55,8 @@ class ChildSpec:
     pass_fds: tuple[int, ...] = ()
     limits: KernelLimits | None = None  # CPUs before confinement, rlimits before exec
     hand_proc: bool = False  # hand sandlock the sandbox's /proc with the listener
+    # Run in the confined process instead of exec (Sandbox.call); returns its exit status.
+    function: Callable[[], int] | None = None
 
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
@@ -66,7 +70,11 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
             send(report_fd, b"pid %d" % host_pid)
         _enter_process_group(spec.tty_fd)
         _install_stdio(spec.stdio)
-        _keep_only(spec.pass_fds)
+        if spec.function is None:
+            _keep_only(spec.pass_fds)
+        else:
+            held = _open_descriptors(spec.pass_fds)  # while /proc is surely readable
+            null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # the policy may not grant it
         _restore_signals(spec.ignored_signals)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent_pid:  # the parent died before we set the death signal
@@ -83,6 +91,8 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
         report_setup_error(error_fd, exc)
         os._exit(EXIT_SETUP)
+    if spec.function is not None:
+        _run_function(spec.function, spec.env, held, null)
     code = _exec(spec.argv, spec.env)
     _report(error_fd, b"exec %d" % code)
     os._exit(EXIT_NOTFOUND if code in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOEXEC)
@@ -109,6 +119,32 @@ def _exec(argv: list[str], env: dict[str, str]) -> int:
             if result == errno.ENOENT and exc.errno != errno.ENOENT and _exists(candidate):
                 result = exc.errno or errno.ENOEXEC
     return result
+
+
+def _run_function(function: Callable[[], int], env: dict[str, str], held: list[int],
+                  null: int) -> None:
+    """Never returns: run ``function`` (confined, in this copy of the caller) and exit
+    with the status it returns. What an exec would have done first: the environment
+    becomes the command's, and every descriptor of the caller's the command may not
+    keep becomes /dev/null (not closed: a Python object of the caller's still naming
+    it must not reach a file the function opens later under the same number). The
+    error pipe is one of them: sandlock sees it close, as at exec."""
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        for fd in held:
+            if fd != null:  # (null may have the number of the listing's own descriptor)
+                os.dup2(null, fd, inheritable=False)
+        os.close(null)
+        code = function()
+    except BaseException:  # noqa: BLE001 - the function's wrapper reports its own errors
+        code = EXIT_SETUP
+    os._exit(code)
+
+
+def _open_descriptors(keep: tuple[int, ...]) -> list[int]:
+    """The descriptors above 2 that are open and not in ``keep``."""
+    return [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and fd not in keep]
 
 
 def _exists(path: str) -> bool:

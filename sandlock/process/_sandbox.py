@@ -17,11 +17,12 @@ from ._terminal import Foreground
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from .._auditlog import AuditLog
     from ..limits import KernelLimits
     from ..net import HttpRun
+    from ._call import CallResult
 
 # --clean-env keeps only these variables from sandlock's environment.
 CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
@@ -82,8 +83,23 @@ class Sandbox:
         (under the same numbers). With ``foreground`` and a terminal, the command
         becomes the terminal's foreground job for as long as it runs (what the CLI does).
         """
-        argv = _check_argv(argv)
-        pass_fds = _check_pass_fds(pass_fds)
+        return self._launch(_check_argv(argv), None, (stdin, stdout, stderr),
+                            _check_pass_fds(pass_fds), foreground)
+
+    def call(self, fn: Callable[..., object], args: tuple = (),
+             kwargs: Mapping[str, object] | None = None, timeout: float | None = None) -> CallResult:
+        """Run ``fn(*args, **kwargs)`` in a confined copy of this process (its modules
+        and data shared copy-on-write) and return a CallResult: ``value`` is what fn
+        returned (pickled across), ``error`` what it raised. ``timeout`` defaults to the
+        policy's."""
+        from ._call import call
+
+        return call(self, fn, args, kwargs, timeout)
+
+    def _launch(self, argv: list[str], function: Callable[[], int] | None,
+                stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
+                foreground: bool = False) -> SandboxedProcess:
+        """Start ``argv``, or run ``function`` instead of exec (``argv`` names it)."""
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
                               "--dangerously-allow-full-access as well")
@@ -116,11 +132,12 @@ class Sandbox:
             env=env,
             cwd=cwd,
             confinement=confinement,
-            stdio=(stdin, stdout, stderr),
+            stdio=stdio,
             tty_fd=terminal.fd if terminal else None,
             ignored_signals=_inherited_ignored_signals(),
             pass_fds=pass_fds,
             limits=_kernel_limits(self.policy),
+            function=function,
         )
         supervision = Supervision(self.policy, confinement, audit, self.quiet, http)
         try:
@@ -165,7 +182,7 @@ class Sandbox:
                      forward=not capture_output) as capture:
             process = self.start(argv, pass_fds=pass_fds, **capture.child_stdio())
             capture.start()
-            timed_out = _wait(process, timeout)
+            timed_out = wait_or_kill(process, timeout)
             stdout, stderr = capture.finish()
         drops = capture.drop_notices(process.audit)
         if not self.quiet:
@@ -197,7 +214,7 @@ def _kernel_limits(policy: Policy) -> KernelLimits | None:
     return kernel_limits(policy)
 
 
-def _wait(process: SandboxedProcess, timeout: float | None) -> bool:
+def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
     """Wait for the command; on timeout kill the tree. True if it timed out."""
     try:
         process.wait(timeout)
