@@ -192,3 +192,40 @@ def test_call_as_an_unprivileged_user(as_nobody):
     result = subprocess.run(as_nobody([sys.executable, "-c", CALLER]), capture_output=True,
                             text=True, cwd=tempfile.gettempdir(), timeout=60)
     assert result.stdout.strip() == "(65534, True) True", result.stderr
+
+
+def test_a_hostile_function_cannot_run_code_in_the_caller(tmp_path):
+    """The function may run untrusted code, which can write any bytes to the result
+    pipe: a pickle that would call os.system when loaded must not be loaded."""
+    marker = tmp_path / "pwned"
+    payload = b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR."
+
+    def hostile():
+        for fd in range(3, 64):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                    os.write(fd, payload)
+            except OSError:
+                pass
+        os._exit(0)
+
+    result = Sandbox(Policy()).call(hostile)
+    assert not marker.exists()
+    assert not result.success and "os.system is not a plain type" in result.error.message
+
+
+class Custom:
+    pass
+
+
+def test_values_of_plain_types_come_back_and_others_are_refused():
+    import datetime
+    import decimal
+
+    value = {"n": [1, 2.5, 3j], "s": {"a", frozenset("b")}, "b": bytearray(b"x"), "t": (None, True),
+             "when": datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc),
+             "d": decimal.Decimal("1.1")}
+    assert Sandbox(Policy()).call(lambda: value).value == value
+    refused = Sandbox(Policy()).call(Custom)
+    assert not refused.success and refused.exit_code == 0
+    assert "test_call.Custom is not a plain type" in refused.error.message

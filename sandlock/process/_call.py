@@ -148,25 +148,34 @@ def _error_message(exc: BaseException, context: str = "") -> bytes:
 
 def _result(payload: bytes, code: int, stdout: bytes | None, stderr: bytes | None,
             timed_out: bool, start_error: str | None) -> CallResult:
-    outcome = _unpickle(payload)
-    if outcome and outcome[0] == "value" and code == 0:
+    outcome = _outcome(payload)
+    if outcome is not None and outcome[0] == "value" and code == 0:
         return CallResult(True, outcome[1], None, code, stdout, stderr, timed_out)
-    if outcome and outcome[0] == "error":
+    if outcome is not None and outcome[0] == "error":
         error = CallError(*outcome[1:])
     else:
         error = CallError(*_why_no_value(code, timed_out, start_error))
     return CallResult(False, None, error, code, stdout, stderr, timed_out)
 
 
-def _unpickle(payload: bytes) -> tuple | None:
+def _outcome(payload: bytes) -> tuple | None:
+    """("value", v) or ("error", type, message, traceback) from what the function's
+    process sent, which may be anything: the function may have run hostile code.
+    Only plain values load (``_safepickle``): never code of the sandbox's choosing."""
     if not payload:
         return None
+    from . import _safepickle
+
     try:
-        outcome = pickle.loads(payload)
-    except Exception as exc:  # noqa: BLE001 - e.g. the value's class cannot be imported here
-        return ("error", type(exc).__qualname__, f"the function's return value cannot be "
-                f"unpickled: {exc}", "")
-    return outcome if isinstance(outcome, tuple) else None
+        outcome = _safepickle.loads(payload)
+    except Exception as exc:  # noqa: BLE001 - a refused type, or bytes that are no pickle
+        return ("error", type(exc).__qualname__,
+                f"the function's return value cannot be taken back: {exc}", "")
+    if (isinstance(outcome, tuple) and len(outcome) == 2 and outcome[0] == "value") or (
+            isinstance(outcome, tuple) and len(outcome) == 4 and outcome[0] == "error"
+            and all(isinstance(part, str) for part in outcome)):
+        return outcome
+    return ("error", "UnpicklingError", "the function's process sent no result sandlock knows", "")
 
 
 def _why_no_value(code: int, timed_out: bool, start_error: str | None) -> tuple[str, str]:
