@@ -143,6 +143,19 @@ def test_the_callers_descriptors_are_dev_null_inside(tmp_path):
     assert result.value == (b"", "/dev/null")
 
 
+def test_the_function_holds_nothing_but_its_stdio_and_result_pipe():
+    def descriptors():
+        targets = set()
+        for fd in map(int, os.listdir("/proc/self/fd")):
+            try:
+                targets.add(os.readlink(f"/proc/self/fd/{fd}").split("[")[0])
+            except FileNotFoundError:
+                pass  # the listing's own descriptor, gone once listed
+        return sorted(targets)
+
+    assert Sandbox(Policy()).call(descriptors).value == ["/dev/null", "pipe:"]
+
+
 def test_a_caller_with_busy_threads_and_held_locks():
     held = threading.Lock()
     held.acquire()  # held by the caller all along: the call never needs it

@@ -101,7 +101,7 @@ class _Runner:
                  fd: int) -> None:
         self._function, self._args, self._kwargs, self._fd = function, args, kwargs, fd
 
-    def __call__(self) -> int:
+    def __call__(self, host_proc: int = -1) -> int:
         _standard_streams()
         try:
             value = self._function(*self._args, **self._kwargs)

@@ -55,12 +55,15 @@ class ChildSpec:
     pass_fds: tuple[int, ...] = ()
     limits: KernelLimits | None = None  # CPUs before confinement, rlimits before exec
     hand_proc: bool = False  # hand sandlock the sandbox's /proc with the listener
-    # Run in the confined process instead of exec (Sandbox.call); returns its exit status.
-    function: Callable[[], int] | None = None
+    # Run in the confined process instead of exec (a call, a long-lived sandbox's
+    # resident process): given the host's /proc (O_PATH, or -1), returns an exit status.
+    function: Callable[[int], int] | None = None
+    keep_host_proc: bool = False  # the function keeps the host's /proc (else -1)
 
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
-                 report_fd: int | None = None, host_pid: int | None = None) -> None:
+                 report_fd: int | None = None, host_pid: int | None = None,
+                 host_proc: int = -1) -> None:
     """Never returns: exec the confined command or _exit with 125/126/127.
 
     In the sandbox's PID namespace the command's parent is its init (pid 1), and the
@@ -73,7 +76,9 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
         if spec.function is None:
             _keep_only(spec.pass_fds)
         else:
-            held = _open_descriptors(spec.pass_fds)  # while /proc is surely readable
+            if not spec.keep_host_proc:
+                host_proc = -1  # (close-on-exec, opened by init: made /dev/null below)
+            held = _open_descriptors((*spec.pass_fds, host_proc))  # while /proc is surely readable
             null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # the policy may not grant it
         _restore_signals(spec.ignored_signals)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -92,7 +97,7 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
         report_setup_error(error_fd, exc)
         os._exit(EXIT_SETUP)
     if spec.function is not None:
-        _run_function(spec.function, spec.env, held, null)
+        _run_function(spec.function, spec.env, held, null, host_proc)
     code = _exec(spec.argv, spec.env)
     _report(error_fd, b"exec %d" % code)
     os._exit(EXIT_NOTFOUND if code in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOEXEC)
@@ -121,8 +126,8 @@ def _exec(argv: list[str], env: dict[str, str]) -> int:
     return result
 
 
-def _run_function(function: Callable[[], int], env: dict[str, str], held: list[int],
-                  null: int) -> None:
+def _run_function(function: Callable[[int], int], env: dict[str, str], held: list[int],
+                  null: int, host_proc: int) -> None:
     """Never returns: run ``function`` (confined, in this copy of the caller) and exit
     with the status it returns. What an exec would have done first: the environment
     becomes the command's, and every descriptor of the caller's the command may not
@@ -136,7 +141,7 @@ def _run_function(function: Callable[[], int], env: dict[str, str], held: list[i
             if fd != null:  # (null may have the number of the listing's own descriptor)
                 os.dup2(null, fd, inheritable=False)
         os.close(null)
-        code = function()
+        code = function(host_proc)
     except BaseException:  # noqa: BLE001 - the function's wrapper reports its own errors
         code = EXIT_SETUP
     os._exit(code)
