@@ -11,6 +11,7 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._cpu import CpuThrottle
+    from ._freeze import freeze, thaw
     from ._kernel import KernelLimits, kernel_limits
     from ._memory import MemoryWatch
     from ._processes import ProcessGate
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 # name -> the private module defining it; each module is imported on first use
 _EXPORTS = {
     "CpuThrottle": "_cpu",
+    "freeze": "_freeze",
+    "thaw": "_freeze",
     "KernelLimits": "_kernel",
     "ProcessGate": "_processes",
     "MemoryWatch": "_memory",

@@ -17,9 +17,10 @@ import _thread
 import os
 import time
 
+from ._freeze import sandbox_pids, signal_all
+
 TICK = 0.01
 PERIOD = 0.1
-_INIT = "1"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -38,9 +39,24 @@ class CpuThrottle:
         self._over.acquire()  # released when the thread ends
         self.holds = 0  # times the sandbox was stopped for having spent its budget
         self.held = 0.0  # seconds it spent stopped
+        # A paused sandbox (a long-lived one's pause()) is not the throttle's to continue.
+        self._signalling = _thread.allocate_lock()
+        self._paused = False
 
     def start(self) -> None:
         _thread.start_new_thread(self._run, ())
+
+    def pause(self) -> None:
+        """From now on until ``resume``, the throttle sends no signal (its budget still
+        accrues and is spent)."""
+        with self._signalling:
+            self._paused = True
+
+    def resume(self) -> None:
+        """The sandbox was continued as a whole: none of its processes is held now."""
+        with self._signalling:
+            self._paused = False
+            self._stopped = set()
 
     def stop(self) -> None:
         self._end.release()
@@ -61,22 +77,33 @@ class CpuThrottle:
                     if held_since is None:
                         held_since = now
                         self.holds += 1
-                    self._signal_all(_signal.SIGSTOP, self._stopped)
+                    self._hold()
                 elif held_since is not None:
-                    self._signal_all(_signal.SIGCONT, set())
+                    self._continue()
                     self.held += now - held_since
                     held_since = None
         finally:
             if held_since is not None:
-                self._signal_all(_signal.SIGCONT, set())
+                self._continue()
                 self.held += time.monotonic() - held_since
             self._over.release()
+
+    def _hold(self) -> None:
+        with self._signalling:
+            if not self._paused:
+                self._stopped |= signal_all(self._proc_fd, _signal.SIGSTOP, self._stopped)
+
+    def _continue(self) -> None:
+        with self._signalling:
+            if not self._paused and self._stopped:
+                signal_all(self._proc_fd, _signal.SIGCONT)
+            self._stopped = set()
 
     def _used_since_last(self) -> float:
         """CPU seconds the sandbox used since the last tick."""
         used = 0
         seen = {}
-        for pid in self._pids():
+        for pid in sandbox_pids(self._proc_fd):
             ticks = _cpu_ticks(pid, self._proc_fd)
             if ticks is None:
                 continue
@@ -84,29 +111,6 @@ class CpuThrottle:
             used += max(ticks - self._seen.get(pid, ticks), 0)
         self._seen = seen
         return used / _CLOCK_TICKS
-
-    def _pids(self) -> list[str]:
-        return [name for name in os.listdir(self._proc_fd) if name.isdigit() and name != _INIT]
-
-    def _signal_all(self, sig: int, mark: set[str]) -> None:
-        """``sig`` to every process (those in ``mark`` already have it); remembered."""
-        for pid in self._pids():
-            if pid in mark:
-                continue
-            try:
-                fd = os.open(pid, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._proc_fd)
-            except OSError:
-                continue
-            try:
-                _signal.pidfd_send_signal(fd, sig)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-            mark.add(pid)
-        if sig == _signal.SIGCONT:
-            self._stopped = set()
-
 
 def _cpu_ticks(pid: str, proc_fd: int) -> int | None:
     """utime + stime of process ``pid`` (all its threads), in clock ticks."""

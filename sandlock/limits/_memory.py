@@ -15,12 +15,13 @@ from __future__ import annotations
 import _thread
 import os
 
+from ._freeze import sandbox_pids
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 INTERVAL = 0.01  # seconds between samples
-_INIT = "1"
 _CHEAP = (b"RssAnon:", b"RssShmem:", b"VmSwap:")  # /proc/PID/status, kB
 _PRECISE = (b"Pss_Anon:", b"Pss_Shmem:", b"SwapPss:")  # /proc/PID/smaps_rollup, kB
 
@@ -60,7 +61,7 @@ class MemoryWatch:
 
     def usage(self) -> int:
         """Bytes in use now: the cheap sum, or the proportional one past the limit."""
-        pids = [name for name in os.listdir(self._proc_fd) if name.isdigit() and name != _INIT]
+        pids = sandbox_pids(self._proc_fd)
         cheap = sum(_counters(pid, "status", _CHEAP, self._proc_fd) for pid in pids)
         if cheap <= self.limit:
             return cheap

@@ -10,7 +10,6 @@ from __future__ import annotations
 import _thread  # threading costs ~1 ms of start-up; its Lock and a daemon thread are these
 import errno
 import os
-import select
 import sys
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
@@ -35,8 +34,9 @@ class Supervision:
     """
 
     def __init__(self, policy: Policy, confinement: Confinement, audit: AuditLog | None,
-                 quiet: bool, http: HttpRun | None) -> None:
-        """``audit``: the run's log (it closes it), where limits hit are recorded too."""
+                 quiet: bool, http: HttpRun | None, *, pausable: bool = False) -> None:
+        """``audit``: the run's log (it closes it), where limits hit are recorded too;
+        ``pausable``: keep the sandbox's /proc for pause() and resume()."""
         self._policy = policy
         self._http = http  # owned from now on
         self._quiet = quiet
@@ -48,7 +48,9 @@ class Supervision:
         watched = ((policy.max_memory is not None or policy.max_cpu is not None)
                    and confinement.isolation is not None)
         self._counts_processes = confinement.counts_processes
-        self.wants_proc = self._counts_processes or watched
+        self.wants_proc = self._counts_processes or watched or (
+            pausable and confinement.isolation is not None)
+        self._pause_fd = -1
         self._memory: MemoryWatch | None = None
         self._cpu: CpuThrottle | None = None
         self._watch_fd = -1
@@ -59,7 +61,7 @@ class Supervision:
         self._closed = False
         # Decided before the fork: the command waits while take_listener runs.
         self._pins_at_start = _pins_names(policy)
-        self._receivers = 0  # threads waiting for the command's calls (RECEIVERS, then fewer)
+        self._receivers = 0  # threads waiting for the command's calls
         self._over = _thread.allocate_lock()  # held until the last receiver is over
         self._handling = _thread.allocate_lock()  # network calls: one at a time
         self._gating = _thread.allocate_lock()  # fork-like calls: one at a time
@@ -82,6 +84,8 @@ class Supervision:
         if proc_fd >= 0 and (self._policy.max_memory is not None
                              or self._policy.max_cpu is not None):
             self._watch_fd = os.dup(proc_fd)  # watched once the command runs (watch)
+        if proc_fd >= 0 and self.wants_proc:
+            self._pause_fd = os.dup(proc_fd)
         if proc_fd >= 0 and not self._counts_processes:
             os.close(proc_fd)
             proc_fd = -1
@@ -92,6 +96,7 @@ class Supervision:
             return lambda: _thread.start_new_thread(self._receive_from, (listener_fd,))
         from ..kernel import Listener
         from ..limits import ProcessGate
+        from ._receiving import RECEIVERS, wait_until_receiving
 
         listener = Listener(listener_fd)
         self._gate = ProcessGate(self._policy.max_processes, proc_fd)
@@ -101,7 +106,7 @@ class Supervision:
         tids: list[int] = []
         for _ in range(RECEIVERS):
             _thread.start_new_thread(self._receive, (listener, tids))
-        _wait_until_receiving(tids)
+        wait_until_receiving(tids)
         if self._pins_at_start:
             return lambda: _thread.start_new_thread(self._build_network_now, ())
         return lambda: None
@@ -131,6 +136,24 @@ class Supervision:
             self._cpu.start()
         os.close(self._watch_fd)
         self._watch_fd = -1
+
+    def pause(self) -> bool:
+        """Stop every process of the sandbox (none left running, those forked meanwhile
+        included); False if they could not all be stopped in time."""
+        if self._pause_fd < 0:
+            raise RuntimeError("pause needs the sandbox's own PID namespace")
+        from ..limits import freeze
+
+        if self._cpu is not None:
+            self._cpu.pause()
+        return freeze(self._pause_fd)
+
+    def resume(self) -> None:
+        from ..limits import thaw
+
+        thaw(self._pause_fd)
+        if self._cpu is not None:
+            self._cpu.resume()
 
     def _hit(self, limit: str, value: object, verdict: str, reason: str, *, notice: bool = True,
              **details: object) -> None:
@@ -166,6 +189,10 @@ class Supervision:
         so that a burst of calls is received while Python is busy with one. They end
         when the sandbox is gone (the listener hangs up)."""
         tids.append(_thread.get_native_id())
+        from ._receiving import (
+            hung_up,  # (in the thread: a default run loads it after exec)
+        )
+
         try:
             while True:
                 try:
@@ -174,7 +201,7 @@ class Supervision:
                     return
                 if notification is not None:
                     self._dispatch(listener, notification)
-                elif _hung_up(listener.fd):
+                elif hung_up(listener.fd):
                     return
         finally:
             self._done(listener)
@@ -204,8 +231,10 @@ class Supervision:
     def _build_network(self) -> Network | None:
         if self._network is not None or self._network_failed:
             return self._network
+        from ._receiving import responsive_switching
+
         try:
-            with _responsive_switching:
+            with responsive_switching:
                 from ..net import Network
 
                 network = Network(self._policy, self._ruleset_fd, self._audit,
@@ -266,8 +295,10 @@ class Supervision:
                             f"CPU share {share}: the sandbox was held back {self._cpu.holds} "
                             f"time(s), {self._cpu.held:.1f} s in all (--max-cpu)",
                             count=self._cpu.holds, held=round(self._cpu.held, 3))
-        if self._watch_fd >= 0:
-            os.close(self._watch_fd)
+        for fd in (self._watch_fd, self._pause_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._watch_fd = self._pause_fd = -1
         if self._receivers:
             # The sandbox is gone (close() comes after its end): its listener hangs up and
             # the receivers end, before the run does: no thread of ours wakes later, when
@@ -301,8 +332,6 @@ def _process_creation() -> frozenset[int]:
 _CREATION_NUMBERS: frozenset[int] | None = None
 
 
-RECEIVERS = 3  # calls the kernel can hand over while Python is busy with others
-_READY_TIMEOUT = 0.05
 _WAKE_TIMEOUT = 5.0  # receivers need microseconds to see the hang-up; this bounds a stuck one
 
 
@@ -323,67 +352,5 @@ def _pins_names(policy: Policy) -> bool:
     return bool(names - resolved_names(policy.resolve))
 
 
-_IOCTL = b"16 "  # x86_64's ioctl, as /proc/PID/task/TID/syscall shows a blocked call
-
-
-def _wait_until_receiving(tids: list[int]) -> None:
-    """Until each receiver waits in the kernel (in RECV, not for the GIL): a call the
-    command makes at once, then, is received at once. Bounded: a receiver late to wait
-    only widens the EINTR window its docstring speaks of."""
-    import time
-
-    deadline = time.monotonic() + _READY_TIMEOUT
-    pending = RECEIVERS
-    while time.monotonic() < deadline:
-        if len(tids) == pending and all(map(_in_ioctl, tids)):
-            return
-        time.sleep(0.00005)  # lets the receivers take the GIL
-
-
-def _in_ioctl(tid: int) -> bool:
-    try:
-        with open(f"/proc/self/task/{tid}/syscall", "rb") as file:
-            return file.read(3) == _IOCTL
-    except OSError:
-        return True  # gone (the sandbox already is): nothing to wait for
-
-
 def _mib(size: int) -> str:
     return f"{size / (1 << 20):.0f}M"
-
-
-def _hung_up(fd: int) -> bool:
-    """The listener's filter has no process left (RECV then fails at once)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
-
-
-class _ResponsiveSwitching:
-    """Lowers the interpreter's thread switch interval while network engines are being
-    built. The builder imports for ~15 ms holding the GIL; a thread that wakes meanwhile
-    (the one reporting that a short command has exited) would wait up to the default
-    5 ms for it. Restored when the last builder is done."""
-
-    INTERVAL = 0.0001
-
-    def __init__(self) -> None:
-        self._lock = _thread.allocate_lock()
-        self._builders = 0
-        self._saved = 0.0
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._builders == 0:
-                self._saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(self._saved, self.INTERVAL))
-            self._builders += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._builders -= 1
-            if self._builders == 0:
-                sys.setswitchinterval(self._saved)
-
-
-_responsive_switching = _ResponsiveSwitching()  # one for the process: the interval is global
