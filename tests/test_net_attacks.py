@@ -1232,3 +1232,28 @@ def test_nothing_is_sent_for_a_command_that_was_killed():
     finally:
         server.close()
     assert total < 50 << 20
+
+
+FORGED_CREDENTIALS = r'''
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+b.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+results = {}
+for name, pid, uid in (("own", os.getpid(), os.getuid()), ("init", 1, 0), ("root", os.getpid(), 0)):
+    credentials = struct.pack("3i", pid, uid, os.getgid())
+    results[name] = attempt(a.sendmsg, [b"x"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, credentials)])
+a.send(b"plain")
+data, ancillary, _, _ = b.recvmsg(16, 64)
+while data != b"plain":
+    data, ancillary, _, _ = b.recvmsg(16, 64)
+results["stamped"] = list(struct.unpack("3i", ancillary[0][2]))[1:] == [os.getuid(), os.getgid()]
+report(**results)
+'''
+
+
+@users
+def test_forged_scm_credentials_are_refused(as_nobody_or_self):
+    """Sent on the command's behalf, SCM_CREDENTIALS would be checked against sandlock's
+    own (root's, for a root sandlock) and claim what the command never could."""
+    assert bare(FORGED_CREDENTIALS).report["init"] == "EPERM" or os.getuid() == 0
+    attacks = confined(FORGED_CREDENTIALS, "-q", wrap=as_nobody_or_self).report
+    assert attacks == {"own": "EPERM", "init": "EPERM", "root": "EPERM", "stamped": True}

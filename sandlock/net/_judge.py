@@ -115,6 +115,7 @@ _AF_UNSPEC = 0
 # the packet to its first hop, an address no verdict has seen. (level, type):
 # IP_RETOPTS, IPV6_RTHDR, IPV6_2292RTHDR. The setsockopt forms are refused by seccomp.
 SOURCE_ROUTING_CONTROL = frozenset({(0, 7), (41, 57), (41, 5)})
+_SCM_CREDENTIALS = (1, 2)  # (SOL_SOCKET, SCM_CREDENTIALS)
 
 
 def judge_destination(sock: Socket, address: SockAddress | None, ctx: RunContext,
@@ -136,6 +137,11 @@ def judge_destination(sock: Socket, address: SockAddress | None, ctx: RunContext
 def judge_message(sock: Socket, message: Message, ctx: RunContext) -> Decision:
     """One message of sendto/sendmsg/sendmmsg: its destination and its ancillary data."""
     protocol = sock.transport  # "" unless an IP socket
+    if _SCM_CREDENTIALS in message.control_kinds:
+        # Sent on the command's behalf, the kernel would check and stamp them as
+        # sandlock's: a pid, uid or gid the command could never claim itself.
+        verdict = Verdict(False, "SCM_CREDENTIALS (they would be sandlock's, not the command's)")
+        return Decision(False, None, verdict, protocol or "unix", errno.EPERM)
     if protocol and not SOURCE_ROUTING_CONTROL.isdisjoint(message.control_kinds):
         verdict = Verdict(False, "IP options or routing header (source routing)")
         return Decision(False, None, verdict, protocol, errno.EPERM)
