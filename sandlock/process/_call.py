@@ -12,6 +12,7 @@ back pickled through a pipe of its own; what it prints, through the same capture
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import sys
@@ -23,8 +24,21 @@ from .._record import record
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from typing import Protocol
 
+    from ._process import SandboxedProcess
     from ._sandbox import Sandbox
+
+    class Waitable(Protocol):
+        """A started function's process: a SandboxedProcess, or a long-lived sandbox's."""
+
+        returncode: int | None
+        start_error: str | None
+        notices: list[str]
+        audit: object
+
+        def wait(self, timeout: float | None = None) -> int: ...
+        def end_for_timeout(self, timeout: float) -> None: ...
 
 EXIT_RAISED = 1  # as an uncaught exception ends the interpreter
 EXIT_UNPICKLABLE = 3
@@ -60,7 +74,23 @@ class CallResult:
 
 def call(sandbox: Sandbox, function: Callable[..., object], args: tuple = (),
          kwargs: Mapping[str, object] | None = None, timeout: float | None = None) -> CallResult:
-    _check(function, args, kwargs, timeout)
+    """A call of its own: a fresh sandbox forked from the caller, now."""
+    check_call(function, args, kwargs, timeout)
+
+    def start(stdout: int, stderr: int, result: int) -> SandboxedProcess:
+        run = Runner(function, tuple(args), dict(kwargs or {}), result)
+        with open(os.devnull, "rb") as nothing:  # not the caller's stdin
+            return sandbox._launch([_label(function)], run, (nothing.fileno(), stdout, stderr),
+                                   (result,))
+
+    return call_in(sandbox, start, timeout)
+
+
+def call_in(sandbox: Sandbox, start: Callable[[int, int, int], Waitable],
+            timeout: float | None) -> CallResult:
+    """Start a function's process with ``start(stdout, stderr, result)`` (descriptors
+    it must pass on), collect what it prints and returns, wait for it (at most
+    ``timeout``, else the policy's)."""
     from ._capture import Capture
     from ._sandbox import wait_or_kill
 
@@ -70,12 +100,8 @@ def call(sandbox: Sandbox, function: Callable[..., object], args: tuple = (),
     try:
         _flush_streams()  # else the copy would print again what the caller buffered
         with Capture(None, True, limit=sandbox.policy.max_output) as capture:
-            run = _Runner(function, tuple(args), dict(kwargs or {}), result_w)
             stdio = capture.child_stdio()
-            with open(os.devnull, "rb") as nothing:  # not the caller's stdin
-                process = sandbox._launch([_label(function)], run,
-                                          (nothing.fileno(), stdio["stdout"], stdio["stderr"]),
-                                          (result_w,))
+            process = start(stdio["stdout"], stdio["stderr"], result_w)
             os.close(result_w)
             result_w = -1
             capture.start()
@@ -91,15 +117,30 @@ def call(sandbox: Sandbox, function: Callable[..., object], args: tuple = (),
         for notice in [*drops, *process.notices]:
             print(notice, file=sys.stderr)
     code = EXIT_TIMEOUT if timed_out else process.returncode
-    return _result(b"".join(received), code, stdout, stderr, timed_out, process.start_error)
+    return result_of(b"".join(received), code, stdout, stderr, timed_out, process.start_error)
 
 
-class _Runner:
+class Runner:
     """What the function's process runs: the call, its outcome pickled to ``fd``."""
 
     def __init__(self, function: Callable[..., object], args: tuple, kwargs: dict,
                  fd: int) -> None:
         self._function, self._args, self._kwargs, self._fd = function, args, kwargs, fd
+
+    @classmethod
+    def loading(cls, payload: bytes, fd: int) -> Runner:
+        """The runner of a function and arguments pickled by sandlock (a running
+        sandbox's call); one that raises why, if they cannot be loaded here."""
+        try:
+            function, args, kwargs = pickle.loads(payload)
+        except Exception as exc:  # noqa: BLE001 - e.g. a module the sandbox cannot read
+            error = RuntimeError(f"the function cannot be loaded in the running sandbox: {exc}")
+
+            def unloadable() -> None:
+                raise error
+
+            return cls(unloadable, (), {}, fd)
+        return cls(function, args, kwargs, fd)
 
     def __call__(self, host_proc: int = -1) -> int:
         _standard_streams()
@@ -121,10 +162,21 @@ class _Runner:
 
     def _send(self, payload: bytes) -> None:
         _flush_streams()
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(self._fd, view):]
+        try:
+            _write_all(self._fd, payload)
+        except OSError as exc:
+            if exc.errno != errno.EMSGSIZE:
+                raise
+            # A clone's results socket takes one message per value, of bounded size.
+            _write_all(self._fd, _error_message(exc, f"the return value is too large "
+                                                f"({len(payload)} bytes pickled) for a clone"))
         os.close(self._fd)
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _standard_streams() -> None:
@@ -146,8 +198,10 @@ def _error_message(exc: BaseException, context: str = "") -> bytes:
     return pickle.dumps(("error", name, message, text))
 
 
-def _result(payload: bytes, code: int, stdout: bytes | None, stderr: bytes | None,
-            timed_out: bool, start_error: str | None) -> CallResult:
+def result_of(payload: bytes, code: int, stdout: bytes | None, stderr: bytes | None,
+              timed_out: bool, start_error: str | None) -> CallResult:
+    """The CallResult of a function's process that sent ``payload`` and ended with
+    ``code``."""
     outcome = _outcome(payload)
     if outcome is not None and outcome[0] == "value" and code == 0:
         return CallResult(True, outcome[1], None, code, stdout, stderr, timed_out)
@@ -211,7 +265,7 @@ def _label(function: Callable[..., object]) -> str:
     return f"<call {getattr(function, '__qualname__', type(function).__name__)}>"
 
 
-def _check(function: object, args: object, kwargs: object, timeout: object) -> None:
+def check_call(function: object, args: object, kwargs: object, timeout: object) -> None:
     if not callable(function):
         raise TypeError(f"fn: expected a callable, got {type(function).__name__}")
     if not isinstance(args, (tuple, list)):

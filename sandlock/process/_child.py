@@ -98,12 +98,12 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
         os._exit(EXIT_SETUP)
     if spec.function is not None:
         _run_function(spec.function, spec.env, held, null, host_proc)
-    code = _exec(spec.argv, spec.env)
+    code = exec_argv(spec.argv, spec.env)
     _report(error_fd, b"exec %d" % code)
     os._exit(EXIT_NOTFOUND if code in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOEXEC)
 
 
-def _exec(argv: list[str], env: dict[str, str]) -> int:
+def exec_argv(argv: list[str], env: dict[str, str]) -> int:
     """execve argv[0], searching PATH like a shell; returns the errno if nothing ran.
 
     Unlike execvp, a PATH directory that cannot be searched (outside the sandbox's

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._auditlog import AuditLog
+    from ._supervision import Supervision
 
 
 class TimeoutExpired(Exception):
@@ -42,6 +43,7 @@ class SandboxedProcess:
         self._exit_hooks: list[Callable[[], str | None]] = []
         self.notices: list[str] = []  # what the exit hooks had to say (e.g. denial summary)
         self.audit: AuditLog | None = None  # the run's audit log, if it keeps one
+        self.pauser: Supervision | None = None  # a long-lived sandbox's pause and resume
 
     def on_exit(self, hook: Callable[[], str | None]) -> None:
         """Run ``hook`` once the sandbox has ended; a string it returns is kept in notices."""
@@ -180,7 +182,7 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
         process._read_reports()
     if adopt_listener:
         _take_listener(to_sandlock, from_sandlock, adopt_listener)
-    process.start_error = _describe_start_error(spec.argv[0], _read_all(error_r))
+    process.start_error = describe_start_error(spec.argv[0], _read_all(error_r))
     return process
 
 
@@ -210,7 +212,7 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _describe_start_error(command: str, report: bytes) -> str | None:
+def describe_start_error(command: str, report: bytes) -> str | None:
     error = _child.parse_error(report)
     if error is None:
         return None

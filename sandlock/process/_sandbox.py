@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..limits import KernelLimits
     from ..net import HttpRun
     from ._call import CallResult
+    from ._live import Clone, LiveProcess, LiveSandbox
 
 # --clean-env keeps only these variables from sandlock's environment.
 CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
@@ -48,12 +49,18 @@ class Result:
 
 
 class Sandbox:
-    """Runs commands under one Policy."""
+    """Runs commands and functions under one Policy; ``with Sandbox(...) as sb:`` keeps
+    one sandbox running for the block (``exec``, ``call``, ``fork``, ``pause``, ...)."""
 
-    def __init__(self, policy: Policy | str | None = None, *, audit: str | None = None,
-                 quiet: bool = False, dangerously_allow_full_access: bool = False) -> None:
-        """``policy``: a Policy, or the name of a profile to load (``Sandbox("build")``).
-        ``audit``: a file receiving one JSON line per network decision.
+    def __init__(self, policy: Policy | str | None = None, init: Callable[[], object] | None = None,
+                 work: Callable[[], object] | None = None, *, audit: str | None = None,
+                 quiet: bool = False, dangerously_allow_full_access: bool = False,
+                 **fields: object) -> None:
+        """``policy``: a Policy, or the name of a profile to load (``Sandbox("build")``);
+        ``fields``: Policy fields, on top of it (``Sandbox(fs_readable=["/usr"])``).
+        ``init``, ``work``: for COW clones (``fork``): ``init()`` runs once in the
+        sandbox, each clone runs ``work()``.
+        ``audit``: a file receiving one JSON line per network decision and limit hit.
         ``quiet``: no notices on stderr (denials, DNS warnings).
         ``dangerously_allow_full_access``: the consent a policy in mode full-access needs
         (it never comes from the policy itself, which someone else may have written)."""
@@ -61,11 +68,72 @@ class Sandbox:
             from ..policy import load_profile
 
             policy = load_profile(policy)
-        self.policy = policy if policy is not None else Policy()
+        if policy is not None and not isinstance(policy, Policy):
+            raise TypeError(f"policy: expected a Policy or a profile name, got {type(policy).__name__}")
+        for name, value in (("init", init), ("work", work)):
+            if value is not None and not callable(value):
+                raise TypeError(f"{name}: expected a callable, got {type(value).__name__}")
+        policy = policy if policy is not None else Policy()
+        self.policy = policy.replace(**fields) if fields else policy
+        self.init, self.work = init, work
         self.audit = audit
         self.quiet = quiet
         self.full_access_allowed = dangerously_allow_full_access
         self.warnings: list[str] = []
+        self._live: LiveSandbox | None = None
+
+    # --- a sandbox kept for a block ----------------------------------------------------
+
+    def __enter__(self) -> Sandbox:
+        if self._live is not None:
+            raise RuntimeError("this sandbox is already running (one block at a time)")
+        from ._live import LiveSandbox
+
+        self._live = LiveSandbox(self, self.init, self.work)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.close()
+
+    def exec(self, argv: Sequence[str], *, stdin: int | None = None, stdout: int | None = None,
+             stderr: int | None = None, pass_fds: Sequence[int] = ()) -> LiveProcess:
+        """Start ``argv`` in the running sandbox; stdio are descriptors (None: the
+        sandbox's, i.e. this process's when the block began). Returns its handle."""
+        return self._running("exec").exec(_check_argv(argv), (stdin, stdout, stderr),
+                                          _check_pass_fds(pass_fds))
+
+    def fork(self, n: int) -> list[Clone]:
+        """``n`` copy-on-write clones of the sandbox's process that ran ``init()``, each
+        running ``work()`` with CLONE_ID 0..n-1 in its environment."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise TypeError(f"n: expected a number of clones (an int >= 0), got {n!r}")
+        return self._running("fork").fork(n)
+
+    def pause(self) -> None:
+        """Stop every process of the running sandbox (none runs until ``resume``)."""
+        self._running("pause").pause()
+
+    def resume(self) -> None:
+        self._running("resume").resume()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Until everything started in the running sandbox has ended; the exit code of
+        the first command ``exec`` started (None if none). Past ``timeout`` (default:
+        the policy's), the sandbox is killed and 124 returned."""
+        timeout = self.policy.timeout if timeout is None else timeout
+        return self._running("wait").wait(timeout)
+
+    def kill(self) -> None:
+        """Kill every process of the running sandbox; it is over (leave its block)."""
+        self._running("kill").kill()
+
+    def _running(self, method: str) -> LiveSandbox:
+        if self._live is None:
+            raise RuntimeError(f"{method}() needs a running sandbox: "
+                               f"`with Sandbox(policy) as sb: sb.{method}(...)`")
+        return self._live
 
     def start(
         self,
@@ -92,14 +160,18 @@ class Sandbox:
         and data shared copy-on-write) and return a CallResult: ``value`` is what fn
         returned (pickled across), ``error`` what it raised. ``timeout`` defaults to the
         policy's."""
-        from ._call import call
+        from ._call import call, check_call
 
-        return call(self, fn, args, kwargs, timeout)
+        if self._live is None:
+            return call(self, fn, args, kwargs, timeout)
+        check_call(fn, args, kwargs, timeout)
+        return self._live.call(fn, tuple(args), dict(kwargs or {}), timeout)
 
-    def _launch(self, argv: list[str], function: Callable[[], int] | None,
+    def _launch(self, argv: list[str], function: Callable[[int], int] | None,
                 stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
-                foreground: bool = False) -> SandboxedProcess:
-        """Start ``argv``, or run ``function`` instead of exec (``argv`` names it)."""
+                foreground: bool = False, resident: bool = False) -> SandboxedProcess:
+        """Start ``argv``, or run ``function`` instead of exec (``argv`` names it);
+        ``resident``: the function is a long-lived sandbox's resident process."""
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
                               "--dangerously-allow-full-access as well")
@@ -138,8 +210,10 @@ class Sandbox:
             pass_fds=pass_fds,
             limits=_kernel_limits(self.policy),
             function=function,
+            keep_host_proc=resident,
         )
-        supervision = Supervision(self.policy, confinement, audit, self.quiet, http)
+        supervision = Supervision(self.policy, confinement, audit, self.quiet, http,
+                                  pausable=resident)
         try:
             process = spawn(spec.replace(hand_proc=supervision.wants_proc), terminal,
                             supervision.take_listener)
@@ -151,6 +225,7 @@ class Sandbox:
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
         process.audit = audit
+        process.pauser = supervision if resident else None
         process.on_exit(supervision.close)
         if self.policy.max_file_size is not None:
             process.on_exit(lambda: _file_size_exceeded(process, self.policy.max_file_size))

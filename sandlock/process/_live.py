@@ -1,0 +1,361 @@
+"""A long-lived sandbox, from sandlock's side: ``with Sandbox(policy) as sb:``.
+
+One confined resident process (``_resident``) runs in the sandbox for as long as the
+block lasts; ``exec``, ``call`` and ``fork`` ask it for new processes, which share
+the sandbox's supervisor, network policy and limits. A reader thread follows what
+it says (text: pids, exit statuses); clones' values arrive on a results socket that
+stamps each message with its sender's pid, so a clone can only speak for itself.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import socket
+import struct
+import threading
+import time
+
+from .._errors import EXIT_SETUP, EXIT_TIMEOUT, SetupError
+from ._process import TimeoutExpired, describe_start_error
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ._call import CallResult
+    from ._process import SandboxedProcess
+    from ._sandbox import Sandbox
+
+_READY_TIMEOUT = 60.0  # init() may load a model: generous, but a hang is not forever
+_CREDENTIALS = struct.calcsize("3i")
+RESULT_BUFFER = 1 << 20  # the results socket's receive buffer: a burst of clones' values
+MAX_VALUE = 1 << 18  # a clone's pickled value, at most (a message's size on the socket)
+
+
+class LiveProcess:
+    """A process started in a long-lived sandbox (``exec``): ``pid`` (as sandlock
+    sees it; the leader of its own process group), ``returncode``, ``start_error``."""
+
+    def __init__(self, live: LiveSandbox, token: int, name: str) -> None:
+        self._live = live
+        self.token = token
+        self.name = name
+        self.pid = 0
+        self.returncode: int | None = None
+        self.start_error: str | None = None
+        self.notices: list[str] = []  # (the sandbox's own are said when it ends)
+
+    @property
+    def audit(self) -> object:
+        """The sandbox's audit log, if it keeps one."""
+        return self._live.audit
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code (128+N for signal N); TimeoutExpired if it runs on."""
+        if not self._live.wait_until(lambda: self.returncode is not None, timeout):
+            raise TimeoutExpired
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """``sig`` to its process group (what it started, unless they moved away)."""
+        if self.returncode is None and self.pid:
+            try:
+                os.killpg(self.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+    def end_for_timeout(self, timeout: float) -> None:
+        if self.audit is not None:
+            self.audit.limit("timeout", timeout, "kill",
+                             f"timeout: killed {self.name} after {timeout:g} s")
+        self.kill()
+        self.wait()
+
+
+class Clone(LiveProcess):
+    """One of ``sb.fork(n)``'s clones: ``clone_id`` (its CLONE_ID), and once it has
+    ended, ``value``/``error``/``success`` of ``work()`` as for a call."""
+
+    def __init__(self, live: LiveSandbox, token: int, clone_id: int) -> None:
+        super().__init__(live, token, f"clone {clone_id}")
+        self.clone_id = clone_id
+        self._outcome: bytes = b""
+
+    @property
+    def success(self) -> bool:
+        return self._result().success
+
+    @property
+    def value(self) -> object:
+        return self._result().value
+
+    @property
+    def error(self) -> object:
+        return self._result().error
+
+    def _result(self) -> CallResult:
+        from ._call import result_of
+
+        if self.returncode is None:
+            raise RuntimeError(f"clone {self.clone_id} is still running: wait() for it first")
+        return result_of(self._outcome, self.returncode, None, None, False, self.start_error)
+
+
+class LiveSandbox:
+    def __init__(self, sandbox: Sandbox, init: Callable[[], object] | None,
+                 work: Callable[[], object] | None) -> None:
+        from ._resident import Resident
+
+        self._sandbox = sandbox
+        self._work = work
+        self._changed = threading.Condition()
+        self._processes: dict[int, LiveProcess] = {}
+        self._by_pid: dict[int, Clone] = {}
+        self._unclaimed: dict[int, bytes] = {}  # values of clones whose pid is not known yet
+        self._next_token = 1
+        self._state = "starting"  # -> ready | failed -> over
+        self._failure = ""  # what init() raised
+        self.audit = None
+        self._paused = False
+        self.first: LiveProcess | None = None  # the first exec'd: what wait() returns
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        results_theirs = None
+        if work is not None:
+            self._results, results_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self._results.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            self._results.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RESULT_BUFFER)
+        passed = [theirs.fileno(), *([results_theirs.fileno()] if results_theirs else [])]
+        resident = Resident(theirs.fileno(), results_theirs.fileno() if results_theirs else -1,
+                            init, work)
+        try:
+            self._process: SandboxedProcess = sandbox._launch(
+                ["<sandbox>"], resident, (None, None, None), tuple(passed), resident=True)
+        finally:
+            theirs.close()
+            if results_theirs is not None:
+                results_theirs.close()
+        self.audit = self._process.audit
+        threading.Thread(target=self._follow, daemon=True).start()
+        self._await_ready()
+
+    # --- requests -------------------------------------------------------------------
+
+    def exec(self, argv: list[str], stdio: tuple[int | None, int | None, int | None],
+             pass_fds: tuple[int, ...]) -> LiveProcess:
+        given = [(target, fd) for target, fd in enumerate(stdio) if fd is not None]
+        given += [(fd, fd) for fd in pass_fds]
+        targets = [target for target, _ in given]
+        process = self._request(lambda token: LiveProcess(self, token, argv[0]),
+                                lambda token: ("exec", token, argv, targets), [fd for _, fd in given])
+        with self._changed:
+            self.first = self.first or process
+        self.wait_until(lambda: process.pid or process.returncode is not None, None)
+        return process
+
+    def call(self, function: Callable[..., object], args: tuple, kwargs: dict,
+             timeout: float | None) -> CallResult:
+        from ._call import call_in
+
+        try:
+            payload = pickle.dumps((function, args, kwargs), pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - said as the argument's fault
+            raise TypeError(f"fn: a running sandbox calls functions in its own process, forked "
+                            f"when its block began, so fn and its arguments must be picklable "
+                            f"(defined at module level): {exc}") from None
+
+        def start(stdout: int, stderr: int, result: int) -> LiveProcess:
+            return self._request(lambda token: LiveProcess(self, token, "<call>"),
+                                 lambda token: ("call", token, payload), [result, stdout, stderr])
+
+        return call_in(self._sandbox, start, timeout)
+
+    def fork(self, count: int) -> list[Clone]:
+        if self._work is None:
+            raise RuntimeError("fork() needs work: Sandbox(policy, init, work)")
+        if count == 0:
+            return []
+        with self._changed:
+            first = self._next_token
+            self._next_token += count
+        clones = [Clone(self, first + i, i) for i in range(count)]
+        self._request(None, lambda token: ("clones", first, count), [], clones)
+        return clones
+
+    def pause(self) -> None:
+        self._check_open()
+        if not self._process.pauser.pause():
+            raise RuntimeError("the sandbox's processes could not all be stopped within 2 s")
+        self._paused = True
+
+    def resume(self) -> None:
+        if self._state == "ready" and self._paused:
+            self._process.pauser.resume()
+        self._paused = False
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Until every process started here has ended; the first exec'd one's exit
+        code. Past ``timeout``, the whole sandbox is killed (like a run's timeout)."""
+        if not self.wait_until(self._all_ended, timeout):
+            self.kill()
+            self.wait_until(self._all_ended, None)
+            return EXIT_TIMEOUT
+        return self.first.returncode if self.first is not None else None
+
+    def kill(self) -> None:
+        """Every process of the sandbox, and the sandbox itself: it is over."""
+        self._process.kill()  # the reader sees the sandbox end, and reaps it
+        self.wait_until(lambda: self._state == "over", None)
+
+    def close(self) -> None:
+        self._paused = False  # (SIGKILL ends stopped processes too)
+        self.kill()
+        self._control.close()
+
+    # --- sandlock's side of the conversation -----------------------------------------
+
+    def _request(self, make: Callable[[int], LiveProcess] | None,
+                 request_of: Callable[[int], tuple], fds: Sequence[int],
+                 made: list[LiveProcess] = ()) -> LiveProcess | None:
+        """Register the process(es) a request starts (``make(token)``, or ``made``),
+        then send it; registered only if sent (else nothing would ever end them)."""
+        from ._resident import MAX_REQUEST
+
+        self._check_open()
+        with self._changed:
+            if make is not None:
+                token = self._next_token
+                self._next_token += 1
+                made = [make(token)]
+            data = pickle.dumps(request_of(made[0].token), pickle.HIGHEST_PROTOCOL)
+            if len(data) > MAX_REQUEST:
+                raise ValueError(f"the request is too large ({len(data)} bytes pickled, at most "
+                                 f"{MAX_REQUEST}): pass large data through a file")
+            socket.send_fds(self._control, [data], list(fds))
+            self._processes.update((process.token, process) for process in made)
+        return made[0]
+
+    def _follow(self) -> None:
+        """The reader: what the resident and the processes it forks say, and the
+        clones' values (one thread: a clone's value is always taken before its exit)."""
+        poller = select.poll()
+        poller.register(self._control, select.POLLIN)
+        if self._work is not None:
+            poller.register(self._results, select.POLLIN)
+        over = False
+        while not over:
+            for fd, _events in poller.poll():
+                if fd != self._control.fileno():
+                    if not self._collect():
+                        poller.unregister(fd)  # no clone can send any more
+                    continue
+                try:
+                    message = self._control.recv(4096)
+                except OSError:
+                    message = b""
+                if not message:
+                    over = True
+                    break
+                self._heard(message.split(b" ", 3))
+        self._process.wait()  # the sandbox is gone: its end reported, its hooks run
+        with self._changed:
+            for process in self._processes.values():
+                if process.returncode is None:
+                    process.returncode = self._process.returncode or 137
+            self._state = "over"
+            self._changed.notify_all()
+
+    def _heard(self, words: list[bytes]) -> None:
+        with self._changed:
+            kind = words[0]
+            if kind == b"ready":
+                self._state = "ready"
+            elif kind == b"failed":
+                self._failure = b" ".join(words[1:]).decode(errors="replace")
+                self._state = "failed"
+            else:
+                process = self._processes.get(int(words[1]))
+                if process is not None:
+                    self._update(process, kind, int(words[2]))
+            self._changed.notify_all()
+
+    def _update(self, process: LiveProcess, kind: bytes, number: int) -> None:
+        if kind == b"pid":
+            process.pid = number
+            if isinstance(process, Clone):
+                self._by_pid[number] = process
+                process._outcome = self._unclaimed.pop(number, b"")
+        elif kind == b"exit":
+            if isinstance(process, Clone):
+                self._collect()  # its value, sent before it exited, is there by now
+            code = os.waitstatus_to_exitcode(number)
+            process.returncode = 128 - code if code < 0 else code
+        elif kind == b"fail":
+            process.start_error = describe_start_error(process.name, b"exec %d" % number)
+        elif kind == b"unborn":
+            process.start_error = f"cannot start {process.name}: fork failed ({os.strerror(number)})"
+            process.returncode = EXIT_SETUP
+
+    def _collect(self) -> bool:
+        """The clones' values waiting on the results socket: the kernel says which
+        process sent each (SCM_CREDENTIALS), so a clone speaks only for itself; the
+        first value a clone sends is its value. False once no process holds the
+        socket's other end."""
+        while True:
+            try:
+                data, ancillary, _flags, _address = self._results.recvmsg(
+                    MAX_VALUE, socket.CMSG_SPACE(_CREDENTIALS), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not data and not ancillary:
+                return False
+            sender = _sender(ancillary)
+            with self._changed:
+                clone = self._by_pid.get(sender)
+                if clone is None:  # its pid is yet to be heard
+                    self._unclaimed.setdefault(sender, data)
+                elif not clone._outcome:
+                    clone._outcome = data
+
+    def wait_until(self, condition: Callable[[], object], timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while not condition():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+        return True
+
+    def _all_ended(self) -> bool:
+        return all(process.returncode is not None for process in self._processes.values())
+
+    def _await_ready(self) -> None:
+        self.wait_until(lambda: self._state != "starting", _READY_TIMEOUT)
+        if self._state == "ready":
+            return
+        self.close()
+        if self._process.start_error:
+            raise SetupError(self._process.start_error)
+        if self._failure:
+            raise SetupError(f"init() raised {self._failure}")
+        raise SetupError("the sandbox ended before it was ready")
+
+    def _check_open(self) -> None:
+        if self._state != "ready":
+            raise RuntimeError("the sandbox is over (killed, or its block was left)")
+        if self._paused:
+            raise RuntimeError("the sandbox is paused: resume() it first")
+
+
+def _sender(ancillary: list[tuple[int, int, bytes]]) -> int:
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            return struct.unpack("3i", data[:_CREDENTIALS])[0]
+    return 0

@@ -1,0 +1,209 @@
+"""The resident process of a long-lived sandbox (``with Sandbox(policy) as sb:``).
+
+It takes the command's place in the sandbox (confined like one, its listener handed
+to sandlock) but never execs: it serves sandlock's requests on a control socket and
+forks every process the sandbox runs, which therefore share its Landlock domain, its
+seccomp filter (so sandlock's one supervisor), its namespaces and its limits.
+
+    sandlock ══ control (SOCK_SEQPACKET) ══ resident ──fork──> sb.exec(argv)
+                                                     ──fork──> sb.call(fn)
+                                                     ──fork──> sb.fork(n): clones of work()
+
+Requests come pickled from sandlock (which the resident trusts), with descriptors
+attached; what goes back is text sandlock parses and never unpickles:
+``pid TOKEN HOSTPID`` (said by the new process itself), ``exit TOKEN STATUS``,
+``fail TOKEN ERRNO`` (exec failed), ``unborn TOKEN ERRNO`` (fork failed), and
+``ready`` or ``failed MESSAGE`` once ``init()`` has run.
+A clone's value goes to the results socket, where the kernel stamps each message with
+its sender's pid.
+"""
+
+from __future__ import annotations
+
+import _signal
+import errno
+import fcntl
+import os
+import pickle
+import select
+import socket
+
+from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND
+from ..kernel import close_on_exec_from
+from ._call import Runner
+from ._child import exec_argv
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+MAX_REQUEST = 1 << 18  # a request's bytes (a call's pickled function and arguments)
+MAX_FDS = 64
+
+
+class Resident:
+    """The function the sandbox's command slot runs (``ChildSpec.function``)."""
+
+    def __init__(self, control: int, results: int, init: Callable[[], object] | None,
+                 work: Callable[[], object] | None) -> None:
+        self._control_fd = control
+        self._results = results  # -1 without work
+        self._init = init
+        self._work = work
+        self._children: dict[int, int] = {}  # pid (in the sandbox) -> token
+        self._own: list[int] = []  # descriptors no process it forks may keep
+
+    def __call__(self, host_proc: int) -> int:
+        control = socket.socket(fileno=self._control_fd)
+        self._host_proc = host_proc
+        self._null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        _signal.set_wakeup_fd(wake_w)  # a SIGCHLD wakes the poll below
+        _signal.signal(_signal.SIGCHLD, _noted)
+        self._own = [fd for fd in (self._control_fd, host_proc, self._results, wake_r, wake_w)
+                     if fd >= 0]
+        if not self._run_init():
+            return 1
+        poller = select.poll()
+        poller.register(self._control_fd, select.POLLIN)
+        poller.register(wake_r, select.POLLIN)
+        while True:
+            for fd, _events in poller.poll():
+                if fd == wake_r:
+                    _drain(wake_r)
+                    self._reap()
+                elif not self._serve(control):
+                    return 0  # sandlock hung up: the sandbox ends with us
+
+    def _run_init(self) -> bool:
+        if self._init is not None:
+            try:
+                self._init()
+            except BaseException as exc:  # noqa: BLE001 - said to sandlock, which raises it
+                self._say(b"failed " + f"{type(exc).__name__}: {exc}".encode(errors="replace"))
+                return False
+        self._say(b"ready")
+        return True
+
+    def _serve(self, control: socket.socket) -> bool:
+        try:
+            data, fds, _flags, _address = socket.recv_fds(control, MAX_REQUEST, MAX_FDS)
+        except InterruptedError:
+            return True
+        if not data:
+            return False
+        request = pickle.loads(data)  # from sandlock only: the socket is ours
+        try:
+            getattr(self, "_" + request[0])(*request[1:], fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)  # the forked process has its own copies
+        return True
+
+    def _exec(self, token: int, argv: list[str], targets: list[int], *, fds: list[int]) -> None:
+        """Fork, place the descriptors sandlock sent at the numbers asked for, exec."""
+        if self._fork(token):
+            return
+        _place(dict(zip(targets, fds)))
+        close_on_exec_from(3)  # the resident's own are close-on-exec already
+        for target in targets:
+            if target > 2:
+                os.set_inheritable(target, True)
+        code = exec_argv(argv, dict(os.environ))
+        self._say(b"fail %d %d" % (token, code))
+        os._exit(EXIT_NOTFOUND if code in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOEXEC)
+
+    def _call(self, token: int, payload: bytes, *, fds: list[int]) -> None:
+        """Fork and run the function pickled in ``payload`` with its arguments: fds
+        are its result pipe, stdout and stderr."""
+        if self._fork(token):
+            return
+        result, stdout, stderr = fds
+        _place({0: self._null, 1: stdout, 2: stderr})
+        self._forget(keep=(result,))
+        _run_and_exit(Runner.loading(payload, result))
+
+    def _clones(self, first_token: int, count: int, *, fds: list[int]) -> None:
+        """``count`` clones of this process, each running ``work`` with CLONE_ID 0..count-1."""
+        for clone_id in range(count):
+            if self._fork(first_token + clone_id):
+                continue
+            os.environ["CLONE_ID"] = str(clone_id)
+            self._forget(keep=(self._results,))
+            _run_and_exit(Runner(self._work, (), {}, self._results))
+
+    def _fork(self, token: int) -> bool:
+        """True in the resident (the child is remembered), False in the new process,
+        which has said its pid outside and has a process group of its own."""
+        try:
+            pid = os.fork()
+        except OSError as exc:  # e.g. EAGAIN: the sandbox's process limit
+            self._say(b"unborn %d %d" % (token, exc.errno or errno.EAGAIN))
+            return True
+        if pid:
+            self._children[pid] = token
+            return True
+        try:
+            _signal.set_wakeup_fd(-1)
+            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+            host_pid = (int(os.readlink("self", dir_fd=self._host_proc)) if self._host_proc >= 0
+                        else os.getpid())
+            self._say(b"pid %d %d" % (token, host_pid))
+            os.setpgid(0, 0)
+        except BaseException:  # noqa: BLE001 - never back into the resident's loop
+            os._exit(EXIT_NOEXEC)
+        return False
+
+    def _forget(self, keep: tuple[int, ...]) -> None:
+        """The resident's descriptors become /dev/null in a process that runs Python
+        code (which may run untrusted code): none can speak to sandlock for it."""
+        for fd in self._own:
+            if fd not in keep:
+                os.dup2(self._null, fd, inheritable=False)
+
+    def _reap(self) -> None:
+        while self._children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            token = self._children.pop(pid, None)
+            if token is not None:
+                self._say(b"exit %d %d" % (token, status))
+
+    def _say(self, message: bytes) -> None:
+        os.write(self._control_fd, message)
+
+
+def _run_and_exit(runner: Runner) -> None:
+    """Never returns (a forked process must never unwind into the resident's loop)."""
+    code = EXIT_NOEXEC
+    try:
+        code = runner()
+    finally:
+        os._exit(code)
+
+
+def _place(targets: dict[int, int]) -> None:
+    """Each descriptor at its target number (sources first moved above every target,
+    so that placing one never closes another still to be placed)."""
+    above = max(targets, default=2) + 1
+    moved = {target: fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, above)
+             for target, source in targets.items()}
+    for target, source in moved.items():
+        os.dup2(source, target)
+        os.close(source)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _noted(signum: int, frame: object) -> None:
+    """SIGCHLD's handler: the wakeup descriptor is what matters."""

@@ -1,0 +1,214 @@
+"""Long-lived sandboxes (``with Sandbox(policy) as sb:``): commands started with exec,
+calls and clones share one sandbox (its supervisor, network policy and limits);
+pause stops everything, resume restarts it; leaving the block, kill() and a timeout
+end every process. Real confined processes throughout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+from httpservers import Upstream
+
+from sandlock import Policy, Sandbox, SetupError
+
+BUSY = [sys.executable, "-c", "while True: pass"]
+
+
+def cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_exec_returns_a_handle_with_the_commands_exit_status():
+    with Sandbox(Policy()) as sb:
+        first = sb.exec(["sh", "-c", "exit 3"])
+        missing = sb.exec(["no-such-command-here"])
+        assert first.pid > 0 and first.wait(10) == 3
+        assert missing.wait(10) == 127 and "No such file" in missing.start_error
+        assert sb.wait(10) == 3  # the first exec'd command's
+
+
+def test_processes_of_one_sandbox_share_it(tmp_path):
+    """Same PID namespace (they see each other), same filesystem policy."""
+    secret = tmp_path.parent / f"{tmp_path.name}-secret"
+    secret.write_text("not for the sandbox")
+    policy = Policy(fs_readable=["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc"],
+                    fs_writable=[str(tmp_path)])
+    with Sandbox(policy) as sb:
+        sleeper = sb.exec(["sleep", "30"])
+        out = tmp_path / "out"
+        with open(out, "wb") as file:
+            lister = sb.exec(["sh", "-c", f"ls /proc | grep -c '^[0-9]'; touch {tmp_path}/ok; "
+                              f"cat {secret}"], stdout=file.fileno(), stderr=file.fileno())
+            assert lister.wait(10) == 1
+        # init, the resident, sleep, sh, ls, grep: one namespace for all
+        count, denied = out.read_text().split("\n", 1)
+        assert int(count) >= 5 and "Permission denied" in denied
+        assert (tmp_path / "ok").exists()
+        sleeper.kill()
+        assert sleeper.wait(10) == 137
+
+
+@pytest.fixture
+def upstreams():
+    with Upstream("127.0.0.2") as allowed, Upstream("127.0.0.3") as denied:
+        yield allowed, denied
+
+
+def test_every_process_is_held_to_the_sandboxs_network_policy(upstreams):
+    allowed, denied = upstreams
+    fetch = ["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}"]
+    with Sandbox(Policy(net_allow=[f"127.0.0.2:{allowed.port}"]), quiet=True) as sb:
+        ok = sb.exec([*fetch, f"http://127.0.0.2:{allowed.port}/a"])
+        refused = sb.exec([*fetch, f"http://127.0.0.3:{denied.port}/b"])
+        assert (ok.wait(20), refused.wait(20)) == (0, 7)
+    assert allowed.paths() == ["/a"] and denied.paths() == []
+
+
+def test_pause_stops_every_process_and_resume_restarts_them():
+    with Sandbox(Policy()) as sb:
+        busy = [sb.exec(BUSY) for _ in range(2)]
+        time.sleep(0.3)
+        sb.pause()
+        before = [cpu_ticks(p.pid) for p in busy]
+        time.sleep(0.5)
+        assert [cpu_ticks(p.pid) for p in busy] == before
+        with pytest.raises(RuntimeError, match="paused"):
+            sb.exec(["true"])
+        sb.resume()
+        time.sleep(0.5)
+        assert all(cpu_ticks(p.pid) > ticks for p, ticks in zip(busy, before))
+
+
+def test_a_process_forked_during_pause_is_stopped_too():
+    forker = [sys.executable, "-c", "import os\nwhile True:\n    if os.fork() == 0: os._exit(0)\n"
+              "    os.wait()"]
+    with Sandbox(Policy()) as sb:
+        sb.exec(forker)
+        time.sleep(0.2)
+        sb.pause()
+        proc = sb._live._process.pauser._pause_fd
+        states = set()
+        for pid in (name for name in os.listdir(proc) if name.isdigit() and name != "1"):
+            try:
+                with open(f"{pid}/stat", opener=lambda path, flags: os.open(path, flags, dir_fd=proc)) as f:
+                    states.add(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass
+        assert states <= {"T", "t", "Z"}, states
+        sb.resume()
+
+
+def test_leaving_the_block_kills_and_reaps_everything():
+    with Sandbox(Policy()) as sb:
+        started = [sb.exec(["sleep", "1000"]), sb.exec(["sh", "-c", "setsid sleep 1000 & wait"])]
+        pids = [p.pid for p in started]
+    assert not any(map(alive, pids))
+    assert [p.returncode for p in started] == [137, 137]
+
+
+def test_kill_ends_the_sandbox():
+    with Sandbox(Policy()) as sb:
+        sleeper = sb.exec(["sleep", "1000"])
+        sb.kill()
+        assert sleeper.returncode == 137 and not alive(sleeper.pid)
+        with pytest.raises(RuntimeError, match="over"):
+            sb.exec(["true"])
+
+
+def test_wait_past_its_timeout_kills_the_sandbox():
+    with Sandbox(Policy()) as sb:
+        sleeper = sb.exec(["sleep", "1000"])
+        started = time.monotonic()
+        assert sb.wait(0.5) == 124
+        assert time.monotonic() - started < 5 and sleeper.returncode == 137
+
+
+def test_a_call_in_a_running_sandbox():
+    with Sandbox(Policy()) as sb:
+        result = sb.call(os.getpid)
+        assert result.success and 2 <= result.value < 100  # a pid in the sandbox's namespace
+        with pytest.raises(TypeError, match="^fn: .*module level"):
+            sb.call(lambda: 1)
+        assert sb.wait(5) is None  # nothing left behind by the refused call
+
+
+def test_the_process_cap_holds_across_exec():
+    with Sandbox(Policy(max_processes=3), quiet=True) as sb:  # the resident is one of them
+        sleepers = [sb.exec(["sleep", "30"]) for _ in range(2)]
+        refused = sb.exec(["true"])
+        assert refused.returncode == 125 and "Resource temporarily unavailable" in refused.start_error
+        for sleeper in sleepers:
+            sleeper.kill()
+
+
+def test_init_failing_is_a_setup_error():
+    def init():
+        raise ValueError("no model")
+
+    with pytest.raises(SetupError, match="init\\(\\) raised ValueError: no model"):
+        with Sandbox(Policy(), init, lambda: 1):
+            pass
+
+
+@pytest.mark.parametrize("method,args", [("exec", (["true"],)), ("pause", ()), ("resume", ()),
+                                         ("wait", ()), ("kill", ()), ("fork", (2,))])
+def test_methods_need_a_running_sandbox(method, args):
+    with pytest.raises(RuntimeError, match=f"{method}\\(\\) needs a running sandbox"):
+        getattr(Sandbox(Policy()), method)(*args)
+
+
+def sockets():
+    found = []
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                found.append(fd)
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def test_the_residents_control_socket_is_out_of_reach():
+    """Neither an exec'd command nor a call holds a socket: nothing can speak to
+    sandlock for the resident."""
+    with Sandbox(Policy()) as sb, tempfile.TemporaryFile() as out:
+        assert sb.call(sockets).value == []
+        sb.exec(["sh", "-c", "ls -l /proc/$$/fd | grep -c socket"], stdout=out.fileno()).wait(10)
+        out.seek(0)
+        assert out.read() == b"0\n"
+
+
+UNPRIVILEGED = textwrap.dedent("""
+    import os, time
+    from sandlock import Policy, Sandbox
+    def work():
+        return int(os.environ["CLONE_ID"])
+    with Sandbox(Policy(), None, work) as sb:
+        p = sb.exec(["sh", "-c", "exit 4"])
+        clones = sb.fork(3)
+        sb.pause(); sb.resume()
+        print(p.wait(10), sorted(c.wait(10) for c in clones), sorted(c.value for c in clones))
+""")
+
+
+def test_a_running_sandbox_as_an_unprivileged_user(as_nobody):
+    result = subprocess.run(as_nobody([sys.executable, "-c", UNPRIVILEGED]), capture_output=True,
+                            text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert result.stdout.strip() == "4 [0, 0, 0] [0, 1, 2]", result.stderr
+
