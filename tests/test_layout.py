@@ -127,7 +127,7 @@ print(sorted(sandlock.__all__))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(sorted([
         "CallError", "CallResult", "Policy", "PolicyError", "Result", "Sandbox", "SandboxedProcess",
-        "SandlockError", "SetupError", "TimeoutExpired"]))
+        "SandlockError", "SetupError", "TimeoutExpired", "confine"]))
 
 
 def test_importing_a_package_imports_none_of_its_modules():

@@ -627,6 +627,78 @@ def test_install_rejects_a_torn_program():
         _seccomp.install(STRICT[:-1])
 
 
+# ------------------------------------------------ without a supervisor (sandlock.confine)
+
+EACCES = _seccomp.ret_errno(errno.EACCES)
+MSG_FASTOPEN = _seccomp.MSG_FASTOPEN
+IPPROTO_MPTCP = 262
+
+
+def unsupervised(tcp: bool, any_connect: bool = False, any_bind: bool = False) -> bytes:
+    return _seccomp.build_filter(ARCH, extra=_seccomp.unsupervised_network(tcp, any_connect, any_bind))
+
+
+@pytest.mark.parametrize(
+    "tcp,name,args,action",
+    [
+        # what Landlock cannot judge is refused when it is made
+        (False, "socket", (AF_INET, SOCK_STREAM, 0), EACCES),
+        (False, "socket", (AF_INET6, SOCK_STREAM | SOCK_FLAGS, 6), EACCES),
+        (False, "socket", (AF_UNIX, SOCK_STREAM, 0), EACCES),
+        (False, "socket", (AF_UNIX | HIGH_WORD, SOCK_DGRAM, 0), EACCES),
+        (False, "socket", (AF_NETLINK, SOCK_RAW, 0), ALLOW),  # NETLINK_ROUTE, as in a sandbox
+        (False, "socket", (AF_NETLINK, SOCK_RAW, 4), EPERM),
+        (False, "socket", (AF_PACKET, SOCK_RAW, 0), EPERM),
+        (False, "socketpair", (AF_UNIX, SOCK_STREAM, 0), ALLOW),
+        (True, "socket", (AF_INET, SOCK_STREAM | SOCK_FLAGS, 0), ALLOW),
+        (True, "socket", (AF_INET6, SOCK_STREAM, 6), ALLOW),
+        (True, "socket", (AF_INET, SOCK_STREAM, IPPROTO_MPTCP), EACCES),  # Landlock does not see it
+        (True, "socket", (AF_INET, SOCK_DGRAM, 0), EACCES),
+        (True, "socket", (AF_INET, SOCK_DGRAM, 1), EACCES),  # ping
+        (True, "socket", (AF_INET, SOCK_RAW, 6), EACCES),
+        (True, "socket", (AF_UNIX, SOCK_STREAM, 0), EACCES),
+        # Landlock judges connect and bind; a fast-open send connects where it does not look
+        (True, "connect", (3, 0, 16), ALLOW),
+        (True, "bind", (3, 0, 16), ALLOW),
+        (True, "sendto", (3, 0, 1, MSG_FASTOPEN, 0x1000, 16), EACCES),
+        (True, "sendto", (3, 0, 1, MSG_FASTOPEN | 0x40, 0, 0), EACCES),
+        (True, "sendto", (3, 0, 1, 0x40, 0x1000, 16), ALLOW),
+        (True, "sendmsg", (3, 0, MSG_FASTOPEN), EACCES),
+        (True, "sendmsg", (3, 0, 0), ALLOW),
+        (True, "sendmmsg", (3, 0, 1, MSG_FASTOPEN), EACCES),
+        (True, "sendmmsg", (3, 0, 1, 0), ALLOW),
+        # listen() on an unbound socket binds an ephemeral port, unseen by Landlock
+        (True, "listen", (3, 16), EACCES),
+        (False, "listen", (3, 16), EACCES),
+    ],
+)
+def test_unsupervised_decisions(tcp, name, args, action):
+    assert evaluate(unsupervised(tcp), ARCH.numbers[name], args) == action
+
+
+def test_unsupervised_any_port_lets_fast_open_and_listen_through():
+    program = unsupervised(True, any_connect=True, any_bind=True)
+    assert evaluate(program, ARCH.numbers["sendto"], (3, 0, 1, MSG_FASTOPEN, 0x1000, 16)) == ALLOW
+    assert evaluate(program, ARCH.numbers["listen"], (3, 16)) == ALLOW
+    assert evaluate(program, ARCH.numbers["socket"], (AF_INET, SOCK_DGRAM, 0)) == EACCES
+
+
+def test_unsupervised_rules_keep_the_others():
+    program = unsupervised(True)
+    assert evaluate(program, ARCH.numbers["ptrace"]) == EPERM
+    assert evaluate(program, ARCH.numbers["clone3"]) == ENOSYS
+    assert evaluate(program, 20, arch=0x40000003) == _seccomp.SECCOMP_RET_KILL_PROCESS
+
+
+@pytest.mark.parametrize("tcp", [False, True])
+def test_unsupervised_program_has_no_user_notification(tcp):
+    """Nothing would answer it: the call would fail with ENOSYS, or hang."""
+    assert _seccomp.NOTIFY not in _bpf.returns(unsupervised(tcp))
+    assert _seccomp.NOTIFY not in _bpf.returns(unsupervised(tcp, any_connect=True, any_bind=True))
+    supervised = _seccomp.build_filter(ARCH, notify=frozenset(_seccomp.SUPERVISED))
+    assert _seccomp.NOTIFY in _bpf.returns(supervised)
+
+
 # ---------------------------------------------------------------- the assembler
 
 

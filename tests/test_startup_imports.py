@@ -39,6 +39,7 @@ NEVER = {
     "asyncio", "ssl", "tempfile", "logging", "tomllib", "importlib.metadata",
     "mitmproxy", "cryptography", "dns", "tree_sitter",
     "sandlock.ca", "sandlock.shellpolicy", "sandlock.proxy._launcher",
+    "sandlock.process._confine_self", "sandlock.confine._static",  # sandlock.confine() alone
 }
 
 DRIVER = """

@@ -1,7 +1,8 @@
 """Policy -> the kernel objects a command is confined with: the Landlock ruleset
 (filesystem grants and denies, IPC scopes) and the seccomp program, prepared in
 sandlock's process and applied by the forked child right before exec; and the plan of
-the sandbox's namespaces (its /proc, private scratch directories, autorun files).
+the sandbox's namespaces (its /proc, private scratch directories, autorun files). Their
+static variant, for a process that confines itself without a supervisor.
 
 Internal to sandlock (not public API).
 """
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
         sandlock_runtime_dir,
     )
     from ._isolation import Isolation
+    from ._static import SelfConfinement, TcpRules
     from ._workspace import unreachable, widening
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -30,6 +32,8 @@ _EXPORTS = {
     "Confinement": "_confinement",
     "Isolation": "_isolation",
     "keeper_scope": "_confinement",
+    "SelfConfinement": "_static",
+    "TcpRules": "_static",
     "sandlock_ca_cache_dir": "_fspolicy",
     "sandlock_ca_dir": "_fspolicy",
     "sandlock_runtime_dir": "_fspolicy",

@@ -17,6 +17,7 @@ from ..kernel import (
     DROPPED_CAPABILITIES,
     PR_SET_NO_NEW_PRIVS,
     drop_capabilities,
+    filter_actions,
     landlock,
     namespaces,
     native_arch,
@@ -37,6 +38,7 @@ TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up pat
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ..kernel._seccomp import Rule
     from ..policy import Policy
 
 MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
@@ -127,8 +129,9 @@ class _Filesystem:
 
 def _filesystem_ruleset(
     policy: Policy, abi: int, cwd: str, env: Mapping[str, str], extra_read: tuple[str, ...],
-    warnings: list[str],
+    warnings: list[str], handled_net: int = 0,
 ) -> _Filesystem | None:
+    """``handled_net``: the TCP rights the ruleset restricts too (without a supervisor)."""
     if abi == 0:
         _missing("Landlock (filesystem confinement) is not available in this kernel", policy, warnings)
         return None
@@ -140,7 +143,8 @@ def _filesystem_ruleset(
             _missing(f"Landlock IPC scoping needs ABI {MIN_SCOPE_ABI}, kernel has ABI {abi}", policy, warnings)
     if policy.full_access:  # no filesystem rules; a ruleset for the IPC scopes only
         return None
-    ruleset = landlock.Ruleset(handled_fs=landlock.fs_handled(abi), scoped=scoped)
+    ruleset = landlock.Ruleset(handled_fs=landlock.fs_handled(abi), handled_net=handled_net,
+                               scoped=scoped)
     access = level_access(abi)
     added = []
     try:
@@ -179,12 +183,17 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
         temporary=[env[name] for name in ("TMPDIR", "TMP", "TEMP") if env.get(name)])
 
 
-def _seccomp_program(policy: Policy, count_processes: bool) -> bytes:
-    """The filter, with the network syscalls for the supervisor. Required even with
-    --best-effort: without it there would be no network policy at all, silently."""
+def _seccomp_program(policy: Policy, count_processes: bool,
+                     unsupervised: Mapping[str, Rule] | None = None) -> bytes:
+    """The filter, with the network syscalls for the supervisor; without one, with the
+    ``unsupervised`` rules standing for them, and no action that needs a listener.
+    Required even with --best-effort: without it there would be no network policy at
+    all, silently."""
     arch = native_arch()  # SetupError on a machine without a verified syscall table
-    for action, what in ((seccomp.SECCOMP_RET_KILL_PROCESS, "seccomp filtering"),
-                         (seccomp.SECCOMP_RET_USER_NOTIF, "seccomp user notification")):
+    needed = [(seccomp.SECCOMP_RET_KILL_PROCESS, "seccomp filtering")]
+    if unsupervised is None:
+        needed.append((seccomp.SECCOMP_RET_USER_NOTIF, "seccomp user notification"))
+    for action, what in needed:
         if not seccomp.action_available(action):
             raise SetupError(f"{what} is not available: the network policy cannot be "
                              "enforced (run `sandlock check`)")
@@ -192,7 +201,12 @@ def _seccomp_program(policy: Policy, count_processes: bool) -> bytes:
     extra = dict(seccomp.FIXED_AFFINITY) if policy.cpu_cores else {}
     if count_processes:
         extra.update(seccomp.counted_process_creation(frozenset(waived)))
-    return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED), extra)
+    if unsupervised is None:
+        return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED), extra)
+    program = seccomp.build_filter(arch, frozenset(waived), extra={**extra, **unsupervised})
+    if seccomp.NOTIFY in filter_actions(program):  # nothing would answer: the call would fail
+        raise SetupError("the seccomp filter needs a supervisor, and there is none")
+    return program
 
 
 def level_access(abi: int) -> dict[int, int]:

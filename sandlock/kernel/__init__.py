@@ -14,6 +14,7 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from . import _landlock as landlock, _mounts as mounts, _seccomp as seccomp
+    from ._bpf import returns as filter_actions
     from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
     from ._fds import close_on_exec_from, take_fd
     from ._features import namespaces, probe, protection_level
@@ -66,6 +67,7 @@ _EXPORTS = {
     "cwd_of": "_remote",
     "drop_capabilities": "_capabilities",
     "duplicate_fd": "_remote",
+    "filter_actions": "_bpf:returns",
     "landlock": "_landlock:",
     "mounts": "_mounts:",
     "native_arch": "_syscalls",

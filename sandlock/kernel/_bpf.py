@@ -117,3 +117,8 @@ class Assembler:
         if offset > MAX_JUMP:
             raise BpfError(f"instruction {index} jumps {offset} instructions (at most {MAX_JUMP})")
         return offset
+
+
+def returns(program: bytes) -> frozenset[int]:
+    """The values of ``program``'s return instructions: every action it can take."""
+    return frozenset(k for code, _, _, k in _INSN.iter_unpack(program) if code == _RET_K)

@@ -46,6 +46,7 @@ def ret_errno(err: int) -> int:
 
 ALLOW = SECCOMP_RET_ALLOW
 EPERM = ret_errno(errno.EPERM)
+EACCES = ret_errno(errno.EACCES)
 ENOSYS = ret_errno(errno.ENOSYS)
 NOTIFY = SECCOMP_RET_USER_NOTIF
 
@@ -149,6 +150,9 @@ def _inet(family: int, icmp: int) -> Clause:
     )
 
 
+_NETLINK_ROUTE_SOCKET = Clause(ALLOW, Match(0, [_AF_NETLINK]), Match(2, [_NETLINK_ROUTE]))
+
+
 RULES: dict[str, Rule] = {
     **{name: Rule(default=EPERM) for name in _DENIED},
     **{name: Rule(default=EPERM) for name in SYSV_IPC},
@@ -186,7 +190,7 @@ RULES: dict[str, Rule] = {
     # family, type and protocol are int.
     "socket": Rule(
         Clause(ALLOW, Match(0, [_AF_UNIX])),
-        Clause(ALLOW, Match(0, [_AF_NETLINK]), Match(2, [_NETLINK_ROUTE])),
+        _NETLINK_ROUTE_SOCKET,
         _inet(_AF_INET, _IPPROTO_ICMP),
         _inet(_AF_INET6, _IPPROTO_ICMPV6),
         default=EPERM,
@@ -246,6 +250,29 @@ SUPERVISED: dict[str, Rule] = {
         default=NOTIFY,
     ),
 }
+
+
+# Without a supervisor (``sandlock.confine``), the network is decided where it can be
+# statically: TCP connect and bind by Landlock's port rules; a socket Landlock cannot
+# judge is refused when it is made, with EACCES (Landlock's errno): unix (a host's
+# socket and the process's own look alike to a filter), UDP, ICMP, MPTCP (Landlock's
+# TCP rules do not see it). Two TCP paths Landlock does not see either: MSG_FASTOPEN
+# connects from a send, and listen() on an unbound socket binds an ephemeral port.
+def unsupervised_network(tcp: bool, any_connect: bool, any_bind: bool) -> dict[str, Rule]:
+    """The rules standing for SUPERVISED: ``tcp``: TCP sockets may be made;
+    ``any_connect``/``any_bind``: Landlock restricts no TCP connect/bind, so MSG_FASTOPEN
+    may connect and listen() may take any port (each refused otherwise)."""
+    stream = [Clause(ALLOW, Match(0, [family]), Match(1, [_SOCK_STREAM], mask=_SOCK_TYPE_MASK),
+                     Match(2, [0, _IPPROTO_TCP])) for family in (_AF_INET, _AF_INET6) if tcp]
+    unjudged = Clause(EACCES, Match(0, [_AF_UNIX, _AF_INET, _AF_INET6]))
+    rules = {"socket": Rule(*stream, unjudged, _NETLINK_ROUTE_SOCKET, default=EPERM)}
+    if not any_connect:  # the flags: sendto's and sendmmsg's fourth argument, sendmsg's third
+        fastopen = {"sendto": 3, "sendmsg": 2, "sendmmsg": 3}
+        rules.update((name, Rule(Clause(EACCES, Match(arg, [MSG_FASTOPEN], mask=MSG_FASTOPEN)),
+                                 default=ALLOW)) for name, arg in fastopen.items())
+    if not any_bind:
+        rules["listen"] = Rule(default=EACCES)
+    return rules
 
 
 def unknown_waivers(names: Iterable[str]) -> list[str]:

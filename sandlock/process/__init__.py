@@ -1,6 +1,7 @@
 """The process side of a run: ``Sandbox`` forks the keeper (the subreaper that kills
 and reaps the whole sandbox), which forks the command, whose side applies the
-confinement and execs; terminal handoff and job control; output capture.
+confinement and execs; terminal handoff and job control; output capture. And
+``confine``, which confines the calling process itself (no fork, no supervisor).
 
 Internal to sandlock (not public API); ``sandlock.Sandbox`` and friends are the
 public names.
@@ -14,6 +15,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._call import CallError, CallResult
     from ._capture import Capture
+    from ._confine_self import confine
     from ._process import SandboxedProcess, TimeoutExpired
     from ._sandbox import Result, Sandbox
 
@@ -24,6 +26,7 @@ _EXPORTS = {
     "CallError": "_call",
     "CallResult": "_call",
     "Capture": "_capture",
+    "confine": "_confine_self",
     "Result": "_sandbox",
     "Sandbox": "_sandbox",
     "SandboxedProcess": "_process",

@@ -1,0 +1,148 @@
+"""``sandlock.confine(policy)``: the static part of a policy applied to the calling
+process itself, for good, with no supervisor, no namespaces and no fork.
+
+What it applies, what it refuses and why: docs/api.md ("confine"). Everything is
+checked and compiled before anything is applied, so a refusal leaves the process as
+it was.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._errors import PolicyError, SetupError
+from ..confine import SelfConfinement, TcpRules
+from ..policy import POLICY_FIELDS, Policy
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import
+if TYPE_CHECKING:
+    from ..limits import KernelLimits
+
+# The fields confine() applies; every other one must keep its default value.
+APPLIED = frozenset({
+    "fs_readable", "fs_writable", "fs_denied", "mode", "allow_autorun_writes",
+    "allow_ipc", "isolate_ipc", "isolate_signals", "allow_syscalls", "allow_sysv_ipc",
+    "net_connect", "net_allow", "net_bind",
+    "cpu_cores", "max_open_files", "max_file_size",
+})
+# Why the others are refused when they are set (a field not named here: the first reason).
+_USE_SANDBOX = "confine() cannot apply it: it needs a process around the command (use Sandbox)"
+_REASONS = {
+    ("env", "clean_env", "cwd"): "the environment and working directory of a running process "
+                                 "are its own: set them before confine()",
+    ("net_allow_hosts", "net_deny", "unix_allow", "dns_servers", "resolve", "dns_allow_private"):
+        "it is judged by sandlock's network supervisor, which a confined process has not "
+        "(use Sandbox)",
+    ("http_allow", "http_deny", "http_ports", "https_inspect", "upstream_ca", "http_ca",
+     "http_key", "ca_env", "http_ca_out"): "HTTP rules are enforced by sandlock's proxy (use Sandbox)",
+    ("best_effort",): "confine() applies all of the confinement or raises SetupError",
+}
+REFUSED_BECAUSE = {name: reason for names, reason in _REASONS.items() for name in names}
+_DEFAULTS = Policy()
+
+
+def confine(policy: Policy | str) -> None:
+    """Confine the calling process with ``policy`` (or the profile of that name), for
+    good: Landlock (filesystem, TCP ports, signal and abstract-socket scopes), the
+    seccomp filter, no_new_privs. Confining again narrows further, never widens.
+
+    Raises PolicyError naming a field it cannot apply, SetupError when the kernel lacks
+    something or the process has more than one thread: nothing is applied then. A
+    SetupError from the kernel while applying (rare) leaves it partly confined: end it.
+    """
+    if isinstance(policy, str):
+        from ..policy import load_profile
+
+        policy = load_profile(policy)
+    if not isinstance(policy, Policy):
+        raise TypeError(f"confine() takes a Policy, not {type(policy).__name__}")
+    tcp = _check(policy)
+    limits = _kernel_limits(policy)
+    _single_threaded()
+    confinement = SelfConfinement.prepare(policy, tcp)
+    try:
+        if limits:  # before seccomp, which then refuses sched_setaffinity
+            limits.restrict_cpus()
+            limits.apply_rlimits()
+        confinement.apply()
+    finally:
+        confinement.close()
+    if _threads() > 1:  # started by a signal handler or a finalizer, in the meantime
+        raise SetupError("a thread was started while confine() ran: that thread may be outside "
+                         "the Landlock domain (end the process)")
+
+
+def _check(policy: Policy) -> TcpRules:
+    """PolicyError for the first field confine() cannot apply; the TCP rules otherwise."""
+    if policy.full_access:
+        raise PolicyError("mode", "full-access confines nothing: there is nothing to apply")
+    if policy.uses_default_workspace:
+        raise PolicyError("fs_readable", "confine() needs explicit grants (fs_readable, "
+                          "fs_writable): the default workspace gives a sandbox its own /tmp in a "
+                          "mount namespace, which a running process cannot enter")
+    for name in POLICY_FIELDS:  # in declaration order: the first one is named
+        if name not in APPLIED and getattr(policy, name) != getattr(_DEFAULTS, name):
+            raise PolicyError(name, REFUSED_BECAUSE.get(name, _USE_SANDBOX))
+    if "socket" in policy.allow_syscalls:
+        raise PolicyError("allow_syscalls", "socket: without a supervisor, the network is decided "
+                          "when a socket is made; that rule cannot be waived")
+    return _tcp_rules(policy)
+
+
+def _tcp_rules(policy: Policy) -> TcpRules:
+    from ..net import TCP, parse_allow, parse_ports
+
+    allowed = [parse_ports(ports) for ports in policy.net_connect]
+    for spec in policy.net_allow:
+        rule = parse_allow(spec)
+        if not rule.any_host or rule.protocols != {TCP}:
+            raise PolicyError("net_allow", f"{spec}: confine() allows TCP to any host by port "
+                              "only (tcp://*:PORTS, Landlock's rules); hosts, addresses, UDP and "
+                              "ICMP are judged by sandlock's network supervisor (use Sandbox)")
+        allowed.append(rule.ports)
+    if any(ports.all for ports in allowed):
+        connect = None
+    else:
+        connect = tuple(sorted({port for ports in allowed for low, high in ports.ranges
+                                for port in range(low, high + 1)}))
+    for ports in policy.net_bind:
+        if not parse_ports(ports).all:
+            raise PolicyError("net_bind", f"{ports}: confine() can let a process bind every port "
+                              "('*') or none: listen() on an unbound socket takes an ephemeral "
+                              "port, which Landlock does not see (bind and listen before "
+                              "confine(), or use Sandbox)")
+    return TcpRules(connect, any_bind=bool(policy.net_bind))
+
+
+def _kernel_limits(policy: Policy) -> KernelLimits | None:
+    if not (policy.max_open_files or policy.max_file_size or policy.cpu_cores):
+        return None
+    from ..limits import kernel_limits
+
+    return kernel_limits(policy)
+
+
+def _single_threaded() -> None:
+    threads = _threads()
+    if threads > 1:
+        raise SetupError(f"confine() needs a single-threaded process, and this one has {threads} "
+                         "threads: Landlock on this kernel restricts the calling thread only "
+                         "(call it before starting threads, or use Sandbox)")
+
+
+def _threads() -> int:
+    """The calling process's threads: the entries of /proc/self/task or, where a Landlock
+    domain (an earlier confine()) may not list it, the link count procfs gives it (2 +
+    the threads; Landlock does not restrict stat)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        pass
+    try:
+        count = os.stat("/proc/self/task").st_nlink - 2
+    except OSError as exc:
+        raise SetupError(f"cannot count this process's threads: /proc/self/task: "
+                         f"{exc.strerror}") from None
+    if count < 1:
+        raise SetupError("cannot count this process's threads: /proc/self/task")
+    return count
