@@ -7,7 +7,7 @@ hours and still end before its CA expires. The cache is a directory only its use
 can enter (0700, checked on every use, never through a symlink); each entry is one
 0600 file, ``<key>.pem``, holding the key then the certificate (mitmproxy's
 ``mitmproxy-ca.pem`` format), named by a hash of the constraint set. sandlock denies
-the directory in every policy (``confine.sandlock_ca_cache_dir``), like the
+the directory in every policy (``confinement.sandlock_ca_cache_dir``), like the
 persistent CA's key: no sandboxed command can read a key. See docs/ca.md.
 """
 

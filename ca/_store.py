@@ -2,7 +2,7 @@
 
 The key is the one secret here. It is written 0600 from the first byte (O_EXCL with
 mode 0600, then renamed into place), lives in a 0700 directory, and every sandbox is
-denied that directory (``sandlock.confine``: ``protected_paths``). Loading refuses a key
+denied that directory (``sandlock.confinement``: ``protected_paths``). Loading refuses a key
 others could read and a directory another user owns or others could write.
 """
 
@@ -13,7 +13,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..confine import sandlock_ca_dir
+from ..confinement import sandlock_ca_dir
 from ._authority import CertificateAuthority, parse_certificate
 from ._errors import CAError
 from ._generate import persistent_ca

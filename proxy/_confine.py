@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterable
 
 from .._errors import SetupError
-from ..confine import PSEUDO_DEVICES
+from ..confinement import PSEUDO_DEVICES
 from ..kernel import (
     DROPPED_CAPABILITIES,
     PR_SET_NO_NEW_PRIVS,

@@ -9,8 +9,6 @@ use: the proxy process imports ``sandlock.proxy`` and ``sandlock.ca`` without pa
 
 from __future__ import annotations
 
-import sys
-
 from ._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
@@ -60,18 +58,3 @@ __all__ = [
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)
 
-
-class _Package(type(sys)):
-    """``sandlock.confine`` is the public function, and ``confine`` is also the name of
-    an internal subpackage (sandlock/confine/): the import system sets the parent's
-    attribute to a subpackage when it first imports it, which would hide the function
-    from then on. The function keeps the name; the subpackage is reached by its import
-    path (``from .confine import ...``), never as an attribute of this package."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name == "confine" and isinstance(value, type(sys)):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

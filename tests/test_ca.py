@@ -250,7 +250,7 @@ def test_mitmproxy_reads_the_ca_from_its_pem_file(tmp_path):
 
 
 def test_ca_directory_is_the_one_every_sandbox_is_denied(tmp_path):
-    from sandlock.confine._fspolicy import protected_paths
+    from sandlock.confinement._fspolicy import protected_paths
 
     env = {"HOME": "/h", "XDG_DATA_HOME": str(tmp_path)}
     assert ca.ca_directory(env) == tmp_path / "sandlock" / "ca"

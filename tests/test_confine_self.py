@@ -291,7 +291,7 @@ def test_an_i386_syscall_kills_the_process(tree):
 def test_the_filter_never_asks_for_a_listener(tree, policy):
     """Compiled here, never applied: nothing would answer a user notification."""
     from sandlock import Policy
-    from sandlock.confine import SelfConfinement
+    from sandlock.confinement import SelfConfinement
     from sandlock.kernel import filter_actions, seccomp
     from sandlock.process._confine_self import _check
 
@@ -304,7 +304,7 @@ def test_the_filter_never_asks_for_a_listener(tree, policy):
 
 def test_a_filter_that_would_notify_is_refused(tree):
     from sandlock import Policy, SetupError
-    from sandlock.confine._confinement import _seccomp_program
+    from sandlock.confinement._confinement import _seccomp_program
     from sandlock.kernel import seccomp
 
     network = seccomp.unsupervised_network(False, False, False)
@@ -483,10 +483,10 @@ def test_a_profile_by_name(tree, tmp_path):
 
 
 def test_the_public_name_is_the_function_whatever_was_imported_first():
-    """sandlock/confine/ is also the name of an internal subpackage, which a Sandbox
-    imports: the import system must not replace the function with it."""
-    code = ("import sandlock, sandlock.confine\n"
-            "from sandlock.confine import Confinement\n"
+    """A Sandbox imports the internal sandlock.confinement package: sandlock.confine
+    stays the function."""
+    code = ("import sandlock, sandlock.confinement\n"
+            "from sandlock.confinement import Confinement\n"
             "from sandlock import confine\n"
             "import sys\n"
             "print(callable(sandlock.confine), confine is sandlock.confine, "

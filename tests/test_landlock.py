@@ -25,9 +25,9 @@ from conftest import REQUIRE_UNPRIVILEGED, unprivileged
 
 from sandlock.kernel import _libc
 from sandlock._errors import SetupError
-from sandlock.confine._confinement import level_access
-from sandlock.confine._workspace import default_workspace
-from sandlock.confine._fspolicy import (
+from sandlock.confinement._confinement import level_access
+from sandlock.confinement._workspace import default_workspace
+from sandlock.confinement._fspolicy import (
     CREDENTIAL_STORES,
     LIST,
     READ,
@@ -559,7 +559,7 @@ DRIVER = r"""
 import subprocess, sys
 root, work, probe, *ops = sys.argv[1:]
 sys.path.insert(0, root)
-from sandlock.confine import _confinement as _confine, _fspolicy
+from sandlock.confinement import _confinement as _confine, _fspolicy
 from sandlock.kernel import _landlock, _libc
 
 abi = _landlock.abi_version()

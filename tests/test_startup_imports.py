@@ -25,8 +25,8 @@ ALLOWED = {
     "sandlock.kernel._fds", "sandlock.kernel._features", "sandlock.kernel._landlock",
     "sandlock.kernel._libc", "sandlock.kernel._mounts", "sandlock.kernel._seccomp",
     "sandlock.kernel._syscalls",
-    "sandlock.confine", "sandlock.confine._autorun", "sandlock.confine._confinement",
-    "sandlock.confine._fspolicy", "sandlock.confine._isolation", "sandlock.confine._workspace",
+    "sandlock.confinement", "sandlock.confinement._autorun", "sandlock.confinement._confinement",
+    "sandlock.confinement._fspolicy", "sandlock.confinement._isolation", "sandlock.confinement._workspace",
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
     "sandlock.process._supervision", "sandlock.process._sandbox", "sandlock.process._terminal",
@@ -39,7 +39,7 @@ NEVER = {
     "asyncio", "ssl", "tempfile", "logging", "tomllib", "importlib.metadata",
     "mitmproxy", "cryptography", "dns", "tree_sitter",
     "sandlock.ca", "sandlock.shellpolicy", "sandlock.proxy._launcher",
-    "sandlock.process._confine_self", "sandlock.confine._static",  # sandlock.confine() alone
+    "sandlock.process._confine_self", "sandlock.confinement._static",  # sandlock.confine() alone
 }
 
 DRIVER = """

@@ -109,7 +109,7 @@ def _widening_notes(policy: Policy) -> list[str]:
     this environment's)."""
     if not policy.uses_default_workspace:
         return []
-    from ..confine import widening
+    from ..confinement import widening
 
     return [f"{name} adds to the default workspace: {':'.join(paths)}"
             for name, paths in widening().items()]
@@ -223,7 +223,7 @@ def _name_what_was_outside(policy: Policy, command: list[str]) -> None:
     """After a failure, the paths in the command's arguments that the default workspace
     did not grant, and how to grant them: never a bare "Permission denied" that sends
     users to --mode full-access."""
-    from ..confine import unreachable
+    from ..confinement import unreachable
 
     env = {**os.environ, **policy.env}
     home = env.get("HOME") or os.path.expanduser("~")

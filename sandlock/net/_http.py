@@ -71,7 +71,7 @@ class HttpRun:
         """Write the run's trust files for a cached short-lived CA; the proxy gets the
         CA as a replacement proxy does (``inherited``: over its control channel)."""
         from .. import ca as _ca
-        from ..confine import sandlock_ca_cache_dir
+        from ..confinement import sandlock_ca_cache_dir
 
         try:
             home = env.get("HOME") or os.path.expanduser("~")
@@ -146,7 +146,7 @@ class HttpRun:
 def _forkserver_directory(env: Mapping[str, str]) -> str:
     """The user's proxy fork server lives in sandlock's runtime directory, which every
     policy denies (its token must stay out of every sandbox)."""
-    from ..confine import sandlock_runtime_dir
+    from ..confinement import sandlock_runtime_dir
 
     home = env.get("HOME") or os.path.expanduser("~")
     return os.path.join(sandlock_runtime_dir(env, home), "proxy")
@@ -171,7 +171,7 @@ def _ca_settings(policy: Policy, rules: HttpRules, env: Mapping[str, str]) -> di
     settings: dict = {"hosts": _reachable_hosts(policy, rules), "out": policy.http_ca_out}
     if policy.http_ca is not None:
         return {**settings, "source": "user", "cert": policy.http_ca, "key": policy.http_key}
-    from ..confine import sandlock_ca_dir
+    from ..confinement import sandlock_ca_dir
 
     persistent = sandlock_ca_dir(env, env.get("HOME") or os.path.expanduser("~"))
     source = "persistent" if os.path.isdir(persistent) else "ephemeral"

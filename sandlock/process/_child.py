@@ -22,7 +22,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..confine import Confinement
+    from ..confinement import Confinement
     from ..limits import KernelLimits
 
 # Signals whose disposition sandlock or the interpreter changed. The command gets them

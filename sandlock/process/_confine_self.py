@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from .._errors import PolicyError, SetupError
-from ..confine import SelfConfinement, TcpRules
+from ..confinement import SelfConfinement, TcpRules
 from ..policy import POLICY_FIELDS, Policy
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import

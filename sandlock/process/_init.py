@@ -19,7 +19,7 @@ import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of sta
 import ctypes
 import os
 
-from ..confine import Isolation
+from ..confinement import Isolation
 from ..kernel import PR_SET_PDEATHSIG, prctl
 from . import _child, _reports
 

@@ -9,7 +9,7 @@ death in the same poll that waits for its child (``_reports.wait_for_command``),
 with PR_SET_PDEATHSIG: that fires when the *thread* that forked us exits, which an API
 caller's short-lived thread (a thread pool) does while sandlock lives on.
 
-Killing is exact. In the sandbox's namespaces (the usual case, ``confine._isolation``)
+Killing is exact. In the sandbox's namespaces (the usual case, ``confinement._isolation``)
 the keeper enters the user and PID namespaces and forks the PID namespace's init
 (``_init``), which makes the mounts and forks the command; killing init kills the
 namespace. Without them (--best-effort), with IPC
@@ -24,7 +24,7 @@ from __future__ import annotations
 import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
 import os
 
-from ..confine import Confinement, Isolation, keeper_scope
+from ..confinement import Confinement, Isolation, keeper_scope
 from ..kernel import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, prctl
 from . import _child, _init, _reports
 

@@ -8,7 +8,7 @@ import sys
 
 from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
 from .._record import DataclassView, record
-from ..confine import Confinement
+from ..confinement import Confinement
 from ..policy import Policy
 from ._child import RESET_SIGNALS, ChildSpec
 from ._process import SandboxedProcess, TimeoutExpired, spawn

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._auditlog import AuditLog
-    from ..confine import Confinement
+    from ..confinement import Confinement
     from ..kernel import Listener, Notification
     from ..limits import CpuThrottle, MemoryWatch, ProcessGate
     from ..net import HttpRun, Network
