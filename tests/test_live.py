@@ -212,3 +212,30 @@ def test_a_running_sandbox_as_an_unprivileged_user(as_nobody):
                             text=True, cwd=tempfile.gettempdir(), timeout=60)
     assert result.stdout.strip() == "4 [0, 0, 0] [0, 1, 2]", result.stderr
 
+
+
+EMBEDDER_DIES = textwrap.dedent("""
+    import os, signal
+    from sandlock import Policy, Sandbox
+    sb = Sandbox(Policy()).__enter__()
+    print(sb.exec(["sleep", "1000"]).pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_the_sandbox_ends_when_the_embedding_process_is_killed():
+    embedder = subprocess.run([sys.executable, "-c", EMBEDDER_DIES], capture_output=True, text=True,
+                              timeout=60)
+    assert embedder.returncode == -9
+    sleeper = int(embedder.stdout)
+    deadline = time.monotonic() + 5
+    while alive(sleeper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(sleeper)
+
+
+def test_sandbox_takes_policy_fields():
+    sandbox = Sandbox(fs_readable=["/usr"], max_processes=5)
+    assert sandbox.policy == Policy(fs_readable=["/usr"], max_processes=5)
+    with pytest.raises(Exception, match="fs_readabel"):
+        Sandbox(fs_readabel=["/usr"])

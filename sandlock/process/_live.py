@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from ._process import SandboxedProcess
     from ._sandbox import Sandbox
 
-_READY_TIMEOUT = 60.0  # init() may load a model: generous, but a hang is not forever
 _CREDENTIALS = struct.calcsize("3i")
 RESULT_BUFFER = 1 << 20  # the results socket's receive buffer: a burst of clones' values
 MAX_VALUE = 1 << 18  # a clone's pickled value, at most (a message's size on the socket)
@@ -123,22 +122,21 @@ class LiveSandbox:
         self.audit = None
         self._paused = False
         self.first: LiveProcess | None = None  # the first exec'd: what wait() returns
-        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        results_theirs = None
-        if work is not None:
-            self._results, results_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            self._results.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-            self._results.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RESULT_BUFFER)
-        passed = [theirs.fileno(), *([results_theirs.fileno()] if results_theirs else [])]
-        resident = Resident(theirs.fileno(), results_theirs.fileno() if results_theirs else -1,
+        self._control, self._results, theirs = _socket_pairs(with_results=work is not None)
+        resident = Resident(theirs[0].fileno(), theirs[1].fileno() if self._results else -1,
                             init, work)
         try:
             self._process: SandboxedProcess = sandbox._launch(
-                ["<sandbox>"], resident, (None, None, None), tuple(passed), resident=True)
+                ["<sandbox>"], resident, (None, None, None), tuple(end.fileno() for end in theirs),
+                resident=True)
+        except BaseException:
+            for ours in (self._control, self._results):
+                if ours is not None:
+                    ours.close()
+            raise
         finally:
-            theirs.close()
-            if results_theirs is not None:
-                results_theirs.close()
+            for end in theirs:
+                end.close()
         self.audit = self._process.audit
         threading.Thread(target=self._follow, daemon=True).start()
         self._await_ready()
@@ -244,7 +242,7 @@ class LiveSandbox:
         clones' values (one thread: a clone's value is always taken before its exit)."""
         poller = select.poll()
         poller.register(self._control, select.POLLIN)
-        if self._work is not None:
+        if self._results is not None:
             poller.register(self._results, select.POLLIN)
         over = False
         while not over:
@@ -337,7 +335,8 @@ class LiveSandbox:
         return all(process.returncode is not None for process in self._processes.values())
 
     def _await_ready(self) -> None:
-        self.wait_until(lambda: self._state != "starting", _READY_TIMEOUT)
+        # No timeout: init() may load a model for minutes; a sandbox that ends says so.
+        self.wait_until(lambda: self._state != "starting", None)
         if self._state == "ready":
             return
         self.close()
@@ -352,6 +351,19 @@ class LiveSandbox:
             raise RuntimeError("the sandbox is over (killed, or its block was left)")
         if self._paused:
             raise RuntimeError("the sandbox is paused: resume() it first")
+
+
+def _socket_pairs(with_results: bool) -> tuple[socket.socket, socket.socket | None,
+                                                 list[socket.socket]]:
+    """Our control socket, our results socket (clones' values: the kernel stamps each
+    message with its sender's pid), and the resident's ends of both."""
+    control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if not with_results:
+        return control, None, [theirs]
+    results, results_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    results.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    results.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RESULT_BUFFER)
+    return control, results, [theirs, results_theirs]
 
 
 def _sender(ancillary: list[tuple[int, int, bytes]]) -> int:

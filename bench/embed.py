@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""What the embedding API costs in a warm process: the round trip of a call of a
+trivial function (a fresh `Sandbox(policy).call`, a call in a running sandbox), the
+same as `Sandbox.run(["/bin/true"])` and `subprocess.run`, and COW clones per second
+(`sb.fork(N)` to the last clone's exit, with init's data shared).
+
+Usage: python bench/embed.py [--rounds N] [--clones N]
+Medians of interleaved rounds; Markdown tables for docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from sandlock import Policy, Sandbox
+
+DATA: list[int] = []
+
+
+def init() -> None:
+    DATA.extend(range(1_000_000))  # ~40 MB of Python objects, shared by every clone
+
+
+def work() -> int:
+    return DATA[int(os.environ["CLONE_ID"])]
+
+
+def nothing() -> None:
+    return None
+
+
+def _elapsed(action) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--clones", type=int, default=1000)
+    args = parser.parse_args()
+    policy = Policy()
+    sandbox = Sandbox(policy)
+    with Sandbox(policy) as running:
+        cases = {
+            "`subprocess.run(['/bin/true'])`": lambda: subprocess.run(["/bin/true"]),
+            "`Sandbox(policy).run(['/bin/true'])`": lambda: sandbox.run(["/bin/true"]),
+            "`Sandbox(policy).call(f)`": lambda: sandbox.call(nothing),
+            "`sb.call(f)` in a running sandbox": lambda: running.call(nothing),
+        }
+        for action in cases.values():  # warm: imports, caches
+            action()
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(args.rounds):
+            for name, action in cases.items():
+                times[name].append(_elapsed(action))
+    print(f"{args.rounds} rounds, {os.cpu_count()} CPUs\n")
+    print("| round trip | median | p90 |")
+    print("| --- | --- | --- |")
+    for name, values in times.items():
+        values.sort()
+        print(f"| {name} | {statistics.median(values) * 1e3:.2f} ms "
+              f"| {values[int(len(values) * 0.9)] * 1e3:.2f} ms |")
+    rates = []
+    with Sandbox(policy, init, work) as clones:
+        clones.fork(10)  # warm
+        for _ in range(3):
+            started = time.perf_counter()
+            batch = clones.fork(args.clones)
+            codes = [clone.wait(60) for clone in batch]
+            rates.append(args.clones / (time.perf_counter() - started))
+            assert codes == [0] * args.clones and batch[-1].value == args.clones - 1
+    print(f"\n`sb.fork({args.clones})`, to the last clone's exit: "
+          f"{statistics.median(rates):.0f} clones/s (median of 3)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
