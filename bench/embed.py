@@ -4,7 +4,7 @@ trivial function (a fresh `Sandbox(policy).call`, a call in a running sandbox), 
 same as `Sandbox.run(["/bin/true"])` and `subprocess.run`, and COW clones per second
 (`sb.fork(N)` to the last clone's exit, with init's data shared).
 
-Usage: python bench/embed.py [--rounds N] [--clones N]
+Usage: python bench/embed.py [--rounds N] [--clones N] [--items N]
 Medians of interleaved rounds; Markdown tables for docs/performance.md.
 """
 
@@ -20,10 +20,11 @@ import time
 from sandlock import Policy, Sandbox
 
 DATA: list[int] = []
+ITEMS = [100_000]  # init's list (1M items: ~40 MB of Python objects), set by --items
 
 
 def init() -> None:
-    DATA.extend(range(1_000_000))  # ~40 MB of Python objects, shared by every clone
+    DATA.extend(range(ITEMS[0]))  # shared by every clone
 
 
 def work() -> int:
@@ -32,6 +33,18 @@ def work() -> int:
 
 def nothing() -> None:
     return None
+
+
+def _bare_forks(count: int) -> float:
+    """Forks per second of this process itself, with no sandbox: the floor."""
+    started = time.perf_counter()
+    for index in range(count):
+        if os.fork() == 0:
+            work_on = DATA[index % len(DATA)]  # as a clone reads init's data
+            os._exit(work_on & 0)
+    for _ in range(count):
+        os.wait()
+    return count / (time.perf_counter() - started)
 
 
 def _elapsed(action) -> float:
@@ -44,7 +57,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--clones", type=int, default=1000)
+    parser.add_argument("--items", type=int, default=ITEMS[0])
     args = parser.parse_args()
+    ITEMS[0] = args.items
     policy = Policy()
     sandbox = Sandbox(policy)
     with Sandbox(policy) as running:
@@ -67,6 +82,10 @@ def main() -> int:
         values.sort()
         print(f"| {name} | {statistics.median(values) * 1e3:.2f} ms "
               f"| {values[int(len(values) * 0.9)] * 1e3:.2f} ms |")
+    init()
+    print(f"\nbare `os.fork()` of this process, {args.items} items, each child reading one and "
+          f"exiting, reaped in a batch: {_bare_forks(args.clones):.0f}/s")
+    DATA.clear()
     rates = []
     with Sandbox(policy, init, work) as clones:
         clones.fork(10)  # warm
@@ -76,7 +95,7 @@ def main() -> int:
             codes = [clone.wait(60) for clone in batch]
             rates.append(args.clones / (time.perf_counter() - started))
             assert codes == [0] * args.clones and batch[-1].value == args.clones - 1
-    print(f"\n`sb.fork({args.clones})`, to the last clone's exit: "
+    print(f"`sb.fork({args.clones})`, to the last clone's exit: "
           f"{statistics.median(rates):.0f} clones/s (median of 3)")
     return 0
 
