@@ -239,3 +239,25 @@ def test_sandbox_takes_policy_fields():
     assert sandbox.policy == Policy(fs_readable=["/usr"], max_processes=5)
     with pytest.raises(Exception, match="fs_readabel"):
         Sandbox(fs_readabel=["/usr"])
+
+
+def leaves_a_child_behind() -> str:
+    if os.fork() == 0:  # holds the call's stdout, in the call's process group
+        time.sleep(30)
+        os._exit(0)
+    print("parent done", flush=True)
+    return "done"
+
+
+def test_a_calls_processes_end_with_it():
+    with Sandbox(Policy()) as sb:
+        started = time.monotonic()
+        result = sb.call(leaves_a_child_behind)
+        assert (result.value, result.stdout) == ("done", b"parent done\n")
+        assert time.monotonic() - started < 5
+        time.sleep(0.2)
+        assert sb.call(processes_inside).value == 3  # init, the resident, this call
+
+
+def processes_inside() -> int:
+    return sum(name.isdigit() for name in os.listdir("/proc"))

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         def end_for_timeout(self, timeout: float) -> None: ...
 
 EXIT_RAISED = 1  # as an uncaught exception ends the interpreter
+_GRACE = 1.0  # seconds the output is still collected after the function's process ended
 EXIT_UNPICKLABLE = 3
 
 
@@ -96,28 +97,23 @@ def call_in(sandbox: Sandbox, start: Callable[[int, int, int], Waitable],
 
     timeout = sandbox.policy.timeout if timeout is None else timeout
     result_r, result_w = os.pipe()
-    received: list[bytes] = []
-    try:
-        _flush_streams()  # else the copy would print again what the caller buffered
-        with Capture(None, True, limit=sandbox.policy.max_output) as capture:
-            stdio = capture.child_stdio()
+    _flush_streams()  # else the copy would print again what the caller buffered
+    with Capture(None, True, limit=sandbox.policy.max_output, extra=result_r) as capture:
+        stdio = capture.child_stdio()
+        try:
             process = start(stdio["stdout"], stdio["stderr"], result_w)
+        finally:
             os.close(result_w)
-            result_w = -1
-            capture.start()
-            capture.read_alongside(result_r, received)
-            timed_out = wait_or_kill(process, timeout)
-            stdout, stderr = capture.finish()
-        drops = capture.drop_notices(process.audit)
-    finally:
-        os.close(result_r)
-        if result_w >= 0:
-            os.close(result_w)
+        capture.start()
+        timed_out = wait_or_kill(process, timeout)
+        # (a call in a running sandbox: what it left behind may hold its output open)
+        stdout, stderr = capture.finish(_GRACE)
+    drops = capture.drop_notices(process.audit)
     if not sandbox.quiet:
         for notice in [*drops, *process.notices]:
             print(notice, file=sys.stderr)
     code = EXIT_TIMEOUT if timed_out else process.returncode
-    return result_of(b"".join(received), code, stdout, stderr, timed_out, process.start_error)
+    return result_of(capture.extra_data, code, stdout, stderr, timed_out, process.start_error)
 
 
 class Runner:

@@ -5,6 +5,7 @@ with a limit, at most that much of each is kept and the rest read and dropped.""
 from __future__ import annotations
 
 import os
+import select
 import threading
 
 TYPE_CHECKING = False
@@ -12,22 +13,31 @@ if TYPE_CHECKING:
     from .._auditlog import AuditLog
 
 STREAMS = ("stdout", "stderr")
+_POLL_MS = 100  # how often the pump looks whether it was told to give up (finish's grace)
+_PIPE_CHUNK = 65536
 
 
 class Capture:
     """Owns the pipes between sandlock and a command. ``limit``: bytes kept of each
     output (None: all); ``forward``: write what is kept to sandlock's own stdout and
-    stderr as it comes, instead of collecting it."""
+    stderr as it comes, instead of collecting it; ``extra``: a further read end (a
+    call's result pipe), owned from now on, collected whole into ``extra_data``.
+
+    One thread pumps them all (feeds stdin, drains the outputs), so a capture costs
+    one thread start, not one per pipe."""
 
     def __init__(self, input: bytes | None, capture_output: bool, *, limit: int | None = None,
-                 forward: bool = False) -> None:
+                 forward: bool = False, extra: int | None = None) -> None:
         self._input = input
         self._stdin = os.pipe() if input is not None else None
         self._outputs = [os.pipe(), os.pipe()] if capture_output else []
-        self._threads: list[threading.Thread] = []
-        self._collected: list[list[bytes]] = [[] for _ in self._outputs]
+        self._extra = extra
+        self._thread: threading.Thread | None = None
+        self._collected: list[list[bytes]] = [[] for _ in range(3)]  # stdout, stderr, extra
+        self._room = [-1 if limit is None else limit] * 2
         self._limit = limit
         self._forward = forward
+        self._abandon_at: float | None = None
         self.dropped = [0, 0]  # bytes of stdout and stderr read past the limit
 
     def __enter__(self) -> Capture:
@@ -35,12 +45,14 @@ class Capture:
 
     def __exit__(self, *exc: object) -> None:
         self._close_child_ends()
-        if self._stdin and not self._threads:  # never started: nobody will feed it
-            _close(self._stdin[1])
-        for thread in self._threads:
-            thread.join()
-        for read_end, _ in self._outputs:
-            _close(read_end)
+        if self._thread is None:  # never started: nothing will read or feed them
+            if self._stdin:
+                _close(self._stdin[1])
+            for read_end, _ in self._outputs:
+                _close(read_end)
+            _close(self._extra)
+        else:
+            self._thread.join()
 
     def child_stdio(self) -> dict[str, int | None]:
         return {
@@ -52,38 +64,79 @@ class Capture:
     def start(self) -> None:
         """Run after the command started: sandlock's copies of the child ends go."""
         self._close_child_ends()
-        if self._stdin:
-            self._spawn(self._feed, self._stdin[1])
-        for index, (read_end, _) in enumerate(self._outputs):
-            self._spawn(self._drain, read_end, index)
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
 
-    def finish(self) -> tuple[bytes | None, bytes | None]:
-        for thread in self._threads:
-            thread.join()
-        self._threads.clear()
+    def finish(self, grace: float | None = None) -> tuple[bytes | None, bytes | None]:
+        """What was collected, once every pipe is at its end; with ``grace``, at most
+        that many more seconds (processes that outlive the command may hold its
+        output open: what they write later is not collected)."""
+        if self._thread is not None:
+            if grace is not None:
+                import time
+
+                self._abandon_at = time.monotonic() + grace
+            self._thread.join()
         if not self._outputs or self._forward:
             return None, None
-        out, err = (b"".join(chunks) for chunks in self._collected)
+        out, err = (b"".join(chunks) for chunks in self._collected[:2])
         return out, err
 
-    def _spawn(self, target: object, *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+    @property
+    def extra_data(self) -> bytes:
+        return b"".join(self._collected[2])
 
-    def read_alongside(self, fd: int, into: list[bytes]) -> None:
-        """Drain ``fd`` as well (a call's result pipe) into ``into``, until finish()."""
-        self._spawn(_read_into, fd, into)
-
-    def _feed(self, fd: int) -> None:
+    def _pump(self) -> None:
+        readers = {read_end: index for index, (read_end, _) in enumerate(self._outputs)}
+        if self._extra is not None:
+            readers[self._extra] = 2
+        poller = select.poll()
+        for fd in readers:
+            poller.register(fd, select.POLLIN)
+        feed = _Feed(self._stdin[1], self._input, poller) if self._stdin else None
         try:
-            view = memoryview(self._input or b"")
-            while view:
-                view = view[os.write(fd, view):]
-        except BrokenPipeError:
-            pass  # the command stopped reading: like subprocess, not an error
+            while readers or (feed and feed.pending):
+                for fd, _events in poller.poll(_POLL_MS):
+                    if feed is not None and fd == feed.fd:
+                        feed.write()
+                    elif (chunk := os.read(fd, 65536)):
+                        self._take(readers[fd], chunk)
+                    else:
+                        poller.unregister(fd)
+                        _close(fd)
+                        del readers[fd]
+                if self._abandoned():
+                    break
         finally:
-            _close(fd)
+            for fd in readers:
+                _close(fd)
+            if feed is not None:
+                feed.close()
+
+    def _abandoned(self) -> bool:
+        if self._abandon_at is None:
+            return False
+        import time
+
+        return time.monotonic() >= self._abandon_at
+
+    def _take(self, index: int, chunk: bytes) -> None:
+        if index < 2 and self._room[index] >= 0:
+            room = self._room[index]
+            kept, self._room[index] = chunk[:room], max(room - len(chunk), 0)
+            self.dropped[index] += len(chunk) - len(kept)
+            chunk = kept
+        if not chunk:
+            return
+        if index == 2 or not self._forward:
+            self._collected[index].append(chunk)
+            return
+        try:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(1 + index, view):]
+        except OSError:
+            pass  # sandlock's own stdout is gone (a closed pipe): drop, keep draining
 
     def drop_notices(self, audit: AuditLog | None = None) -> list[str]:
         """What the limit cut, one line per output (for stderr and the exit summary),
@@ -104,36 +157,40 @@ class Capture:
 
         return str(Size(self._limit or 0))
 
-    def _drain(self, fd: int, index: int) -> None:
-        room = self._limit if self._limit is not None else -1
-        while chunk := os.read(fd, 65536):
-            if room >= 0:
-                kept, room = chunk[:room], max(room - len(chunk), 0)
-                self.dropped[index] += len(chunk) - len(kept)
-                chunk = kept
-            if chunk:
-                self._keep(index, chunk)
-
-    def _keep(self, index: int, chunk: bytes) -> None:
-        if not self._forward:
-            self._collected[index].append(chunk)
-            return
-        try:
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(1 + index, view):]
-        except OSError:
-            pass  # sandlock's own stdout is gone (a closed pipe): drop, keep draining
-
     def _close_child_ends(self) -> None:
         if self._stdin:
             self._stdin = (_close(self._stdin[0]), self._stdin[1])
         self._outputs = [(r, _close(w)) for r, w in self._outputs]
 
 
-def _read_into(fd: int, chunks: list[bytes]) -> None:
-    while chunk := os.read(fd, 65536):
-        chunks.append(chunk)
+class _Feed:
+    """The command's stdin, written as it becomes writable (never blocking the pump)."""
+
+    def __init__(self, fd: int, data: bytes | None, poller: select.poll) -> None:
+        self.fd = fd
+        self.pending = memoryview(data or b"")
+        self._poller = poller
+        os.set_blocking(fd, False)
+        poller.register(fd, select.POLLOUT)
+        if not self.pending:
+            self.close()
+
+    def write(self) -> None:
+        try:
+            self.pending = self.pending[os.write(self.fd, self.pending[:_PIPE_CHUNK]):]
+        except BlockingIOError:
+            return
+        except OSError:  # (BrokenPipeError) the command stopped reading: like subprocess
+            self.pending = memoryview(b"")
+        if not self.pending:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self._poller.unregister(self.fd)
+            _close(self.fd)
+            self.fd = -1
+            self.pending = memoryview(b"")
 
 
 def _close(fd: int | None) -> None:

@@ -52,6 +52,7 @@ class Resident:
         self._work = work
         self._children: dict[int, int] = {}  # pid (in the sandbox) -> token
         self._own: list[int] = []  # descriptors no process it forks may keep
+        self._calls: set[int] = set()  # tokens of calls (their process groups die with them)
 
     def __call__(self, host_proc: int) -> int:
         control = socket.socket(fileno=self._control_fd)
@@ -117,6 +118,7 @@ class Resident:
         """Fork and run the function pickled in ``payload`` with its arguments: fds
         are its result pipe, stdout and stderr."""
         if self._fork(token):
+            self._calls.add(token)
             return
         result, stdout, stderr = fds
         _place({0: self._null, 1: stdout, 2: stderr})
@@ -170,8 +172,12 @@ class Resident:
             if pid == 0:
                 return
             token = self._children.pop(pid, None)
-            if token is not None:
-                self._say(b"exit %d %d" % (token, status))
+            if token is None:
+                continue
+            if token in self._calls:  # a call's processes end with it (its output too)
+                self._calls.discard(token)
+                _kill_group(pid)
+            self._say(b"exit %d %d" % (token, status))
 
     def _say(self, message: bytes) -> None:
         os.write(self._control_fd, message)
@@ -195,6 +201,13 @@ def _place(targets: dict[int, int]) -> None:
     for target, source in moved.items():
         os.dup2(source, target)
         os.close(source)
+
+
+def _kill_group(leader: int) -> None:
+    try:
+        os.killpg(leader, 9)
+    except OSError:
+        pass  # none left
 
 
 def _drain(fd: int) -> None:
