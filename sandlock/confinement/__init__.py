@@ -21,7 +21,7 @@ if TYPE_CHECKING:
         sandlock_runtime_dir,
     )
     from ._isolation import Isolation
-    from ._static import SelfConfinement, TcpRules
+    from ._static import SelfConfinement, TcpRules, apply_static
     from ._workspace import unreachable, widening
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -34,6 +34,7 @@ _EXPORTS = {
     "keeper_scope": "_confinement",
     "SelfConfinement": "_static",
     "TcpRules": "_static",
+    "apply_static": "_static",
     "sandlock_ca_cache_dir": "_fspolicy",
     "sandlock_ca_dir": "_fspolicy",
     "sandlock_runtime_dir": "_fspolicy",

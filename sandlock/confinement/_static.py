@@ -53,10 +53,12 @@ class SelfConfinement:
         self.program = program
 
     @classmethod
-    def prepare(cls, policy: Policy, tcp: TcpRules) -> SelfConfinement:
+    def prepare(cls, policy: Policy, tcp: TcpRules,
+                network: dict[str, seccomp.Rule] | None = None) -> SelfConfinement:
         """``policy`` has explicit grants and nothing that needs a supervisor (the
         caller checked); PolicyError for a write grant over autorun files, SetupError
-        for what the kernel lacks."""
+        for what the kernel lacks. ``network``: the filter's rules for the network
+        instead of those ``tcp`` implies ({}: none, the network is a supervisor's)."""
         any_connect = tcp.connect is None
         handled_net = ((0 if any_connect else landlock.NET_CONNECT_TCP)
                        | (0 if tcp.any_bind else landlock.NET_BIND_TCP))
@@ -74,9 +76,10 @@ class SelfConfinement:
                 ruleset.allow_port(0, landlock.NET_BIND_TCP)
             if not policy.allow_autorun_writes:
                 _refuse_autorun_files(filesystem)
-            network = seccomp.unsupervised_network(
-                tcp=any_connect or bool(tcp.connect) or tcp.any_bind,
-                any_connect=any_connect, any_bind=tcp.any_bind)
+            if network is None:
+                network = seccomp.unsupervised_network(
+                    tcp=any_connect or bool(tcp.connect) or tcp.any_bind,
+                    any_connect=any_connect, any_bind=tcp.any_bind)
             program = _seccomp_program(policy, False, network)
         except BaseException:
             ruleset.close()
@@ -87,23 +90,31 @@ class SelfConfinement:
         """Confine the calling process for good: no_new_privs, the capabilities a root
         process would abuse dropped, Landlock (the calling thread: the caller made sure
         it is the only one), then seccomp (every thread)."""
-        prctl(PR_SET_NO_NEW_PRIVS, 1)
-        drop_capabilities(DROPPED_CAPABILITIES)
         try:
-            self.ruleset.restrict_self()
+            apply_static(self.ruleset.fileno(), self.program, all_threads=True)
         finally:
             self.ruleset.close()
-        try:
-            thread = seccomp.install(self.program, seccomp.SECCOMP_FILTER_FLAG_TSYNC)
-        except OSError as exc:
-            raise SetupError(f"the seccomp filter could not be installed ({exc.strerror}): the "
-                             "process is confined by Landlock only") from None
-        if thread:  # TSYNC: the thread that could not take the filter
-            raise SetupError(f"thread {thread} could not take the seccomp filter: the process "
-                             "is partly confined")
 
     def close(self) -> None:
         self.ruleset.close()
+
+
+def apply_static(ruleset_fd: int, program: bytes, *, all_threads: bool = False) -> None:
+    """no_new_privs, root's dangerous capabilities dropped, the Landlock domain of
+    ``ruleset_fd`` (the calling thread), the seccomp ``program`` (``all_threads``:
+    TSYNC) with no listener: a confinement that needs no supervisor."""
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    drop_capabilities(DROPPED_CAPABILITIES)
+    landlock.restrict_self(ruleset_fd)
+    flags = seccomp.SECCOMP_FILTER_FLAG_TSYNC if all_threads else 0
+    try:
+        thread = seccomp.install(program, flags)
+    except OSError as exc:
+        raise SetupError(f"the seccomp filter could not be installed ({exc.strerror}): the "
+                         "process is confined by Landlock only") from None
+    if thread:  # TSYNC: the thread that could not take the filter
+        raise SetupError(f"thread {thread} could not take the seccomp filter: the process "
+                         "is partly confined")
 
 
 def _refuse_autorun_files(filesystem: _Filesystem) -> None:

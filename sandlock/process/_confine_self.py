@@ -146,3 +146,23 @@ def _threads() -> int:
     if count < 1:
         raise SetupError("cannot count this process's threads: /proc/self/task")
     return count
+
+
+def nested_confinement(policy: Policy) -> tuple[SelfConfinement, KernelLimits | None]:
+    """What a sandbox nested in a running one adds on top of it (``sb.sandbox``): the
+    static part of ``policy``, compiled here, applied by each process it starts. Its
+    network is none, or its parent's (``net_allow=["*"]``): the parent's supervisor
+    performs its processes' connects, so no rule of theirs (Landlock's TCP ports
+    included) would be consulted for one; a seccomp ERRNO, which takes precedence over
+    the parent's notification, is what keeps a nested sandbox off the network."""
+    keeps_network = tuple(policy.net_allow) == ("*",) and not policy.net_connect
+    if not keeps_network and (policy.net_allow or policy.net_connect):
+        raise PolicyError("net_allow", "a nested sandbox's network is none, or its parent's "
+                          "(net_allow=['*']): rules of its own would need a supervisor of its own")
+    bare = policy.replace(net_allow=(), net_connect=(), net_bind=())
+    _check(bare)
+    if keeps_network:
+        tcp, network = TcpRules(connect=None, any_bind=True), {}
+    else:
+        tcp, network = TcpRules(), None
+    return SelfConfinement.prepare(bare, tcp, network), _kernel_limits(policy)

@@ -18,91 +18,24 @@ import threading
 import time
 
 from .._errors import EXIT_SETUP, EXIT_TIMEOUT, SetupError
-from ._process import TimeoutExpired, describe_start_error
+from ._handles import Clone, LiveProcess
+from ._process import describe_start_error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from ..confinement import SelfConfinement
+    from ..limits import KernelLimits
     from ._call import CallResult
     from ._process import SandboxedProcess
     from ._sandbox import Sandbox
 
+    Nesting = tuple[SelfConfinement, KernelLimits | None]
+
 _CREDENTIALS = struct.calcsize("3i")
 RESULT_BUFFER = 1 << 20  # the results socket's receive buffer: a burst of clones' values
 MAX_VALUE = 1 << 18  # a clone's pickled value, at most (a message's size on the socket)
-
-
-class LiveProcess:
-    """A process started in a long-lived sandbox (``exec``): ``pid`` (as sandlock
-    sees it; the leader of its own process group), ``returncode``, ``start_error``."""
-
-    def __init__(self, live: LiveSandbox, token: int, name: str) -> None:
-        self._live = live
-        self.token = token
-        self.name = name
-        self.pid = 0
-        self.returncode: int | None = None
-        self.start_error: str | None = None
-        self.notices: list[str] = []  # (the sandbox's own are said when it ends)
-
-    @property
-    def audit(self) -> object:
-        """The sandbox's audit log, if it keeps one."""
-        return self._live.audit
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Its exit code (128+N for signal N); TimeoutExpired if it runs on."""
-        if not self._live.wait_until(lambda: self.returncode is not None, timeout):
-            raise TimeoutExpired
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        """``sig`` to its process group (what it started, unless they moved away)."""
-        if self.returncode is None and self.pid:
-            try:
-                os.killpg(self.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def kill(self) -> None:
-        self.send_signal(9)
-
-    def end_for_timeout(self, timeout: float) -> None:
-        if self.audit is not None:
-            self.audit.limit("timeout", timeout, "kill",
-                             f"timeout: killed {self.name} after {timeout:g} s")
-        self.kill()
-        self.wait()
-
-
-class Clone(LiveProcess):
-    """One of ``sb.fork(n)``'s clones: ``clone_id`` (its CLONE_ID), and once it has
-    ended, ``value``/``error``/``success`` of ``work()`` as for a call."""
-
-    def __init__(self, live: LiveSandbox, token: int, clone_id: int) -> None:
-        super().__init__(live, token, f"clone {clone_id}")
-        self.clone_id = clone_id
-        self._outcome: bytes = b""
-
-    @property
-    def success(self) -> bool:
-        return self._result().success
-
-    @property
-    def value(self) -> object:
-        return self._result().value
-
-    @property
-    def error(self) -> object:
-        return self._result().error
-
-    def _result(self) -> CallResult:
-        from ._call import result_of
-
-        if self.returncode is None:
-            raise RuntimeError(f"clone {self.clone_id} is still running: wait() for it first")
-        return result_of(self._outcome, self.returncode, None, None, False, self.start_error)
 
 
 class LiveSandbox:
@@ -121,6 +54,7 @@ class LiveSandbox:
         self._failure = ""  # what init() raised
         self.audit = None
         self._paused = False
+        self._closing: list[Callable[[], None]] = []
         self.first: LiveProcess | None = None  # the first exec'd: what wait() returns
         self._control, self._results, theirs = _socket_pairs(with_results=work is not None)
         resident = Resident(theirs[0].fileno(), theirs[1].fileno() if self._results else -1,
@@ -144,19 +78,21 @@ class LiveSandbox:
     # --- requests -------------------------------------------------------------------
 
     def exec(self, argv: list[str], stdio: tuple[int | None, int | None, int | None],
-             pass_fds: tuple[int, ...]) -> LiveProcess:
+             pass_fds: tuple[int, ...], nested: Nesting | None = None) -> LiveProcess:
         given = [(target, fd) for target, fd in enumerate(stdio) if fd is not None]
         given += [(fd, fd) for fd in pass_fds]
         targets = [target for target, _ in given]
+        spec, extra = _nesting(nested)
         process = self._request(lambda token: LiveProcess(self, token, argv[0]),
-                                lambda token: ("exec", token, argv, targets), [fd for _, fd in given])
+                                lambda token: ("exec", token, argv, targets, spec),
+                                [fd for _, fd in given] + extra)
         with self._changed:
             self.first = self.first or process
         self.wait_until(lambda: process.pid or process.returncode is not None, None)
         return process
 
     def call(self, function: Callable[..., object], args: tuple, kwargs: dict,
-             timeout: float | None) -> CallResult:
+             timeout: float | None, nested: Nesting | None = None) -> CallResult:
         from ._call import call_in
 
         try:
@@ -166,9 +102,12 @@ class LiveSandbox:
                             f"when its block began, so fn and its arguments must be picklable "
                             f"(defined at module level): {exc}") from None
 
+        spec, extra = _nesting(nested)
+
         def start(stdout: int, stderr: int, result: int) -> LiveProcess:
             return self._request(lambda token: LiveProcess(self, token, "<call>"),
-                                 lambda token: ("call", token, payload), [result, stdout, stderr])
+                                 lambda token: ("call", token, payload, spec),
+                                 [result, stdout, stderr] + extra)
 
         return call_in(self._sandbox, start, timeout)
 
@@ -209,10 +148,17 @@ class LiveSandbox:
         self._process.kill()  # the reader sees the sandbox end, and reaps it
         self.wait_until(lambda: self._state == "over", None)
 
+    def on_close(self, release: Callable[[], None]) -> None:
+        self._closing.append(release)
+
     def close(self) -> None:
         self._paused = False  # (SIGKILL ends stopped processes too)
         self.kill()
         self._control.close()
+        if self._results is not None:
+            self._results.close()
+        for release in self._closing:
+            release()
 
     # --- sandlock's side of the conversation -----------------------------------------
 
@@ -351,6 +297,15 @@ class LiveSandbox:
             raise RuntimeError("the sandbox is over (killed, or its block was left)")
         if self._paused:
             raise RuntimeError("the sandbox is paused: resume() it first")
+
+
+def _nesting(nested: Nesting | None) -> tuple[tuple | None, list[int]]:
+    """A nested sandbox's part of a request: its filter and rlimits, and its ruleset's
+    descriptor to send along."""
+    if nested is None:
+        return None, []
+    confinement, limits = nested
+    return (confinement.program, limits), [confinement.ruleset.fileno()]
 
 
 def _socket_pairs(with_results: bool) -> tuple[socket.socket, socket.socket | None,

@@ -28,7 +28,8 @@ import pickle
 import select
 import socket
 
-from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND
+from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
+from ..confinement import apply_static
 from ..kernel import close_on_exec_from
 from ._call import Runner
 from ._child import exec_argv
@@ -36,6 +37,10 @@ from ._child import exec_argv
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from ..limits import KernelLimits
+
+    Nested = tuple[bytes, KernelLimits | None]  # a nested sandbox's filter and rlimits
 
 MAX_REQUEST = 1 << 18  # a request's bytes (a call's pickled function and arguments)
 MAX_FDS = 64
@@ -101,10 +106,13 @@ class Resident:
                 os.close(fd)  # the forked process has its own copies
         return True
 
-    def _exec(self, token: int, argv: list[str], targets: list[int], *, fds: list[int]) -> None:
-        """Fork, place the descriptors sandlock sent at the numbers asked for, exec."""
+    def _exec(self, token: int, argv: list[str], targets: list[int], nested: Nested | None, *,
+              fds: list[int]) -> None:
+        """Fork, confine further if nested, place the descriptors sandlock sent at the
+        numbers asked for, exec."""
         if self._fork(token):
             return
+        _confine_further(nested, fds)
         _place(dict(zip(targets, fds)))
         close_on_exec_from(3)  # the resident's own are close-on-exec already
         for target in targets:
@@ -114,12 +122,13 @@ class Resident:
         self._say(b"fail %d %d" % (token, code))
         os._exit(EXIT_NOTFOUND if code in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOEXEC)
 
-    def _call(self, token: int, payload: bytes, *, fds: list[int]) -> None:
+    def _call(self, token: int, payload: bytes, nested: Nested | None, *, fds: list[int]) -> None:
         """Fork and run the function pickled in ``payload`` with its arguments: fds
-        are its result pipe, stdout and stderr."""
+        are its result pipe, stdout and stderr (then a nested sandbox's ruleset)."""
         if self._fork(token):
             self._calls.add(token)
             return
+        _confine_further(nested, fds)
         result, stdout, stderr = fds
         _place({0: self._null, 1: stdout, 2: stderr})
         self._forget(keep=(result,))
@@ -181,6 +190,23 @@ class Resident:
 
     def _say(self, message: bytes) -> None:
         os.write(self._control_fd, message)
+
+
+def _confine_further(nested: Nested | None, fds: list[int]) -> None:
+    """In a new process of a nested sandbox (``sb.sandbox``): its static confinement on
+    top of the sandbox's, before anything of the request runs. The ruleset is the last
+    descriptor sandlock sent (taken off ``fds``)."""
+    if nested is None:
+        return
+    program, limits = nested
+    ruleset = fds.pop()
+    try:
+        if limits is not None:
+            limits.apply_rlimits()
+        apply_static(ruleset, program)
+        os.close(ruleset)
+    except BaseException:  # noqa: BLE001 - never run unconfined
+        os._exit(EXIT_SETUP)
 
 
 def _run_and_exit(runner: Runner) -> None:

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from ..limits import KernelLimits
     from ..net import HttpRun
     from ._call import CallResult
-    from ._live import Clone, LiveProcess, LiveSandbox
+    from ._handles import Clone, LiveProcess
+    from ._live import LiveSandbox
+    from ._nested import NestedSandbox
 
 # --clean-env keeps only these variables from sandlock's environment.
 CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
@@ -101,8 +103,8 @@ class Sandbox:
              stderr: int | None = None, pass_fds: Sequence[int] = ()) -> LiveProcess:
         """Start ``argv`` in the running sandbox; stdio are descriptors (None: the
         sandbox's, i.e. this process's when the block began). Returns its handle."""
-        return self._running("exec").exec(_check_argv(argv), (stdin, stdout, stderr),
-                                          _check_pass_fds(pass_fds))
+        return self._running("exec").exec(check_argv(argv), (stdin, stdout, stderr),
+                                          check_pass_fds(pass_fds))
 
     def fork(self, n: int) -> list[Clone]:
         """``n`` copy-on-write clones of the sandbox's process that ran ``init()``, each
@@ -129,6 +131,14 @@ class Sandbox:
         """Kill every process of the running sandbox; it is over (leave its block)."""
         self._running("kill").kill()
 
+    def sandbox(self, policy: Policy | str) -> NestedSandbox:
+        """A sandbox nested in the running one: ``run``, ``call`` and ``exec`` start
+        its processes in this sandbox, each confined further by ``policy``'s static
+        part, so they may do only what both policies allow (docs/api.md)."""
+        from ._nested import NestedSandbox
+
+        return NestedSandbox(self._running("sandbox"), policy)
+
     def _running(self, method: str) -> LiveSandbox:
         if self._live is None:
             raise RuntimeError(f"{method}() needs a running sandbox: "
@@ -151,8 +161,8 @@ class Sandbox:
         (under the same numbers). With ``foreground`` and a terminal, the command
         becomes the terminal's foreground job for as long as it runs (what the CLI does).
         """
-        return self._launch(_check_argv(argv), None, (stdin, stdout, stderr),
-                            _check_pass_fds(pass_fds), foreground)
+        return self._launch(check_argv(argv), None, (stdin, stdout, stderr),
+                            check_pass_fds(pass_fds), foreground)
 
     def call(self, fn: Callable[..., object], args: tuple = (),
              kwargs: Mapping[str, object] | None = None, timeout: float | None = None) -> CallResult:
@@ -333,7 +343,7 @@ def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dic
     return env
 
 
-def _check_argv(argv: Sequence[str]) -> list[str]:
+def check_argv(argv: Sequence[str]) -> list[str]:
     if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
         raise PolicyError("argv", "expected a non-empty list of strings")
     return list(argv)
@@ -348,7 +358,7 @@ def _record_full_access(audit: AuditLog | None, argv: list[str]) -> None:
         audit.write({"event": "full-access", "program": program})
 
 
-def _check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:
+def check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:
     if isinstance(pass_fds, (str, bytes)):
         raise PolicyError("pass_fds", "expected a list of file descriptor numbers")
     checked = []

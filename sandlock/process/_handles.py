@@ -1,0 +1,93 @@
+"""Handles on the processes of a long-lived sandbox: what ``exec`` returns, and each
+of ``fork``'s clones. Their state is kept by the sandbox's reader (``_live``)."""
+
+from __future__ import annotations
+
+import os
+
+from ._process import TimeoutExpired
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._call import CallResult
+    from ._live import LiveSandbox
+
+
+class LiveProcess:
+    """A process started in a long-lived sandbox (``exec``): ``pid`` (as sandlock
+    sees it; the leader of its own process group), ``returncode``, ``start_error``."""
+
+    def __init__(self, live: LiveSandbox, token: int, name: str) -> None:
+        self._live = live
+        self.token = token
+        self.name = name
+        self.pid = 0
+        self.returncode: int | None = None
+        self.start_error: str | None = None
+        self.notices: list[str] = []  # (the sandbox's own are said when it ends)
+
+    @property
+    def audit(self) -> object:
+        """The sandbox's audit log, if it keeps one."""
+        return self._live.audit
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code (128+N for signal N); TimeoutExpired if it runs on."""
+        if not self._live.wait_until(lambda: self.returncode is not None, timeout):
+            raise TimeoutExpired
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """``sig`` to its process group (what it started, unless they moved away)."""
+        if self.returncode is None and self.pid:
+            try:
+                os.killpg(self.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+    def end_group(self) -> None:
+        """SIGKILL to what is left of its process group, once it has ended."""
+        if self.pid:
+            try:
+                os.killpg(self.pid, 9)
+            except OSError:
+                pass  # none left
+
+    def end_for_timeout(self, timeout: float) -> None:
+        if self.audit is not None:
+            self.audit.limit("timeout", timeout, "kill",
+                             f"timeout: killed {self.name} after {timeout:g} s")
+        self.kill()
+        self.wait()
+
+
+class Clone(LiveProcess):
+    """One of ``sb.fork(n)``'s clones: ``clone_id`` (its CLONE_ID), and once it has
+    ended, ``value``/``error``/``success`` of ``work()`` as for a call."""
+
+    def __init__(self, live: LiveSandbox, token: int, clone_id: int) -> None:
+        super().__init__(live, token, f"clone {clone_id}")
+        self.clone_id = clone_id
+        self._outcome: bytes = b""
+
+    @property
+    def success(self) -> bool:
+        return self._result().success
+
+    @property
+    def value(self) -> object:
+        return self._result().value
+
+    @property
+    def error(self) -> object:
+        return self._result().error
+
+    def _result(self) -> CallResult:
+        from ._call import result_of
+
+        if self.returncode is None:
+            raise RuntimeError(f"clone {self.clone_id} is still running: wait() for it first")
+        return result_of(self._outcome, self.returncode, None, None, False, self.start_error)

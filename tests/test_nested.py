@@ -1,0 +1,110 @@
+"""Nested sandboxes (``sb.sandbox(policy)``): processes of the running sandbox confined
+further by a second policy, so that they may do only what both allow, filesystem and
+network alike, and a nested policy can never widen its parent. Real processes against
+real loopback servers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+from httpservers import Upstream
+
+from sandlock import Policy, PolicyError, Sandbox
+
+SYSTEM = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+FETCH = ["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}"]
+
+
+@pytest.fixture
+def tree(tmp_path):
+    (tmp_path / "public").mkdir()
+    (tmp_path / "public" / "notes").write_text("public")
+    (tmp_path / "secret").write_text("private")
+    return tmp_path
+
+
+def read(path: str) -> str:
+    with open(path) as file:
+        return file.read()
+
+
+def test_the_filesystem_is_what_both_allow(tree):
+    outer = Policy(fs_readable=[*SYSTEM, str(tree)])
+    with Sandbox(outer) as sb:
+        inner = sb.sandbox(Policy(fs_readable=[*SYSTEM, str(tree / "public")]))
+        assert inner.run(["cat", str(tree / "public" / "notes")]).stdout == b"public"
+        denied = inner.run(["cat", str(tree / "secret")])
+        assert denied.exit_code == 1 and b"Permission denied" in denied.stderr
+        assert sb.call(read, args=(str(tree / "secret"),)).value == "private"  # the parent can
+        assert inner.call(read, args=(str(tree / "public" / "notes"),)).value == "public"
+        assert inner.call(read, args=(str(tree / "secret"),)).error.type == "PermissionError"
+
+
+def test_a_nested_policy_cannot_widen_its_parent(tree):
+    with Sandbox(Policy(fs_readable=[*SYSTEM, str(tree / "public")])) as sb:
+        wider = sb.sandbox(Policy(fs_readable=[*SYSTEM, str(tree)], fs_writable=[str(tree)]))
+        assert b"Permission denied" in wider.run(["cat", str(tree / "secret")]).stderr
+        assert wider.run(["touch", str(tree / "public" / "new")]).exit_code == 1
+        assert not (tree / "public" / "new").exists()
+
+
+@pytest.fixture
+def upstreams():
+    with Upstream("127.0.0.2") as allowed, Upstream("127.0.0.3") as denied:
+        yield allowed, denied
+
+
+def test_the_network_is_none_or_the_parents(upstreams):
+    allowed, denied = upstreams
+    url_ok = f"http://127.0.0.2:{allowed.port}/ok"
+    url_denied = f"http://127.0.0.3:{denied.port}/no"
+    with Sandbox(Policy(net_allow=[f"127.0.0.2:{allowed.port}"]), quiet=True) as sb:
+        offline = sb.sandbox(Policy(fs_readable=SYSTEM))
+        assert offline.run([*FETCH, url_ok]).exit_code == 7  # no socket at all
+        online = sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=["*"]))
+        assert online.run([*FETCH, url_ok]).stdout == b"200"
+        assert online.run([*FETCH, url_denied]).exit_code == 7  # the parent's rules hold
+    assert allowed.paths() == ["/ok"] and denied.paths() == []
+
+
+@pytest.mark.parametrize("fields,name", [
+    ({"net_allow": ["127.0.0.2:80"]}, "net_allow"),
+    ({"net_connect": [443]}, "net_allow"),
+    ({"http_allow": ["GET example.test/*"]}, "http_allow"),
+    ({"max_memory": "64M"}, "max_memory"),
+])
+def test_what_a_nested_sandbox_cannot_enforce_is_refused_by_name(fields, name):
+    with Sandbox(Policy()) as sb:
+        with pytest.raises(PolicyError, match=name):
+            sb.sandbox(Policy(fs_readable=SYSTEM, **fields))
+
+
+def test_nesting_needs_a_running_sandbox():
+    with pytest.raises(RuntimeError, match="sandbox\\(\\) needs a running sandbox"):
+        Sandbox(Policy()).sandbox(Policy(fs_readable=SYSTEM))
+
+
+def test_a_nested_timeout_kills_its_command():
+    with Sandbox(Policy()) as sb:
+        inner = sb.sandbox(Policy(fs_readable=SYSTEM))
+        result = inner.run(["sleep", "30"], timeout=0.5)
+        assert result.timed_out and result.exit_code == 124
+
+
+UNPRIVILEGED = textwrap.dedent("""
+    import os
+    from sandlock import Policy, Sandbox
+    with Sandbox(Policy(fs_readable=["/usr", "/lib", "/lib64", "/bin", "/etc", os.getcwd()])) as sb:
+        inner = sb.sandbox(Policy(fs_readable=["/usr", "/lib", "/lib64", "/bin"]))
+        print(inner.run(["cat", "/etc/hostname"]).exit_code, inner.run(["true"]).exit_code)
+""")
+
+
+def test_nesting_as_an_unprivileged_user(as_nobody):
+    result = subprocess.run(as_nobody([sys.executable, "-c", UNPRIVILEGED]), capture_output=True,
+                            text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert result.stdout.split() == ["1", "0"], result.stderr  # /etc: the inner policy's no
