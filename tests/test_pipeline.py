@@ -209,6 +209,18 @@ def test_max_output_limits_what_sandlock_reads_not_the_pipe(capfd):
     assert "output limit 1000 reached: dropped 4007 bytes of stdout" in capfd.readouterr().err
 
 
+def test_each_stage_audits_its_own_limits(tmp_path):
+    logs = [tmp_path / "first.jsonl", tmp_path / "second.jsonl"]
+    first = Sandbox(Policy(max_output=10), audit=str(logs[0]), quiet=True)
+    second = Sandbox(Policy(timeout=0.5), audit=str(logs[1]), quiet=True)
+    result = (first.cmd(["sh", "-c", "head -c 50 /dev/zero >&2; echo x"])
+              | second.cmd(["sleep", unique_sleep()])).run()
+    assert result.exit_codes == (0, 124) and len(result.stderr[0]) == 10
+    hits = [[(r["limit"], r["verdict"]) for r in map(json.loads, log.read_text().splitlines())
+             if r.get("event") == "limit"] for log in logs]
+    assert hits == [[("max_output", "truncate")], [("timeout", "kill")]]
+
+
 # --- a stage that cannot start --------------------------------------------------------------
 
 

@@ -79,12 +79,12 @@ class Pipeline:
                         for index, stage in enumerate(self.stages)]
             processes = _start_all(self.stages, captures)
             try:
-                killed = _wait_all(processes, _deadlines(self.stages, timeout))
+                killed = _wait_all(processes, _time_limits(self.stages, timeout))
             except BaseException:  # (Ctrl-C) the captures' threads would wait for EOF forever
                 _kill_all(processes)
                 raise
             outputs = [capture.finish() for capture in captures]
-        _print_drop_notices(self.stages, captures)
+        _report_drops(self.stages, captures, processes)
         return PipelineResult(
             exit_codes=tuple(EXIT_TIMEOUT if was_killed else process.returncode
                              for process, was_killed in zip(processes, killed)),
@@ -179,27 +179,26 @@ def _start_all(stages: Sequence[Stage], captures: Sequence[Capture]) -> list[San
     return processes
 
 
-def _deadlines(stages: Sequence[Stage], timeout: float | None) -> list[float | None]:
-    """When each stage's time is up: ``timeout`` for all, else each policy's own."""
-    now = time.monotonic()
-    limits = [stage.sandbox.policy.timeout if timeout is None else timeout for stage in stages]
-    return [None if limit is None else now + limit for limit in limits]
+def _time_limits(stages: Sequence[Stage], timeout: float | None) -> list[float | None]:
+    """Each stage's time: ``timeout`` for all, else its own policy's (as Sandbox.run)."""
+    return [stage.sandbox.policy.timeout if timeout is None else timeout for stage in stages]
 
 
-def _wait_all(processes: Sequence[SandboxedProcess], deadlines: Sequence[float | None]) -> list[bool]:
-    """Wait until every stage has ended, killing each one still running at its
-    deadline (its keeper kills its whole tree). Which ones were killed."""
+def _wait_all(processes: Sequence[SandboxedProcess], limits: Sequence[float | None]) -> list[bool]:
+    """Wait until every stage has ended, killing each one still running when its time
+    is up (its keeper kills its whole tree; the audit log says so). Which ones were."""
+    start = time.monotonic()
+    deadlines = [None if limit is None else start + limit for limit in limits]
     killed = [False] * len(processes)
     while live := [i for i, process in enumerate(processes) if process.returncode is None]:
         now = time.monotonic()
         expired = [i for i in live if deadlines[i] is not None and deadlines[i] <= now]
-        if expired:
-            for i in expired:
-                killed[i] = True
-            _kill_all([processes[i] for i in expired])
-            continue
-        pending = [deadlines[i] for i in live if deadlines[i] is not None]
-        _wait_any([processes[i] for i in live], min(pending) - now if pending else None)
+        for i in expired:
+            killed[i] = True
+            processes[i].end_for_timeout(limits[i])
+        if not expired:
+            pending = [deadlines[i] for i in live if deadlines[i] is not None]
+            _wait_any([processes[i] for i in live], min(pending) - now if pending else None)
     return killed
 
 
@@ -227,10 +226,13 @@ def _kill_all(processes: Sequence[SandboxedProcess]) -> None:
         process.wait()
 
 
-def _print_drop_notices(stages: Sequence[Stage], captures: Sequence[Capture]) -> None:
-    for stage, capture in zip(stages, captures):
+def _report_drops(stages: Sequence[Stage], captures: Sequence[Capture],
+                  processes: Sequence[SandboxedProcess]) -> None:
+    """What each stage's max_output cut: in its audit log, and said unless it is quiet."""
+    for stage, capture, process in zip(stages, captures, processes):
+        notices = capture.drop_notices(process.audit)
         if not stage.sandbox.quiet:
-            for notice in capture.drop_notices():
+            for notice in notices:
                 print(notice, file=sys.stderr)
 
 
