@@ -9,9 +9,10 @@ pipes alone, no byte read by Python). Then the fixed cost of a pipeline: three
 `/bin/true` stages against `sh -c 'true | true | true'`.
 
 Usage: python bench/pipeline.py [--runs N] [--size BYTES]   (with the venv's python)
-Medians of interleaved rounds (each configuration once per round, after a warm-up
-round), Markdown tables for docs/performance.md. Throughput is SIZE over the whole
-run's wall time, start and exit included; GB/s are 10^9 bytes per second.
+Medians of interleaved rounds (each configuration once per round, every other round
+in reverse order, after a warm-up round), Markdown tables for docs/performance.md.
+Throughput is SIZE over the whole run's wall time, start and exit included; GB/s are
+10^9 bytes per second.
 """
 
 from __future__ import annotations
@@ -58,12 +59,18 @@ def _timed(run: object) -> float:
 
 
 def _rounds(cases: dict[str, object], runs: int) -> dict[str, list[float]]:
+    """Interleaved, in reverse order every other round: a case that allocates 1 GiB
+    right after one that freed as much is faster (here, a VM: memory freed a while
+    ago has gone back to the host and faults in again slowly), so no case may always
+    come first."""
     times: dict[str, list[float]] = {name: [] for name in cases}
     for run in cases.values():  # warm-up: caches, the first fork of a big heap
         run()  # type: ignore[operator]
+    order = list(cases.items())
     for _ in range(runs):
-        for name, run in cases.items():
+        for name, run in order:
             times[name].append(_timed(run))
+        order.reverse()
     return times
 
 
