@@ -18,9 +18,12 @@ if TYPE_CHECKING:
     from .process import (
         CallError,
         CallResult,
+        Pipeline,
+        PipelineResult,
         Result,
         Sandbox,
         SandboxedProcess,
+        Stage,
         TimeoutExpired,
         confine,
     )
@@ -32,9 +35,12 @@ _EXPORTS = {
     "SandlockError": "_errors",
     "SetupError": "_errors",
     "Policy": "policy",
+    "Pipeline": "process",
+    "PipelineResult": "process",
     "Result": "process",
     "Sandbox": "process",
     "SandboxedProcess": "process",
+    "Stage": "process",
     "TimeoutExpired": "process",
     # Its own module, not "process": the names of one module are resolved together, and
     # `from sandlock import Sandbox` must not load what confine() alone needs.
@@ -44,6 +50,8 @@ _EXPORTS = {
 __all__ = [
     "CallError",
     "CallResult",
+    "Pipeline",
+    "PipelineResult",
     "Policy",
     "PolicyError",
     "Result",
@@ -51,6 +59,7 @@ __all__ = [
     "SandboxedProcess",
     "SandlockError",
     "SetupError",
+    "Stage",
     "TimeoutExpired",
     "confine",
 ]

@@ -36,9 +36,16 @@ def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict,
         __import__(f"{package}.{module_name}")
         module = sys.modules[f"{package}.{module_name}"]
         # Every name of that module at once: `from pkg import a, b, c` then finds b and
-        # c as plain attributes, without a call here for each.
-        for exported, attribute in by_module[module_name]:
-            namespace[exported] = getattr(module, attribute) if attribute else module
+        # c as plain attributes, without a call here for each. Only those it holds
+        # already: a subpackage's own lazy names would import their modules (`from
+        # sandlock import Sandbox` must not load the pipelines beside it).
+        wanted = dict(by_module[module_name])
+        namespace[name] = getattr(module, wanted[name]) if wanted[name] else module
+        for exported, attribute in wanted.items():
+            if not attribute:
+                namespace[exported] = module
+            elif attribute in vars(module):
+                namespace[exported] = getattr(module, attribute)
         return namespace[name]
 
     def __dir__() -> list[str]:

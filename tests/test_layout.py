@@ -126,8 +126,9 @@ print(sorted(sandlock.__all__))
 """ % (LAYERS,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(sorted([
-        "CallError", "CallResult", "Policy", "PolicyError", "Result", "Sandbox", "SandboxedProcess",
-        "SandlockError", "SetupError", "TimeoutExpired", "confine"]))
+        "CallError", "CallResult", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Result",
+        "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "TimeoutExpired",
+        "confine"]))
 
 
 def test_importing_a_package_imports_none_of_its_modules():

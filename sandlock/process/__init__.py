@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ._call import CallError, CallResult
     from ._capture import Capture
     from ._confine_self import confine
+    from ._pipeline import Pipeline, PipelineResult, Stage
     from ._process import SandboxedProcess, TimeoutExpired
     from ._sandbox import Result, Sandbox
 
@@ -27,9 +28,12 @@ _EXPORTS = {
     "CallResult": "_call",
     "Capture": "_capture",
     "confine": "_confine_self",
+    "Pipeline": "_pipeline",
+    "PipelineResult": "_pipeline",
     "Result": "_sandbox",
     "Sandbox": "_sandbox",
     "SandboxedProcess": "_process",
+    "Stage": "_pipeline",
     "TimeoutExpired": "_process",
 }
 

@@ -276,6 +276,13 @@ class Sandbox:
         code = EXIT_TIMEOUT if timed_out else process.returncode
         return Result(code, stdout, stderr, timed_out, process.start_error)
 
+    def cmd(self, argv: Sequence[str]) -> Stage:  # noqa: F821 - imported on use, below
+        """``argv`` as a stage of a pipeline, confined by this sandbox's policy:
+        ``(a.cmd(["cat", path]) | b.cmd(["wc", "-l"])).run()`` (docs/api.md, "Pipelines")."""
+        from ._pipeline import Stage  # loaded only by programs that make a pipeline
+
+        return Stage(self, argv)
+
 
 def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRun | None:
     """The proxy for a run with HTTP rules (its trust variables go into ``env``)."""

@@ -1,0 +1,242 @@
+"""Pipelines of sandboxed commands: ``a.cmd(argv) | b.cmd(argv) | ...``.
+
+Each stage is started by its own ``Sandbox.start``, so it is confined by that
+sandbox's policy alone (its Landlock domain, network rules, supervisor and limits);
+the stages are joined by kernel pipes, as a shell joins them, and the data between
+them never passes through sandlock. sandlock reads only what a shell's caller would:
+the last stage's stdout and every stage's stderr (``Capture``, with each sandbox's
+``max_output``), and it feeds ``input`` to the first stage.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import select
+import sys
+import time
+from contextlib import ExitStack
+
+from .._errors import EXIT_TIMEOUT, PolicyError
+from .._record import DataclassView, record
+from ._capture import Capture
+from ._sandbox import Sandbox, _check_argv
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._process import SandboxedProcess
+
+
+@record
+class Stage:
+    """One command of a pipeline: ``argv`` run under ``sandbox``'s policy.
+
+    Made by ``sandbox.cmd(argv)``; ``stage | stage`` makes a ``Pipeline``."""
+
+    sandbox: Sandbox
+    argv: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sandbox, Sandbox):
+            raise TypeError(f"sandbox: expected a Sandbox, got {type(self.sandbox).__name__}")
+        # Checked here, where the stage is written, not when the pipeline runs.
+        object.__setattr__(self, "argv", tuple(_check_argv(self.argv)))
+
+    def __or__(self, other: object) -> Pipeline:
+        stages = _stages_of(other)
+        return NotImplemented if stages is None else Pipeline((self, *stages))
+
+
+@record
+class Pipeline:
+    """Stages whose stdout feeds the next one's stdin: ``a.cmd(x) | b.cmd(y)``."""
+
+    stages: tuple[Stage, ...]
+
+    def __post_init__(self) -> None:
+        stages = tuple(self.stages) if isinstance(self.stages, (list, tuple)) else ()
+        if not stages or not all(isinstance(stage, Stage) for stage in stages):
+            raise TypeError("stages: expected a non-empty sequence of Stage (sandbox.cmd(argv))")
+        object.__setattr__(self, "stages", stages)
+
+    def __or__(self, other: object) -> Pipeline:
+        stages = _stages_of(other)
+        return NotImplemented if stages is None else Pipeline((*self.stages, *stages))
+
+    def run(self, timeout: float | None = None, *, input: bytes | None = None) -> PipelineResult:
+        """Run every stage to completion and return a ``PipelineResult``.
+
+        ``timeout`` applies to each stage (default: its own policy's); a stage still
+        running when it expires is killed with everything it started (exit 124).
+        ``input`` is fed to the first stage's stdin (None: it inherits sandlock's).
+        """
+        timeout = _check_timeout(timeout)
+        input = _check_input(input)
+        with ExitStack() as cleanup:
+            captures = [cleanup.enter_context(_capture(stage, input if index == 0 else None))
+                        for index, stage in enumerate(self.stages)]
+            processes = _start_all(self.stages, captures)
+            try:
+                killed = _wait_all(processes, _time_limits(self.stages, timeout))
+            except BaseException:  # (Ctrl-C) the captures' threads would wait for EOF forever
+                _kill_all(processes)
+                raise
+            outputs = [capture.finish() for capture in captures]
+        _report_drops(self.stages, captures, processes)
+        return PipelineResult(
+            exit_codes=tuple(EXIT_TIMEOUT if was_killed else process.returncode
+                             for process, was_killed in zip(processes, killed)),
+            stdout=outputs[-1][0],
+            stderr=tuple(err for _, err in outputs),
+            timed_out=any(killed),
+            start_errors=tuple(process.start_error for process in processes),
+        )
+
+
+@record
+class PipelineResult:
+    """How a pipeline ended: one entry per stage in ``exit_codes``, ``stderr`` and
+    ``start_errors``; ``stdout`` is the last stage's."""
+
+    exit_codes: tuple[int, ...]  # shell convention: 128+N for signal N, 124 on timeout
+    stdout: bytes
+    stderr: tuple[bytes, ...]
+    timed_out: bool = False  # some stage was killed for time
+    start_errors: tuple[str | None, ...] = ()  # why a stage could not start, if it could not
+    __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
+
+    @property
+    def exit_code(self) -> int:
+        """The last stage's exit status (what a shell's ``$?`` says)."""
+        return self.exit_codes[-1]
+
+    @property
+    def success(self) -> bool:
+        """Every stage exited 0 (as with ``set -o pipefail``)."""
+        return all(code == 0 for code in self.exit_codes)
+
+
+def _stages_of(operand: object) -> tuple[Stage, ...] | None:
+    """The stages ``operand`` adds to a pipeline; None: not something ``|`` joins."""
+    if isinstance(operand, Stage):
+        return (operand,)
+    if isinstance(operand, Pipeline):
+        return operand.stages
+    return None
+
+
+def _check_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout: expected a number of seconds, got {type(timeout).__name__}")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise PolicyError("timeout", f"must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def _check_input(data: object) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"input: expected bytes, got {type(data).__name__}")
+
+
+def _capture(stage: Stage, input: bytes | None) -> Capture:
+    """The stage's pipes to sandlock. Its stdout pipe serves the last stage only: the
+    others write into the next stage's stdin instead, and their capture reads EOF."""
+    return Capture(input, True, limit=stage.sandbox.policy.max_output)
+
+
+def _start_all(stages: Sequence[Stage], captures: Sequence[Capture]) -> list[SandboxedProcess]:
+    """Start the stages in order, each reading the pipe the one before writes. If one
+    cannot start, those already running are killed and the error raised."""
+    processes: list[SandboxedProcess] = []
+    upstream = -1  # the read end the next stage gets as its stdin
+    downstream = (-1, -1)
+    try:
+        for index, (stage, capture) in enumerate(zip(stages, captures)):
+            stdio = capture.child_stdio()
+            if index > 0:
+                stdio["stdin"] = upstream
+            if index < len(stages) - 1:
+                downstream = os.pipe()
+                stdio["stdout"] = downstream[1]
+            processes.append(stage.sandbox.start(list(stage.argv), **stdio))
+            capture.start()
+            # Only the stages hold these now: sandlock's copies would keep a reader
+            # from ever seeing EOF (and a writer from ever getting SIGPIPE).
+            _close(upstream, downstream[1])
+            upstream, downstream = downstream[0], (-1, -1)
+    except BaseException:
+        _kill_all(processes)
+        raise
+    finally:
+        _close(upstream, *downstream)
+    return processes
+
+
+def _time_limits(stages: Sequence[Stage], timeout: float | None) -> list[float | None]:
+    """Each stage's time: ``timeout`` for all, else its own policy's (as Sandbox.run)."""
+    return [stage.sandbox.policy.timeout if timeout is None else timeout for stage in stages]
+
+
+def _wait_all(processes: Sequence[SandboxedProcess], limits: Sequence[float | None]) -> list[bool]:
+    """Wait until every stage has ended, killing each one still running when its time
+    is up (its keeper kills its whole tree; the audit log says so). Which ones were."""
+    start = time.monotonic()
+    deadlines = [None if limit is None else start + limit for limit in limits]
+    killed = [False] * len(processes)
+    while live := [i for i, process in enumerate(processes) if process.returncode is None]:
+        now = time.monotonic()
+        expired = [i for i in live if deadlines[i] is not None and deadlines[i] <= now]
+        for i in expired:
+            killed[i] = True
+            processes[i].end_for_timeout(limits[i])
+        if not expired:
+            pending = [deadlines[i] for i in live if deadlines[i] is not None]
+            _wait_any([processes[i] for i in live], min(pending) - now if pending else None)
+    return killed
+
+
+def _wait_any(processes: Sequence[SandboxedProcess], timeout: float | None) -> None:
+    """Until a keeper of ``processes`` reports (an exit, mostly) or ``timeout`` passes.
+
+    ``SandboxedProcess.wait`` follows one keeper's report pipe; waiting for several at
+    once takes a poll over all their pipes, then the reading wait() would do (this
+    package's own internals)."""
+    poller = select.poll()
+    by_fd = {}
+    for process in processes:
+        by_fd[process._reports] = process
+        poller.register(process._reports, select.POLLIN)
+    milliseconds = None if timeout is None else max(0, math.ceil(timeout * 1000))
+    for fd, _ in poller.poll(milliseconds):
+        by_fd[fd]._read_reports()
+
+
+def _kill_all(processes: Sequence[SandboxedProcess]) -> None:
+    """Kill every sandbox at once, then reap each (a keeper reports once its tree is gone)."""
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.wait()
+
+
+def _report_drops(stages: Sequence[Stage], captures: Sequence[Capture],
+                  processes: Sequence[SandboxedProcess]) -> None:
+    """What each stage's max_output cut: in its audit log, and said unless it is quiet."""
+    for stage, capture, process in zip(stages, captures, processes):
+        notices = capture.drop_notices(process.audit)
+        if not stage.sandbox.quiet:
+            for notice in notices:
+                print(notice, file=sys.stderr)
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)

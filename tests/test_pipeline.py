@@ -1,0 +1,329 @@
+"""Pipelines: ``a.cmd(argv) | b.cmd(argv)``, each stage confined by its own Sandbox,
+joined by kernel pipes. Real processes, real files and real loopback servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+from conftest import unique_sleep, wait_no_process
+from test_network import HttpServer
+
+from sandlock import Pipeline, PipelineResult, Policy, PolicyError, Sandbox, Stage
+
+# The interpreter itself, not the venv's link to it: a policy that reads /usr only
+# must still be able to start it.
+PY = os.path.realpath(sys.executable)
+SYSTEM = ["/usr", "/lib", "/lib64", "/bin"]
+
+
+@pytest.fixture
+def private(tmp_path):
+    """A directory holding secret.csv, which only policies naming it may read."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "secret.csv").write_text("id,name\n1,alice\n")
+    return data
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+# --- the paper's Figure 3 ------------------------------------------------------------
+
+
+def test_figure_3_trusted_reads_restricted_transforms(private):
+    trusted = Sandbox(Policy(fs_readable=["/usr", "/lib", str(private)]))
+    restricted = Sandbox(Policy(fs_readable=["/usr", "/lib"]))  # no data directory
+    result = (trusted.cmd(["cat", str(private / "secret.csv")])
+              | restricted.cmd(["tr", "a-z", "A-Z"])).run()
+    assert result == PipelineResult(exit_codes=(0, 0), stdout=b"ID,NAME\n1,ALICE\n",
+                                    stderr=(b"", b""), start_errors=(None, None))
+    assert result.exit_code == 0 and result.success and not result.timed_out
+
+
+def test_the_restricted_stage_cannot_read_what_flows_to_it(private):
+    trusted = Sandbox(Policy(fs_readable=["/usr", "/lib", str(private)]))
+    restricted = Sandbox(Policy(fs_readable=["/usr", "/lib"]))
+    secret = str(private / "secret.csv")
+    result = (trusted.cmd(["cat", secret])
+              | restricted.cmd(["sh", "-c", f'cat; cat "{secret}"'])).run()
+    assert result.stdout == b"id,name\n1,alice\n"  # through the pipe: yes
+    assert b"Permission denied" in result.stderr[1]  # from the disk: no
+    assert result.exit_codes == (0, 1) and not result.success
+
+
+def test_stages_share_a_kernel_pipe_sandlock_does_not_hold():
+    sandbox = Sandbox()
+    # (`cmd >&2` would show the shell's fds mid-redirection: a substitution does not)
+    result = (sandbox.cmd(["sh", "-c", 'x=$(readlink /proc/$$/fd/1); echo "$x" >&2; echo data'])
+              | sandbox.cmd(["sh", "-c", 'x=$(readlink /proc/$$/fd/0); echo "$x" >&2; cat'])).run()
+    written, read = (err.decode().strip() for err in result.stderr)
+    assert written == read and written.startswith("pipe:[")
+    assert result.stdout == b"data\n"
+    mine = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")}
+    assert written not in mine
+
+
+# --- three stages, three policies, real servers -----------------------------------------
+
+PROBE = r"""
+import sys, urllib.request
+
+def fetch(url):
+    try:
+        return urllib.request.urlopen(url, timeout=5).read().decode()
+    except OSError as exc:
+        return f"refused: {getattr(exc, 'reason', exc)}"
+
+def read(path):
+    try:
+        with open(path) as file:
+            return file.read().strip()
+    except OSError as exc:
+        return f"refused: {exc.strerror}"
+
+def report(**tries):
+    print(json.dumps(tries), file=sys.stderr)
+
+import json
+a, b, secret = sys.argv[1:4]
+"""
+
+STAGES = {
+    # stage 1: may fetch from A, nothing else
+    "fetch": PROBE + "print(fetch(a)); report(b=fetch(b), secret=read(secret))",
+    # stage 2: may read the private file, no network
+    "join": PROBE + ("data = sys.stdin.read(); print(data + read(secret))\n"
+                     "report(a=fetch(a), b=fetch(b))"),
+    # stage 3: may send to B, nothing else
+    "send": PROBE + ("data = sys.stdin.read(); print(data + fetch(b))\n"
+                     "report(a=fetch(a), secret=read(secret))"),
+}
+
+
+@pytest.fixture
+def servers():
+    pair = HttpServer("127.0.0.2"), HttpServer("127.0.0.3")
+    yield pair
+    for server in pair:
+        server.close()
+
+
+def test_three_stages_each_with_its_own_files_and_network(servers, private):
+    a, b = servers
+    url_a, url_b = f"http://{a.host}:{a.port}/", f"http://{b.host}:{b.port}/"
+    secret = str(private / "secret.csv")
+    fetcher = Sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"{a.host}:{a.port}"]), quiet=True)
+    joiner = Sandbox(Policy(fs_readable=[*SYSTEM, str(private)]), quiet=True)
+    sender = Sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"{b.host}:{b.port}"]), quiet=True)
+    args = [url_a, url_b, secret]
+    result = (fetcher.cmd([PY, "-I", "-c", STAGES["fetch"], *args])
+              | joiner.cmd([PY, "-I", "-c", STAGES["join"], *args])
+              | sender.cmd([PY, "-I", "-c", STAGES["send"], *args])).run(timeout=60)
+    assert result.exit_codes == (0, 0, 0), result.stderr
+    assert result.stdout.decode().splitlines() == [
+        "hello from 127.0.0.2", "id,name", "1,alice", "hello from 127.0.0.3"]
+    fetched, joined, sent = (json.loads(err) for err in result.stderr)
+    denied = "refused: [Errno 13] Permission denied"
+    assert fetched == {"b": denied, "secret": "refused: Permission denied"}
+    assert joined == {"a": denied, "b": denied}
+    assert sent == {"a": denied, "secret": "refused: Permission denied"}
+    assert (a.requests, b.requests) == (1, 1)  # only the allowed stage reached each
+
+
+# --- feeding, statuses, time --------------------------------------------------------------
+
+
+def test_input_feeds_the_first_stage():
+    sandbox = Sandbox()
+    data = os.urandom(1 << 20)  # more than a pipe holds: the feed runs beside the stages
+    result = (sandbox.cmd(["cat"]) | sandbox.cmd(["sha256sum"])).run(input=data)
+    expected = subprocess.run(["sha256sum"], input=data, capture_output=True).stdout
+    assert result.stdout == expected and result.success
+
+
+def test_every_stage_exit_status():
+    sandbox = Sandbox()
+    result = (sandbox.cmd(["sh", "-c", "echo a; echo one >&2; exit 3"])
+              | sandbox.cmd(["sh", "-c", "cat; echo two >&2; exit 5"])
+              | sandbox.cmd(["sh", "-c", "cat; kill -TERM $$"])).run()
+    assert result.exit_codes == (3, 5, 128 + signal.SIGTERM)
+    assert result.exit_code == 128 + signal.SIGTERM and not result.success
+    assert result.stdout == b"a\n" and result.stderr == (b"one\n", b"two\n", b"")
+
+
+def test_an_early_exit_downstream_is_sigpipe_upstream_as_in_a_shell():
+    sandbox = Sandbox()
+    result = (sandbox.cmd(["yes"]) | sandbox.cmd(["head", "-n", "2"])).run(timeout=30)
+    shell = subprocess.run(["bash", "-c", "yes | head -n 2; echo ${PIPESTATUS[@]}"],
+                           capture_output=True, text=True)
+    assert result.stdout == b"y\ny\n"
+    assert " ".join(map(str, result.exit_codes)) == shell.stdout.splitlines()[-1] == "141 0"
+    assert result.exit_code == 0 and not result.success and not result.timed_out
+
+
+def test_a_stage_not_found_is_127_and_the_rest_go_on():
+    sandbox = Sandbox()
+    result = (sandbox.cmd(["echo", "hi"]) | sandbox.cmd(["no-such-command-sandlock"])
+              | sandbox.cmd(["wc", "-c"])).run()
+    assert result.exit_codes[1:] == (127, 0)
+    assert result.stdout.strip() == b"0"  # the last stage read EOF
+    assert "no-such-command-sandlock" in result.start_errors[1]
+    assert result.start_errors[0] is None and result.start_errors[2] is None
+
+
+def test_timeout_kills_every_stage():
+    sandbox = Sandbox()
+    marker = unique_sleep()  # the `sleep 30` in the middle, findable
+    start = time.monotonic()
+    result = (sandbox.cmd(["yes"]) | sandbox.cmd(["sleep", marker])
+              | sandbox.cmd(["cat"])).run(timeout=1)
+    assert time.monotonic() - start < 10
+    assert result.timed_out and result.exit_codes == (124, 124, 124)
+    assert wait_no_process("sleep", marker)
+
+
+def test_each_policy_timeout_applies_to_its_own_stage():
+    marker = unique_sleep()
+    result = (Sandbox().cmd(["echo", "hi"]) | Sandbox(Policy(timeout=0.5)).cmd(["sleep", marker])
+              | Sandbox().cmd(["cat"])).run()
+    assert result.exit_codes == (0, 124, 0) and result.timed_out
+    assert result.stdout == b""
+    assert wait_no_process("sleep", marker)
+
+
+def test_max_output_limits_what_sandlock_reads_not_the_pipe(capfd):
+    limited = Sandbox(Policy(max_output=1000))
+    result = (limited.cmd(["head", "-c", "100000", "/dev/zero"])
+              | limited.cmd(["sh", "-c", "wc -c; head -c 5000 /dev/zero"])).run()
+    assert result.stdout == b"100000\n" + b"\0" * (1000 - 7)
+    assert "output limit 1000 reached: dropped 4007 bytes of stdout" in capfd.readouterr().err
+
+
+def test_each_stage_audits_its_own_limits(tmp_path):
+    logs = [tmp_path / "first.jsonl", tmp_path / "second.jsonl"]
+    first = Sandbox(Policy(max_output=10), audit=str(logs[0]), quiet=True)
+    second = Sandbox(Policy(timeout=0.5), audit=str(logs[1]), quiet=True)
+    result = (first.cmd(["sh", "-c", "head -c 50 /dev/zero >&2; echo x"])
+              | second.cmd(["sleep", unique_sleep()])).run()
+    assert result.exit_codes == (0, 124) and len(result.stderr[0]) == 10
+    hits = [[(r["limit"], r["verdict"]) for r in map(json.loads, log.read_text().splitlines())
+             if r.get("event") == "limit"] for log in logs]
+    assert hits == [[("max_output", "truncate")], [("timeout", "kill")]]
+
+
+# --- a stage that cannot start --------------------------------------------------------------
+
+
+def test_a_stage_that_cannot_start_ends_those_started(tmp_path):
+    marker = unique_sleep()
+    before = open_fds()
+    unconsented = Sandbox(Policy(mode="full-access"))  # without dangerously_allow_full_access
+    pipeline = Sandbox().cmd(["sleep", marker]) | unconsented.cmd(["cat"])
+    with pytest.raises(PolicyError) as info:
+        pipeline.run(timeout=30)
+    assert info.value.field == "mode"
+    assert wait_no_process("sleep", marker)
+    assert open_fds() == before  # no pipe end left behind either
+
+
+def test_no_descriptor_is_left_behind():
+    sandbox = Sandbox()
+    before = open_fds()
+    (sandbox.cmd(["echo", "x"]) | sandbox.cmd(["cat"]) | sandbox.cmd(["cat"])).run(input=b"")
+    assert open_fds() == before
+
+
+# --- building pipelines, and the arguments checked -------------------------------------------
+
+
+def test_pipes_join_stages_and_pipelines():
+    sandbox = Sandbox()
+    a, b, c, d = (sandbox.cmd(["echo", name]) for name in "abcd")
+    assert (a | b).stages == (a, b)
+    assert (a | (b | c)).stages == ((a | b) | c).stages == (a, b, c)
+    assert ((a | b) | (c | d)).stages == (a, b, c, d)
+    assert isinstance(a | b, Pipeline) and isinstance(a, Stage)
+    assert a.argv == ("echo", "a") and a.sandbox is sandbox
+
+
+@pytest.mark.parametrize("other", ["cat", ["cat"], 3, None, Sandbox()])
+def test_pipe_with_anything_else_is_a_type_error(other):
+    stage = Sandbox().cmd(["cat"])
+    with pytest.raises(TypeError):
+        stage | other  # noqa: B018
+    with pytest.raises(TypeError):
+        other | stage  # noqa: B018
+    with pytest.raises(TypeError):
+        (stage | stage) | other  # noqa: B018
+
+
+@pytest.mark.parametrize("argv", ["echo hi", [], ["echo", 1], [b"echo"], None])
+def test_cmd_checks_argv_at_once(argv):
+    with pytest.raises(PolicyError) as info:
+        Sandbox().cmd(argv)
+    assert info.value.field == "argv"
+
+
+def test_bad_arguments_name_themselves():
+    pipeline = Sandbox().cmd(["true"]) | Sandbox().cmd(["true"])
+    with pytest.raises(TypeError, match="^input: expected bytes, got str"):
+        pipeline.run(input="text")
+    with pytest.raises(TypeError, match="^timeout: "):
+        pipeline.run(timeout="5")
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(PolicyError) as info:
+            pipeline.run(timeout=bad)
+        assert info.value.field == "timeout"
+    with pytest.raises(TypeError, match="^sandbox: expected a Sandbox"):
+        Stage(Policy(), ["true"])
+    with pytest.raises(TypeError, match="^stages: "):
+        Pipeline(())
+    with pytest.raises(TypeError, match="^stages: "):
+        Pipeline((Sandbox(),))
+
+
+def test_importing_sandlock_does_not_load_pipelines():
+    code = ("import sys; from sandlock import Policy, Sandbox, Result\n"
+            "Sandbox(Policy()).run(['true'])\n"
+            "print('sandlock.process._pipeline' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tempfile.gettempdir(), check=True)
+    assert done.stdout == "False\n"
+
+
+# --- as an ordinary user ---------------------------------------------------------------------
+
+AS_USER = """
+import json, sys
+from sandlock import Policy, Sandbox
+secret = sys.argv[1]
+trusted = Sandbox(Policy(fs_readable=["/usr", "/lib", secret]))
+restricted = Sandbox(Policy(fs_readable=["/usr", "/lib"]))
+result = (trusted.cmd(["cat", secret])
+          | restricted.cmd(["sh", "-c", f"tr a-z A-Z; cat {secret}"])).run(timeout=30)
+print(json.dumps({"codes": result.exit_codes, "out": result.stdout.decode(),
+                  "err": [e.decode() for e in result.stderr], "uid": __import__("os").getuid()}))
+"""
+
+
+def test_a_pipeline_as_an_ordinary_user(as_nobody, world_tmp):
+    secret = world_tmp / "secret.csv"
+    secret.write_text("id,name\n1,alice\n")
+    secret.chmod(0o644)
+    done = subprocess.run(as_nobody([sys.executable, "-c", AS_USER, str(secret)]),
+                          capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["out"] == "ID,NAME\n1,ALICE\n"
+    assert seen["codes"] == [0, 1] and "Permission denied" in seen["err"][1]
+    assert seen["uid"] == (65534 if os.getuid() == 0 else os.getuid())
