@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from .._errors import EXIT_TIMEOUT, PolicyError
 from .._record import DataclassView, record
 from ._capture import Capture
-from ._sandbox import Sandbox, _check_argv
+from ._sandbox import Sandbox, check_argv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Stage:
         if not isinstance(self.sandbox, Sandbox):
             raise TypeError(f"sandbox: expected a Sandbox, got {type(self.sandbox).__name__}")
         # Checked here, where the stage is written, not when the pipeline runs.
-        object.__setattr__(self, "argv", tuple(_check_argv(self.argv)))
+        object.__setattr__(self, "argv", tuple(check_argv(self.argv)))
 
     def __or__(self, other: object) -> Pipeline:
         stages = _stages_of(other)
@@ -203,19 +203,15 @@ def _wait_all(processes: Sequence[SandboxedProcess], limits: Sequence[float | No
 
 
 def _wait_any(processes: Sequence[SandboxedProcess], timeout: float | None) -> None:
-    """Until a keeper of ``processes`` reports (an exit, mostly) or ``timeout`` passes.
-
-    ``SandboxedProcess.wait`` follows one keeper's report pipe; waiting for several at
-    once takes a poll over all their pipes, then the reading wait() would do (this
-    package's own internals)."""
+    """Until a keeper of ``processes`` reports (an exit, mostly) or ``timeout`` passes."""
     poller = select.poll()
     by_fd = {}
     for process in processes:
-        by_fd[process._reports] = process
-        poller.register(process._reports, select.POLLIN)
+        by_fd[process.fileno()] = process
+        poller.register(process.fileno(), select.POLLIN)
     milliseconds = None if timeout is None else max(0, math.ceil(timeout * 1000))
     for fd, _ in poller.poll(milliseconds):
-        by_fd[fd]._read_reports()
+        by_fd[fd].take_news()
 
 
 def _kill_all(processes: Sequence[SandboxedProcess]) -> None:

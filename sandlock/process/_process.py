@@ -85,6 +85,16 @@ class SandboxedProcess:
                 self._read_reports()
         return self.returncode
 
+    def fileno(self) -> int:
+        """A descriptor that becomes readable when the keeper has news (an exit, mostly),
+        to poll several sandboxes at once; ``take_news`` then reads it."""
+        return self._reports
+
+    def take_news(self) -> None:
+        """Read what the keeper reported (after ``fileno`` polled readable)."""
+        if self.returncode is None:
+            self._read_reports()
+
     def _read_reports(self) -> None:
         data = os.read(self._reports, 4096)
         if not data:  # the keeper vanished without reporting

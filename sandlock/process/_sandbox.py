@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._handles import Clone, LiveProcess
     from ._live import LiveSandbox
     from ._nested import NestedSandbox
+    from ._pipeline import Stage
 
 # --clean-env keeps only these variables from sandlock's environment.
 CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
@@ -276,7 +277,7 @@ class Sandbox:
         code = EXIT_TIMEOUT if timed_out else process.returncode
         return Result(code, stdout, stderr, timed_out, process.start_error)
 
-    def cmd(self, argv: Sequence[str]) -> Stage:  # noqa: F821 - imported on use, below
+    def cmd(self, argv: Sequence[str]) -> Stage:
         """``argv`` as a stage of a pipeline, confined by this sandbox's policy:
         ``(a.cmd(["cat", path]) | b.cmd(["wc", "-l"])).run()`` (docs/api.md, "Pipelines")."""
         from ._pipeline import Stage  # loaded only by programs that make a pipeline
