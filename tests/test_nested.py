@@ -5,12 +5,15 @@ real loopback servers."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
+from conftest import sandlock
 from httpservers import Upstream
 
 from sandlock import Policy, PolicyError, Sandbox
@@ -108,3 +111,88 @@ def test_nesting_as_an_unprivileged_user(as_nobody):
     result = subprocess.run(as_nobody([sys.executable, "-c", UNPRIVILEGED]), capture_output=True,
                             text=True, cwd=tempfile.gettempdir(), timeout=60)
     assert result.stdout.split() == ["1", "0"], result.stderr  # /etc: the inner policy's no
+
+
+# --- sandlock run inside sandlock run ------------------------------------------------
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+INNER = [sys.executable, "-m", "sandlock", "run"]
+
+
+def outer(*options: str, inner: list[str], cwd: str, **kwargs: object):
+    """`sandlock run OPTIONS -- sandlock run INNER` (the project readable inside)."""
+    env = {**os.environ, "SANDLOCK_FS_READ": ROOT}
+    env.pop("SANDLOCK_FS_WRITE", None)  # (the suite's: all of pytest's temporary tree)
+    return sandlock("run", *options, "--", *INNER, *inner, cwd=cwd, env=env, **kwargs)
+
+
+def test_sandlock_run_inside_sandlock_run_narrows_and_never_widens(tree):
+    work = str(tree / "public")
+    reads = [f"--fs-read={path}" for path in SYSTEM]
+    inner = outer(*reads, "-r", ROOT, "-r", str(tree),
+                  inner=[*reads, "-r", work, "--", "sh", "-c", f"cat {work}/notes; cat {tree}/secret"],
+                  cwd=work)
+    assert inner.stdout == "public" and inner.returncode == 1, inner.stderr
+    assert "Permission denied" in inner.stderr
+    # The outer's default workspace is public/ alone: the inner's grants cannot add to it.
+    wider = outer(inner=[*reads, "-r", str(tree), "-w", str(tree), "--", "sh", "-c",
+                         f"touch {tree}/new; cat {tree}/secret"], cwd=work)
+    assert wider.returncode == 1 and wider.stdout == "", wider.stderr
+    assert not (tree / "new").exists()
+
+
+def test_sandlock_run_inside_keeps_the_outer_network_or_none(upstreams, tree):
+    allowed, denied = upstreams
+    outer_rule = ("--net-allow", f"127.0.0.2:{allowed.port}", "-q")
+    ok, no = f"http://127.0.0.2:{allowed.port}/ok", f"http://127.0.0.3:{denied.port}/no"
+    cwd = str(tree)
+    offline = outer(*outer_rule, inner=["--", *FETCH, ok], cwd=cwd)
+    assert offline.returncode == 7, offline.stderr
+    online = outer(*outer_rule, inner=["--net-allow", "*", "--", *FETCH, ok], cwd=cwd)
+    assert online.stdout == "200", online.stderr
+    refused = outer(*outer_rule, inner=["--net-allow", "*", "--", *FETCH, no], cwd=cwd)
+    assert refused.returncode == 7
+    assert allowed.paths() == ["/ok"] and denied.paths() == []
+
+
+@pytest.mark.parametrize("option,value,named", [
+    ("--net-allow", "127.0.0.2:80", "--net-allow"), ("-m", "64M", "--max-memory"),
+    ("--http-allow", "GET example.test/*", "--http-allow")])
+def test_sandlock_run_inside_refuses_what_it_cannot_enforce(option, value, named, tree):
+    result = outer(inner=[option, value, "--", "true"], cwd=str(tree))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"sandlock: error: {named}"), result.stderr
+
+
+def test_sandlock_run_inside_keeps_its_timeout(tree):
+    result = outer(inner=["-t", "0.5", "--", "sleep", "10"], cwd=str(tree))
+    assert result.returncode == 124, result.stderr
+
+
+def test_sandlock_run_inside_sandlock_run_as_an_unprivileged_user(as_nobody):
+    from conftest import SANDLOCK
+
+    env = {**os.environ, "SANDLOCK_FS_READ": ROOT}
+    env.pop("SANDLOCK_FS_WRITE", None)
+    argv = [*SANDLOCK, "run", "--", *INNER, "--", "sh", "-c", "id -u; cat /etc/hostname >/dev/null"]
+    result = subprocess.run(as_nobody(argv), capture_output=True, text=True, env=env,
+                            cwd=tempfile.gettempdir(), timeout=60)
+    assert (result.returncode, result.stdout) == (0, "65534\n"), result.stderr
+
+
+BLOCK_INSIDE = textwrap.dedent("""
+    from sandlock import Policy, Sandbox, SetupError
+    print(Sandbox(Policy()).run(["true"]).exit_code)
+    try:
+        with Sandbox(Policy()):
+            pass
+    except SetupError as exc:
+        print("refused:", "sb.sandbox()" in str(exc))
+""")
+
+
+def test_the_api_inside_a_sandbox(tree):
+    env = {**os.environ, "SANDLOCK_FS_READ": ROOT}
+    env.pop("SANDLOCK_FS_WRITE", None)
+    result = sandlock("run", "--", sys.executable, "-c", BLOCK_INSIDE, cwd=str(tree), env=env)
+    assert result.stdout.split("\n")[:2] == ["0", "refused: True"], result.stderr

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
         sandlock_runtime_dir,
     )
     from ._isolation import Isolation
-    from ._static import SelfConfinement, TcpRules, apply_static
+    from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
     from ._workspace import unreachable, widening
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -32,6 +32,7 @@ _EXPORTS = {
     "Confinement": "_confinement",
     "Isolation": "_isolation",
     "keeper_scope": "_confinement",
+    "EnclosedConfinement": "_static",
     "SelfConfinement": "_static",
     "TcpRules": "_static",
     "apply_static": "_static",

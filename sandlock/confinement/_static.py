@@ -29,6 +29,8 @@ from ._isolation import SCRATCH
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..policy import Policy
 
 _NAMED = 3  # autorun files named in a refusal
@@ -54,18 +56,21 @@ class SelfConfinement:
 
     @classmethod
     def prepare(cls, policy: Policy, tcp: TcpRules,
-                network: dict[str, seccomp.Rule] | None = None) -> SelfConfinement:
-        """``policy`` has explicit grants and nothing that needs a supervisor (the
-        caller checked); PolicyError for a write grant over autorun files, SetupError
-        for what the kernel lacks. ``network``: the filter's rules for the network
-        instead of those ``tcp`` implies ({}: none, the network is a supervisor's)."""
+                network: dict[str, seccomp.Rule] | None = None, *, cwd: str = "/",
+                env: Mapping[str, str] | None = None, enclosed: bool = False) -> SelfConfinement:
+        """``policy`` has nothing that needs a supervisor (the caller checked);
+        PolicyError for a write grant over autorun files, SetupError for what the
+        kernel lacks. ``network``: the filter's rules for the network instead of those
+        ``tcp`` implies ({}: none, the network is a supervisor's). ``enclosed``: for
+        a process already in a sandbox, whose mounts hold its autorun files, and whose
+        default workspace (of ``cwd`` and ``env``) may then be granted as it is."""
         any_connect = tcp.connect is None
         handled_net = ((0 if any_connect else landlock.NET_CONNECT_TCP)
                        | (0 if tcp.any_bind else landlock.NET_BIND_TCP))
-        # "/" for the working directory: only the default workspace would use it, and
-        # there it is refused (a whole machine writable).
-        filesystem = _filesystem_ruleset(policy, landlock.abi_version(), "/", os.environ, (), [],
-                                         handled_net)
+        # "/" for the working directory unless enclosed: only the default workspace
+        # would use it, and there it is refused (a whole machine writable).
+        filesystem = _filesystem_ruleset(policy, landlock.abi_version(), cwd,
+                                         os.environ if env is None else env, (), [], handled_net)
         if filesystem is None or filesystem.ruleset is None:  # full access (the caller refuses it)
             raise PolicyError("mode", "full-access confines nothing")
         ruleset = filesystem.ruleset
@@ -74,7 +79,7 @@ class SelfConfinement:
                 ruleset.allow_port(port, landlock.NET_CONNECT_TCP)
             if not tcp.any_bind:
                 ruleset.allow_port(0, landlock.NET_BIND_TCP)
-            if not policy.allow_autorun_writes:
+            if not (policy.allow_autorun_writes or enclosed):
                 _refuse_autorun_files(filesystem)
             if network is None:
                 network = seccomp.unsupervised_network(
@@ -94,6 +99,31 @@ class SelfConfinement:
             apply_static(self.ruleset.fileno(), self.program, all_threads=True)
         finally:
             self.ruleset.close()
+
+    def close(self) -> None:
+        self.ruleset.close()
+
+
+class EnclosedConfinement:
+    """A command's confinement when sandlock itself runs in a sandbox, where it can make
+    neither namespaces nor a listener: the static part of its policy, on top of the
+    enclosing sandbox's (whose supervisor, network and limits go on holding). Stands in
+    for a ``Confinement`` with the keeper and the command's side of the fork."""
+
+    isolation = None
+    counts_processes = False
+    scopes_signals = True  # the keeper kills with kill(-1) in a signal-scoped domain
+
+    def __init__(self, inner: SelfConfinement) -> None:
+        self.ruleset = inner.ruleset
+        self._program = inner.program
+        self.warnings: list[str] = []
+
+    def apply(self) -> int:
+        """Confine the calling process (the command's side, single-threaded); no listener
+        (-1): nothing is left to supervise but what the enclosing sandbox does."""
+        apply_static(self.ruleset.fileno(), self._program)
+        return -1
 
     def close(self) -> None:
         self.ruleset.close()

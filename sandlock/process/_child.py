@@ -90,7 +90,9 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
         # The sandbox's own procfs (init mounted it), where sandlock counts and watches
         # its processes; opened before Landlock, which a policy may make stricter.
         proc = _open_proc() if spec.hand_proc else -1
-        _hand_over(spec.confinement.apply(), spec.handoff, host_pid or os.getpid(), proc)
+        listener = spec.confinement.apply()
+        if listener >= 0:  # (none where sandlock runs in a sandbox: _enclosed)
+            _hand_over(listener, spec.handoff, host_pid or os.getpid(), proc)
         if spec.limits:
             spec.limits.apply_rlimits()
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code

@@ -38,6 +38,9 @@ _REASONS = {
     ("best_effort",): "confine() applies all of the confinement or raises SetupError",
 }
 REFUSED_BECAUSE = {name: reason for names, reason in _REASONS.items() for name in names}
+_IN_A_SANDBOX = ("sandlock runs inside a sandbox here, where it can make neither namespaces nor a "
+                 "supervisor of its own to enforce it (the enclosing sandbox's rules and limits "
+                 "hold)")
 _DEFAULTS = Policy()
 
 
@@ -72,17 +75,19 @@ def confine(policy: Policy | str) -> None:
                          "the Landlock domain (end the process)")
 
 
-def _check(policy: Policy) -> TcpRules:
-    """PolicyError for the first field confine() cannot apply; the TCP rules otherwise."""
+def _check(policy: Policy, applied: frozenset[str] = APPLIED, enclosed: bool = False) -> TcpRules:
+    """PolicyError for the first field confine() (or a run in a sandbox, ``enclosed``,
+    which also applies ``applied``) cannot apply; the TCP rules otherwise."""
     if policy.full_access:
         raise PolicyError("mode", "full-access confines nothing: there is nothing to apply")
-    if policy.uses_default_workspace:
+    if policy.uses_default_workspace and not enclosed:
         raise PolicyError("fs_readable", "confine() needs explicit grants (fs_readable, "
                           "fs_writable): the default workspace gives a sandbox its own /tmp in a "
                           "mount namespace, which a running process cannot enter")
     for name in POLICY_FIELDS:  # in declaration order: the first one is named
-        if name not in APPLIED and getattr(policy, name) != getattr(_DEFAULTS, name):
-            raise PolicyError(name, REFUSED_BECAUSE.get(name, _USE_SANDBOX))
+        if name not in applied and getattr(policy, name) != getattr(_DEFAULTS, name):
+            raise PolicyError(name, _IN_A_SANDBOX if enclosed else
+                              REFUSED_BECAUSE.get(name, _USE_SANDBOX))
     if "socket" in policy.allow_syscalls:
         raise PolicyError("allow_syscalls", "socket: without a supervisor, the network is decided "
                           "when a socket is made; that rule cannot be waived")
@@ -148,6 +153,37 @@ def _threads() -> int:
     return count
 
 
+# What a run in a sandbox applies besides: it has a process around the command.
+_ENCLOSED_RUN = APPLIED | {"timeout", "max_output", "env", "clean_env", "cwd"}
+
+
+def enclosed_confinement(policy: Policy, cwd: str, env: dict[str, str]) -> SelfConfinement:
+    """A run's confinement where sandlock itself is in a sandbox (``_enclosed``): the
+    static part of ``policy`` (its default workspace included, of ``cwd`` and ``env``)
+    and a network that is none or the enclosing sandbox's, as for a nested sandbox."""
+    keeps_network = _keeps_network(policy)
+    bare = policy.replace(net_allow=(), net_connect=(), net_bind=())
+    _check(bare, _ENCLOSED_RUN, enclosed=True)
+    tcp, network = _nested_network(keeps_network)
+    return SelfConfinement.prepare(bare, tcp, network, cwd=cwd, env=env, enclosed=True)
+
+
+def _keeps_network(policy: Policy) -> bool:
+    """True for net_allow=["*"] alone (the parent's network), False for none; a
+    PolicyError for rules of its own."""
+    keeps = tuple(policy.net_allow) == ("*",) and not policy.net_connect
+    if not keeps and (policy.net_allow or policy.net_connect):
+        raise PolicyError("net_allow", "a nested sandbox's network is none, or its parent's "
+                          "(net_allow=['*']): rules of its own would need a supervisor of its own")
+    return keeps
+
+
+def _nested_network(keeps: bool) -> tuple[TcpRules, dict | None]:
+    if keeps:
+        return TcpRules(connect=None, any_bind=True), {}  # no rule: the parent's filter decides
+    return TcpRules(), None  # every socket refused
+
+
 def nested_confinement(policy: Policy) -> tuple[SelfConfinement, KernelLimits | None]:
     """What a sandbox nested in a running one adds on top of it (``sb.sandbox``): the
     static part of ``policy``, compiled here, applied by each process it starts. Its
@@ -155,14 +191,8 @@ def nested_confinement(policy: Policy) -> tuple[SelfConfinement, KernelLimits | 
     performs its processes' connects, so no rule of theirs (Landlock's TCP ports
     included) would be consulted for one; a seccomp ERRNO, which takes precedence over
     the parent's notification, is what keeps a nested sandbox off the network."""
-    keeps_network = tuple(policy.net_allow) == ("*",) and not policy.net_connect
-    if not keeps_network and (policy.net_allow or policy.net_connect):
-        raise PolicyError("net_allow", "a nested sandbox's network is none, or its parent's "
-                          "(net_allow=['*']): rules of its own would need a supervisor of its own")
+    keeps_network = _keeps_network(policy)
     bare = policy.replace(net_allow=(), net_connect=(), net_bind=())
     _check(bare)
-    if keeps_network:
-        tcp, network = TcpRules(connect=None, any_bind=True), {}
-    else:
-        tcp, network = TcpRules(), None
+    tcp, network = _nested_network(keeps_network)
     return SelfConfinement.prepare(bare, tcp, network), _kernel_limits(policy)

@@ -9,6 +9,7 @@ import sys
 from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
 from .._record import DataclassView, record
 from ..confinement import Confinement
+from ..kernel import prctl
 from ..policy import Policy
 from ._child import RESET_SIGNALS, ChildSpec
 from ._process import SandboxedProcess, TimeoutExpired, spawn
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
 # The interpreter itself ignores these at start-up; their original disposition is unknown.
 _INTERPRETER_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
+PR_GET_SECCOMP = 21
+_FILTERED = 2  # PR_GET_SECCOMP: the process is under a seccomp filter
 
 
 @record
@@ -186,11 +189,19 @@ class Sandbox:
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
                               "--dangerously-allow-full-access as well")
+        if prctl(PR_GET_SECCOMP) == _FILTERED:
+            from ._enclosed import enclosed, launch_enclosed
+
+            if enclosed():  # sandlock itself in a sandbox: no namespaces, no listener
+                return launch_enclosed(self, argv, function, stdio, pass_fds, foreground,
+                                       resident)
         env = child_environment(self.policy, os.environ)
         cwd = self.policy.cwd or os.getcwd()
-        audit = _open_audit(self.audit)
+        audit = open_audit(self.audit)
         if self.policy.full_access:
-            _record_full_access(audit, argv)
+            from ._runevents import record_full_access
+
+            record_full_access(audit, argv)
         try:
             http = _start_http(self.policy, env, audited=audit is not None)
         except BaseException:
@@ -217,9 +228,9 @@ class Sandbox:
             confinement=confinement,
             stdio=stdio,
             tty_fd=terminal.fd if terminal else None,
-            ignored_signals=_inherited_ignored_signals(),
+            ignored_signals=inherited_ignored_signals(),
             pass_fds=pass_fds,
-            limits=_kernel_limits(self.policy),
+            limits=kernel_limits(self.policy),
             function=function,
             keep_host_proc=resident,
         )
@@ -235,15 +246,10 @@ class Sandbox:
             raise
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
-        process.audit = audit
         process.pauser = supervision if resident else None
         process.on_exit(supervision.close)
-        if self.policy.max_file_size is not None:
-            process.on_exit(lambda: _file_size_exceeded(process, self.policy.max_file_size))
-        if audit is not None:
-            process.on_exit(audit.close)
         supervision.watch(process.kill)
-        return process
+        return finish_launch(self, process, audit)
 
     def run(
         self,
@@ -299,7 +305,7 @@ def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRu
     return http
 
 
-def _kernel_limits(policy: Policy) -> KernelLimits | None:
+def kernel_limits(policy: Policy) -> KernelLimits | None:
     if not (policy.max_open_files or policy.max_file_size or policy.cpu_cores):
         return None  # the limits package is not even imported
     from ..limits import kernel_limits
@@ -317,23 +323,26 @@ def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
         return True
 
 
-def _open_audit(path: str | None) -> AuditLog | None:
+def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
+                  audit: AuditLog | None) -> SandboxedProcess:
+    """The hooks every started process has: its audit log, a file size limit's notice."""
+    process.audit = audit
+    limit = sandbox.policy.max_file_size
+    if limit is not None:
+        from ._runevents import file_size_exceeded
+
+        process.on_exit(lambda: file_size_exceeded(process, limit))
+    if audit is not None:
+        process.on_exit(audit.close)
+    return process
+
+
+def open_audit(path: str | None) -> AuditLog | None:
     if path is None:
         return None  # not even imported
     from .._auditlog import AuditLog
 
     return AuditLog(path)
-
-
-def _file_size_exceeded(process: SandboxedProcess, limit: int) -> str | None:
-    """The command was killed by SIGXFSZ: it wrote past --max-file-size (a process that
-    handles or ignores the signal gets EFBIG instead, and knows)."""
-    if process.returncode != 128 + signal.SIGXFSZ:
-        return None
-    reason = f"file size limit {limit} exceeded: the command was killed by SIGXFSZ (--max-file-size)"
-    if process.audit is not None:
-        process.audit.limit("max_file_size", str(limit), "kill", reason)
-    return f"sandlock: {reason}"
 
 
 def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dict[str, str]:
@@ -357,15 +366,6 @@ def check_argv(argv: Sequence[str]) -> list[str]:
     return list(argv)
 
 
-def _record_full_access(audit: AuditLog | None, argv: list[str]) -> None:
-    """Announced on stderr whatever -q says, and recorded in the audit log."""
-    program = os.path.basename(argv[0])  # not the arguments: they may carry tokens
-    print(f"sandlock: warning: full-access mode: {program} runs unconfined (filesystem, "
-          "network and IPC open; only the syscall filter stays)", file=sys.stderr, flush=True)
-    if audit is not None:
-        audit.write({"event": "full-access", "program": program})
-
-
 def check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:
     if isinstance(pass_fds, (str, bytes)):
         raise PolicyError("pass_fds", "expected a list of file descriptor numbers")
@@ -383,7 +383,7 @@ def check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(checked))
 
 
-def _inherited_ignored_signals() -> frozenset[int]:
+def inherited_ignored_signals() -> frozenset[int]:
     return frozenset(
         sig for sig in RESET_SIGNALS
         if sig not in _INTERPRETER_IGNORED and signal.getsignal(sig) == signal.SIG_IGN

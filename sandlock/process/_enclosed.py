@@ -1,0 +1,92 @@
+"""sandlock inside a sandbox: `sandlock run` (or ``Sandbox.run``) in a sandboxed process.
+
+There sandlock can make neither namespaces nor a seccomp listener (the enclosing
+sandbox refuses both), so a run is the static part of its policy on top of the
+enclosing sandbox: the keeper (killing by kill(-1) in a signal-scoped domain), the
+command with its own Landlock domain and a seccomp filter without notification. What
+either policy forbids stays forbidden, and the enclosing sandbox's supervisor,
+network and limits go on holding for the nested command. What only a supervisor or
+namespaces of its own could enforce (host rules, HTTP rules, memory, CPU and process
+limits) is refused by name (``enclosed_confinement``); the network is none, or the
+enclosing sandbox's (``--net-allow '*'``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._errors import SetupError
+from ..confinement import EnclosedConfinement
+from ._child import ChildSpec
+from ._process import spawn
+from ._terminal import Foreground
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._process import SandboxedProcess
+    from ._sandbox import Sandbox
+
+_PROBED: list[bool] = []  # the answer, once per process
+
+
+def enclosed() -> bool:
+    """Whether this process is in a sandbox that refuses sandlock a listener of its own
+    (the caller saw it is under a seccomp filter). Probed in a forked child, which
+    tries to install an allow-all filter with a listener; cached."""
+    if not _PROBED:
+        _PROBED.append(_probe())
+    return _PROBED[0]
+
+
+def _probe() -> bool:
+    from ..kernel import PR_SET_NO_NEW_PRIVS, prctl, seccomp
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            prctl(PR_SET_NO_NEW_PRIVS, 1)
+            seccomp.install(seccomp.ALLOW_ALL, seccomp.SECCOMP_FILTER_FLAG_NEW_LISTENER)
+            code = 0
+        except BaseException:  # noqa: BLE001 - any refusal is the answer
+            code = 1
+        os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
+
+
+def launch_enclosed(sandbox: Sandbox, argv: list[str], function: Callable[[int], int] | None,
+                    stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
+                    foreground: bool, resident: bool) -> SandboxedProcess:
+    from ._confine_self import enclosed_confinement
+    from ._sandbox import (
+        child_environment,
+        finish_launch,
+        inherited_ignored_signals,
+        kernel_limits,
+        open_audit,
+    )
+
+    if resident:
+        raise SetupError("a long-lived sandbox cannot start inside a sandbox (no namespaces or "
+                         "supervisor of its own here): use sb.sandbox() in the enclosing one")
+    policy = sandbox.policy
+    env = child_environment(policy, os.environ)
+    cwd = policy.cwd or os.getcwd()
+    confinement = EnclosedConfinement(enclosed_confinement(policy, cwd, env))
+    audit = open_audit(sandbox.audit)
+    terminal = Foreground.detect() if foreground else None
+    spec = ChildSpec(argv=argv, env=env, cwd=cwd, confinement=confinement, stdio=stdio,
+                     tty_fd=terminal.fd if terminal else None,
+                     ignored_signals=inherited_ignored_signals(), pass_fds=pass_fds,
+                     limits=kernel_limits(policy), function=function)
+    try:
+        process = spawn(spec, terminal)
+    except BaseException:
+        if audit is not None:
+            audit.close()
+        raise
+    finally:
+        confinement.close()
+    return finish_launch(sandbox, process, audit)
+
