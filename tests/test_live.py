@@ -261,3 +261,20 @@ def test_a_calls_processes_end_with_it():
 
 def processes_inside() -> int:
     return sum(name.isdigit() for name in os.listdir("/proc"))
+
+
+def test_http_rules_hold_for_every_process_of_the_sandbox():
+    from httpservers import free_port_on
+
+    port = free_port_on("127.0.0.2")
+    with Upstream("127.0.0.2", port, name="api") as api:
+        policy = Policy(resolve=["api.test=127.0.0.2"], http_ports=[port], https_inspect="off",
+                        http_allow=["GET api.test/ok"])
+        with Sandbox(policy, quiet=True) as sb, tempfile.TemporaryFile() as out:
+            fetch = ["curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code} "]
+            first = sb.exec([*fetch, f"http://api.test:{port}/ok"], stdout=out.fileno())
+            second = sb.exec([*fetch, f"http://api.test:{port}/secret"], stdout=out.fileno())
+            assert (first.wait(20), second.wait(20)) == (0, 0)
+            out.seek(0)
+            assert sorted(out.read().split()) == [b"200", b"403"]
+        assert api.paths() == ["/ok"]
