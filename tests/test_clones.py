@@ -129,3 +129,14 @@ def test_a_value_asked_for_before_the_clone_ends():
             clone.value
         sb.kill()
         assert clone.returncode == 137 and not clone.success
+
+
+def too_large() -> bytes:
+    return b"x" * (1 << 20)
+
+
+def test_a_value_too_large_for_the_results_socket_is_an_error():
+    with Sandbox(Policy(), None, too_large) as sb:
+        clone = sb.fork(1)[0]
+        assert clone.wait(30) == 0
+        assert not clone.success and "too large" in clone.error.message

@@ -182,7 +182,8 @@ def test_an_unprivileged_user_gets_forked_proxies_too(as_nobody, api, port):
             first.kill()
             first.wait()
         deadline = time.monotonic() + 60
-        while (server := forkserver_pid(directory)) is None:
+        token = os.path.join(directory, "proxy.token")  # written once it serves
+        while (server := forkserver_pid(directory)) is None or not os.path.exists(token):
             assert time.monotonic() < deadline, "no fork server for the unprivileged user"
             time.sleep(0.1)
         second = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env,

@@ -39,6 +39,9 @@ MAX_VALUE = 1 << 18  # a clone's pickled value, at most (a message's size on the
 
 
 class LiveSandbox:
+    """The running sandbox of a ``with Sandbox(...)`` block: its resident, the requests
+    sent to it, and the state of every process it started (kept by the reader)."""
+
     def __init__(self, sandbox: Sandbox, init: Callable[[], object] | None,
                  work: Callable[[], object] | None) -> None:
         from ._resident import Resident
