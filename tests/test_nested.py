@@ -183,6 +183,7 @@ def test_sandlock_run_inside_sandlock_run_as_an_unprivileged_user(as_nobody):
 BLOCK_INSIDE = textwrap.dedent("""
     from sandlock import Policy, Sandbox, SetupError
     print(Sandbox(Policy()).run(["true"]).exit_code)
+    print(Sandbox(Policy()).call(sum, args=([1, 2],)).value)
     try:
         with Sandbox(Policy()):
             pass
@@ -195,4 +196,4 @@ def test_the_api_inside_a_sandbox(tree):
     env = {**os.environ, "SANDLOCK_FS_READ": ROOT}
     env.pop("SANDLOCK_FS_WRITE", None)
     result = sandlock("run", "--", sys.executable, "-c", BLOCK_INSIDE, cwd=str(tree), env=env)
-    assert result.stdout.split("\n")[:2] == ["0", "refused: True"], result.stderr
+    assert result.stdout.split("\n")[:3] == ["0", "3", "refused: True"], result.stderr
