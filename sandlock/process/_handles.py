@@ -3,6 +3,7 @@ of ``fork``'s clones. Their state is kept by the sandbox's reader (``_live``).""
 
 from __future__ import annotations
 
+import _signal
 import os
 
 from ._process import TimeoutExpired
@@ -46,13 +47,14 @@ class LiveProcess:
                 pass
 
     def kill(self) -> None:
-        self.send_signal(9)
+        """SIGKILL to its process group (the sandbox goes on)."""
+        self.send_signal(_signal.SIGKILL)
 
     def end_group(self) -> None:
         """SIGKILL to what is left of its process group, once it has ended."""
         if self.pid:
             try:
-                os.killpg(self.pid, 9)
+                os.killpg(self.pid, _signal.SIGKILL)
             except OSError:
                 pass  # none left
 

@@ -231,7 +231,7 @@ def _place(targets: dict[int, int]) -> None:
 
 def _kill_group(leader: int) -> None:
     try:
-        os.killpg(leader, 9)
+        os.killpg(leader, _signal.SIGKILL)
     except OSError:
         pass  # none left
 
