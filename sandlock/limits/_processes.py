@@ -24,6 +24,7 @@ import os
 import time
 
 FLIGHT_SECONDS = 0.01
+_REMEMBERED = 4096  # forking threads whose process is remembered
 _INIT = 1  # sandlock's init: in the namespace, not one of the command's processes
 
 
@@ -36,16 +37,15 @@ class ProcessGate:
         # forking thread -> (when its fork was let go, its process)
         self._in_flight: dict[int, tuple[float, int]] = {}
         self._ceiling = cap  # what the sandbox may hold at most now; cap: count at once
+        self._processes: dict[int, int] = {}  # forking thread -> its process, once read
         self.refused = 0
 
     def admit(self, tid: int) -> bool:
         """Whether thread ``tid`` may make one more process now (counted if so)."""
-        process, parent = _process_and_parent(tid)
+        process = self._processes.get(tid)
+        if process is None:  # a thread not seen forking before: its process may be new
+            process = self._first_fork_of(tid)
         self._in_flight.pop(tid, None)  # its previous fork, if any, is done
-        made_by = next((t for t, (_, p) in self._in_flight.items() if parent and p == parent),
-                       None)
-        if made_by is not None:
-            del self._in_flight[made_by]  # the fork that made this process is done
         if self._ceiling + 1 > self.cap:
             self._ceiling = self.count() + self._flying()
         if self._ceiling + 1 > self.cap:
@@ -54,6 +54,19 @@ class ProcessGate:
         self._ceiling += 1
         self._in_flight[tid] = (time.monotonic(), process)
         return True
+
+    def _first_fork_of(self, tid: int) -> int:
+        """Read ``tid``'s process and parent once (a shell forking in a loop costs no
+        more reads), and settle the in-flight fork that made its process, if any."""
+        process, parent = _process_and_parent(tid)
+        if len(self._processes) >= _REMEMBERED:
+            self._processes.clear()  # (threads come and go: bounded, read again if needed)
+        self._processes[tid] = process
+        made_by = next((t for t, (_, p) in self._in_flight.items() if parent and p == parent),
+                       None)
+        if made_by is not None:
+            del self._in_flight[made_by]  # the fork that made this process is done
+        return process
 
     def count(self) -> int:
         """The processes in the sandbox now."""
