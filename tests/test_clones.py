@@ -140,3 +140,26 @@ def test_a_value_too_large_for_the_results_socket_is_an_error():
         clone = sb.fork(1)[0]
         assert clone.wait(30) == 0
         assert not clone.success and "too large" in clone.error.message
+
+
+def floods() -> int:
+    """Clone 0's children all send values as themselves: none is a clone."""
+    if clone_id() == 0:
+        import pickle
+
+        results = next(fd for fd in range(3, 256) if _is_socket(fd))
+        for _ in range(50):
+            if os.fork() == 0:
+                os.write(results, pickle.dumps(("value", "x" * 100_000)))
+                os._exit(0)
+        for _ in range(50):
+            os.wait()
+    return clone_id()
+
+
+def test_values_from_processes_that_are_no_clones_are_not_kept():
+    with Sandbox(Policy(), None, floods) as sb:
+        clones = sb.fork(3)
+        assert [clone.wait(30) for clone in clones] == [0, 0, 0]
+        assert [clone.value for clone in clones] == [0, 1, 2]
+        assert len(sb._live._unclaimed) <= 3  # bounded by the clones awaited, not the senders

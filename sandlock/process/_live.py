@@ -52,6 +52,7 @@ class LiveSandbox:
         self._processes: dict[int, LiveProcess] = {}
         self._by_pid: dict[int, Clone] = {}
         self._unclaimed: dict[int, bytes] = {}  # values of clones whose pid is not known yet
+        self._pids_awaited = 0  # clones started whose pid is not known yet
         self._next_token = 1
         self._state = "starting"  # -> ready | failed -> over
         self._failure = ""  # what init() raised
@@ -119,11 +120,12 @@ class LiveSandbox:
             raise RuntimeError("fork() needs work: Sandbox(policy, init, work)")
         if count == 0:
             return []
-        with self._changed:
+        with self._changed:  # (re-entrant: _request takes it too; the reader waits)
             first = self._next_token
             self._next_token += count
-        clones = [Clone(self, first + i, i) for i in range(count)]
-        self._request(None, lambda token: ("clones", first, count), [], clones)
+            clones = [Clone(self, first + i, i) for i in range(count)]
+            self._request(None, lambda token: ("clones", first, count), [], clones)
+            self._pids_awaited += count
         return clones
 
     def pause(self) -> None:
@@ -189,12 +191,20 @@ class LiveSandbox:
     def _follow(self) -> None:
         """The reader: what the resident and the processes it forks say, and the
         clones' values (one thread: a clone's value is always taken before its exit)."""
+        try:
+            self._read_until_the_end()
+        except BaseException:
+            self._process.kill()  # fail closed: a sandbox nobody follows does not go on
+            raise
+        finally:
+            self._ended()
+
+    def _read_until_the_end(self) -> None:
         poller = select.poll()
         poller.register(self._control, select.POLLIN)
         if self._results is not None:
             poller.register(self._results, select.POLLIN)
-        over = False
-        while not over:
+        while True:
             for fd, _events in poller.poll():
                 if fd != self._control.fileno():
                     if not self._collect():
@@ -205,9 +215,10 @@ class LiveSandbox:
                 except OSError:
                     message = b""
                 if not message:
-                    over = True
-                    break
+                    return
                 self._heard(message.split(b" ", 3))
+
+    def _ended(self) -> None:
         self._process.wait()  # the sandbox is gone: its end reported, its hooks run
         with self._changed:
             for process in self._processes.values():
@@ -235,6 +246,7 @@ class LiveSandbox:
             process.pid = number
             if isinstance(process, Clone):
                 self._by_pid[number] = process
+                self._pids_awaited -= 1
                 process._outcome = self._unclaimed.pop(number, b"")
         elif kind == b"exit":
             if isinstance(process, Clone):
@@ -246,6 +258,8 @@ class LiveSandbox:
         elif kind == b"unborn":
             process.start_error = f"cannot start {process.name}: fork failed ({os.strerror(number)})"
             process.returncode = EXIT_SETUP
+            if isinstance(process, Clone):
+                self._pids_awaited -= 1
 
     def _collect(self) -> bool:
         """The clones' values waiting on the results socket: the kernel says which
@@ -265,8 +279,11 @@ class LiveSandbox:
             sender = _sender(ancillary)
             with self._changed:
                 clone = self._by_pid.get(sender)
-                if clone is None:  # its pid is yet to be heard
-                    self._unclaimed.setdefault(sender, data)
+                if clone is None:
+                    # A clone's value ahead of its pid, or another process's: bounded,
+                    # so no process of the sandbox can fill sandlock's memory with them.
+                    if len(self._unclaimed) < self._pids_awaited:
+                        self._unclaimed.setdefault(sender, data)
                 elif not clone._outcome:
                     clone._outcome = data
 
