@@ -32,6 +32,7 @@ import struct
 import sys
 import time
 
+from ..kernel import exited_children
 from ._spawn import MAX_REQUEST, SOCKET_NAME, TOKEN_NAME, open_lock, read_token
 
 IDLE_SECONDS = 600.0
@@ -261,13 +262,7 @@ class Server:
             os._exit(code)
 
     def _reap(self) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in exited_children():
             conn = self.children.pop(pid, None)
             if conn is not None:
                 try:

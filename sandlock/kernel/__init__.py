@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._bpf import returns as filter_actions
     from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
     from ._fds import close_on_exec_from, take_fd
+    from ._children import exited_children
     from ._features import namespaces, probe, protection_level
     from ._landlock import restrict_self
     from ._libc import (
@@ -67,6 +68,7 @@ _EXPORTS = {
     "cwd_of": "_remote",
     "drop_capabilities": "_capabilities",
     "duplicate_fd": "_remote",
+    "exited_children": "_children",
     "filter_actions": "_bpf:returns",
     "landlock": "_landlock:",
     "mounts": "_mounts:",

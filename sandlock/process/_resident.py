@@ -30,7 +30,7 @@ import socket
 
 from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
 from ..confinement import apply_static
-from ..kernel import close_on_exec_from
+from ..kernel import close_on_exec_from, exited_children
 from ._call import Runner
 from ._child import exec_argv
 
@@ -173,13 +173,7 @@ class Resident:
                 os.dup2(self._null, fd, inheritable=False)
 
     def _reap(self) -> None:
-        while self._children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in exited_children():
             token = self._children.pop(pid, None)
             if token is None:
                 continue
