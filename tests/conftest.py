@@ -169,3 +169,25 @@ def _cmdline(pid: str) -> bytes:
             return f.read()
     except OSError:
         return b""
+
+
+@pytest.fixture
+def upstreams():
+    """Two HTTP upstreams recording what reached them: 127.0.0.2 (the one tests allow)
+    and 127.0.0.3 (the one they deny)."""
+    from httpservers import Upstream
+
+    with Upstream("127.0.0.2") as allowed, Upstream("127.0.0.3") as denied:
+        yield allowed, denied
+
+
+# The start of a confined Python snippet whose getpid32() makes the i386 getpid call
+# (int 0x80) from a 64-bit process: the filter kills it with SIGSYS (and no core file).
+I386_GETPID = """
+import ctypes, mmap, resource
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])  # mov eax, 20 (i386 getpid); int 0x80; ret
+page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+getpid32 = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+"""

@@ -17,6 +17,7 @@ import tempfile
 import textwrap
 
 import pytest
+from conftest import I386_GETPID
 
 PRELUDE = '''
 import errno, json, os, signal, socket, sys, threading
@@ -267,13 +268,7 @@ def test_the_syscall_filter_holds(tree):
                    "no_new_privs": 1}
 
 
-I386 = """
-import ctypes, mmap, resource
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # killed by SIGSYS: no core file
-code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])  # mov eax, 20 (i386 getpid); int 0x80; ret
-page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-page.write(code)
-getpid32 = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+I386 = I386_GETPID + """
 if ARGS["confine"]:
     sandlock.confine(Policy(fs_readable=[ARGS["readable"]]))
 report({"same_pid": getpid32() == os.getpid()})

@@ -64,12 +64,6 @@ def test_processes_of_one_sandbox_share_it(tmp_path):
         assert sleeper.wait(10) == 137
 
 
-@pytest.fixture
-def upstreams():
-    with Upstream("127.0.0.2") as allowed, Upstream("127.0.0.3") as denied:
-        yield allowed, denied
-
-
 def test_every_process_is_held_to_the_sandboxs_network_policy(upstreams):
     allowed, denied = upstreams
     fetch = ["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}"]

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from conftest import sandlock
-from httpservers import Upstream
 
 from sandlock import Policy, PolicyError, Sandbox
 
@@ -53,12 +52,6 @@ def test_a_nested_policy_cannot_widen_its_parent(tree):
         assert b"Permission denied" in wider.run(["cat", str(tree / "secret")]).stderr
         assert wider.run(["touch", str(tree / "public" / "new")]).exit_code == 1
         assert not (tree / "public" / "new").exists()
-
-
-@pytest.fixture
-def upstreams():
-    with Upstream("127.0.0.2") as allowed, Upstream("127.0.0.3") as denied:
-        yield allowed, denied
 
 
 def test_the_network_is_none_or_the_parents(upstreams):

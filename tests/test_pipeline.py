@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import unique_sleep, wait_no_process
-from test_network import HttpServer
+from test_network import web  # noqa: F401 - the fixture: HTTP servers on 127.0.0.2 and .3
 
 from sandlock import Pipeline, PipelineResult, Policy, PolicyError, Sandbox, Stage
 
@@ -110,16 +110,8 @@ STAGES = {
 }
 
 
-@pytest.fixture
-def servers():
-    pair = HttpServer("127.0.0.2"), HttpServer("127.0.0.3")
-    yield pair
-    for server in pair:
-        server.close()
-
-
-def test_three_stages_each_with_its_own_files_and_network(servers, private):
-    a, b = servers
+def test_three_stages_each_with_its_own_files_and_network(web, private):  # noqa: F811 - the fixture
+    a, b = web
     url_a, url_b = f"http://{a.host}:{a.port}/", f"http://{b.host}:{b.port}/"
     secret = str(private / "secret.csv")
     fetcher = Sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"{a.host}:{a.port}"]), quiet=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REQUIRE_UNPRIVILEGED, UNPRIVILEGED_UID, unprivileged
+from conftest import I386_GETPID, REQUIRE_UNPRIVILEGED, UNPRIVILEGED_UID, unprivileged
 from sandlock.kernel import _bpf, _seccomp
 from sandlock.kernel._syscalls import native_arch
 
@@ -428,13 +428,7 @@ def test_filter_decision_unprivileged(batch_case, nobody_python):
     assert matches(got, expected), f"{case} as nobody: got {got}, expected {expected}"
 
 
-INT80 = """
-import mmap, resource
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # killed by SIGSYS: no core file
-code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])  # mov eax, 20 (i386 getpid); int 0x80; ret
-page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-page.write(code)
-getpid32 = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+INT80 = I386_GETPID + """
 report({"same_pid": getpid32() == os.getpid()})
 """
 
