@@ -21,11 +21,13 @@ if TYPE_CHECKING:
     from ._features import namespaces, probe, protection_level
     from ._landlock import restrict_self
     from ._libc import (
-        IoVec,
+        PR_GET_SECCOMP,
         PR_SET_CHILD_SUBREAPER,
         PR_SET_DUMPABLE,
         PR_SET_NO_NEW_PRIVS,
         PR_SET_PDEATHSIG,
+        SECCOMP_MODE_FILTER,
+        IoVec,
         prctl,
         socket_option,
         syscall,
@@ -58,7 +60,9 @@ _EXPORTS = {
     "Notification": "_notify",
     "PR_SET_CHILD_SUBREAPER": "_libc",
     "PR_SET_DUMPABLE": "_libc",
+    "PR_GET_SECCOMP": "_libc",
     "PR_SET_NO_NEW_PRIVS": "_libc",
+    "SECCOMP_MODE_FILTER": "_libc",
     "PR_SET_PDEATHSIG": "_libc",
     "SUPERVISED": "_seccomp",
     "PROCESS_CREATION": "_seccomp",

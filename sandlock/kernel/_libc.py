@@ -23,6 +23,8 @@ _prctl.restype = ctypes.c_int
 # prctl options (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
 PR_GET_DUMPABLE = 3
+PR_GET_SECCOMP = 21  # answers SECCOMP_MODE_FILTER (2) under a seccomp filter
+SECCOMP_MODE_FILTER = 2
 PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 PR_GET_NO_NEW_PRIVS = 39

@@ -9,7 +9,7 @@ import sys
 from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
 from .._record import DataclassView, record
 from ..confinement import Confinement
-from ..kernel import prctl
+from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
 from ..policy import Policy
 from ._child import RESET_SIGNALS, ChildSpec
 from ._process import SandboxedProcess, TimeoutExpired, spawn
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
 # The interpreter itself ignores these at start-up; their original disposition is unknown.
 _INTERPRETER_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
-PR_GET_SECCOMP = 21
-_FILTERED = 2  # PR_GET_SECCOMP: the process is under a seccomp filter
 
 
 @record
@@ -189,7 +187,7 @@ class Sandbox:
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
                               "--dangerously-allow-full-access as well")
-        if prctl(PR_GET_SECCOMP) == _FILTERED:
+        if prctl(PR_GET_SECCOMP) == SECCOMP_MODE_FILTER:
             from ._enclosed import enclosed, launch_enclosed
 
             if enclosed():  # sandlock itself in a sandbox: no namespaces, no listener

@@ -48,8 +48,8 @@ class Supervision:
         watched = ((policy.max_memory is not None or policy.max_cpu is not None)
                    and confinement.isolation is not None)
         self._counts_processes = confinement.counts_processes
-        self.wants_proc = self._counts_processes or watched or (
-            pausable and confinement.isolation is not None)
+        self._pausable = pausable and confinement.isolation is not None
+        self.wants_proc = self._counts_processes or watched or self._pausable
         self._pause_fd = -1
         self._memory: MemoryWatch | None = None
         self._cpu: CpuThrottle | None = None
@@ -84,7 +84,7 @@ class Supervision:
         if proc_fd >= 0 and (self._policy.max_memory is not None
                              or self._policy.max_cpu is not None):
             self._watch_fd = os.dup(proc_fd)  # watched once the command runs (watch)
-        if proc_fd >= 0 and self.wants_proc:
+        if proc_fd >= 0 and self._pausable:
             self._pause_fd = os.dup(proc_fd)
         if proc_fd >= 0 and not self._counts_processes:
             os.close(proc_fd)
