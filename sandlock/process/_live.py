@@ -87,9 +87,9 @@ class LiveSandbox:
         given += [(fd, fd) for fd in pass_fds]
         targets = [target for target, _ in given]
         spec, extra = _nesting(nested)
-        process = self._request(lambda token: LiveProcess(self, token, argv[0]),
-                                lambda token: ("exec", token, argv, targets, spec),
-                                [fd for _, fd in given] + extra)
+        process = LiveProcess(self, self._new_tokens(1)[0], argv[0])
+        self._request([process], ("exec", process.token, argv, targets, spec),
+                      [fd for _, fd in given] + extra)
         with self._changed:
             self.first = self.first or process
         self.wait_until(lambda: process.pid or process.returncode is not None, None)
@@ -109,9 +109,10 @@ class LiveSandbox:
         spec, extra = _nesting(nested)
 
         def start(stdout: int, stderr: int, result: int) -> LiveProcess:
-            return self._request(lambda token: LiveProcess(self, token, "<call>"),
-                                 lambda token: ("call", token, payload, spec),
-                                 [result, stdout, stderr] + extra)
+            process = LiveProcess(self, self._new_tokens(1)[0], "<call>")
+            self._request([process], ("call", process.token, payload, spec),
+                          [result, stdout, stderr] + extra)
+            return process
 
         return call_in(self._sandbox, start, timeout)
 
@@ -120,11 +121,10 @@ class LiveSandbox:
             raise RuntimeError("fork() needs work: Sandbox(policy, init, work)")
         if count == 0:
             return []
+        tokens = self._new_tokens(count)
+        clones = [Clone(self, token, clone_id) for clone_id, token in enumerate(tokens)]
         with self._changed:  # (re-entrant: _request takes it too; the reader waits)
-            first = self._next_token
-            self._next_token += count
-            clones = [Clone(self, first + i, i) for i in range(count)]
-            self._request(None, lambda token: ("clones", first, count), [], clones)
+            self._request(clones, ("clones", tokens[0], count), [])
             self._pids_awaited += count
         return clones
 
@@ -167,26 +167,25 @@ class LiveSandbox:
 
     # --- sandlock's side of the conversation -----------------------------------------
 
-    def _request(self, make: Callable[[int], LiveProcess] | None,
-                 request_of: Callable[[int], tuple], fds: Sequence[int],
-                 made: list[LiveProcess] = ()) -> LiveProcess | None:
-        """Register the process(es) a request starts (``make(token)``, or ``made``),
-        then send it; registered only if sent (else nothing would ever end them)."""
+    def _new_tokens(self, count: int) -> range:
+        with self._changed:
+            first = self._next_token
+            self._next_token += count
+        return range(first, first + count)
+
+    def _request(self, processes: list[LiveProcess], request: tuple, fds: Sequence[int]) -> None:
+        """Send ``request``, which starts ``processes``; they are followed only once it
+        is sent (else nothing would ever end them)."""
         from ._resident import MAX_REQUEST
 
         self._check_open()
+        data = pickle.dumps(request, pickle.HIGHEST_PROTOCOL)
+        if len(data) > MAX_REQUEST:
+            raise ValueError(f"the request is too large ({len(data)} bytes pickled, at most "
+                             f"{MAX_REQUEST}): pass large data through a file")
         with self._changed:
-            if make is not None:
-                token = self._next_token
-                self._next_token += 1
-                made = [make(token)]
-            data = pickle.dumps(request_of(made[0].token), pickle.HIGHEST_PROTOCOL)
-            if len(data) > MAX_REQUEST:
-                raise ValueError(f"the request is too large ({len(data)} bytes pickled, at most "
-                                 f"{MAX_REQUEST}): pass large data through a file")
             socket.send_fds(self._control, [data], list(fds))
-            self._processes.update((process.token, process) for process in made)
-        return made[0]
+            self._processes.update((process.token, process) for process in processes)
 
     def _follow(self) -> None:
         """The reader: what the resident and the processes it forks say, and the
