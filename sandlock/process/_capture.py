@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,8 +74,6 @@ class Capture:
         output open: what they write later is not collected)."""
         if self._thread is not None:
             if grace is not None:
-                import time
-
                 self._abandon_at = time.monotonic() + grace
             self._thread.join()
         if not self._outputs or self._forward:
@@ -116,8 +115,6 @@ class Capture:
     def _abandoned(self) -> bool:
         if self._abandon_at is None:
             return False
-        import time
-
         return time.monotonic() >= self._abandon_at
 
     def _take(self, index: int, chunk: bytes) -> None:

@@ -50,8 +50,7 @@ class NestedSandbox:
             capture_output: bool = True) -> Result:
         """As ``Sandbox.run``; what the command leaves in its process group ends with it."""
         from ._capture import Capture
-        from ._process import TimeoutExpired
-        from ._sandbox import Result
+        from ._sandbox import Result, wait_or_kill
 
         timeout = self.policy.timeout if timeout is None else timeout
         with Capture(input, capture_output) as capture:
@@ -59,12 +58,7 @@ class NestedSandbox:
             process = self.exec(argv, stdin=stdio["stdin"], stdout=stdio["stdout"],
                                 stderr=stdio["stderr"])
             capture.start()
-            timed_out = False
-            try:
-                process.wait(timeout)
-            except TimeoutExpired:
-                process.end_for_timeout(timeout)
-                timed_out = True
+            timed_out = wait_or_kill(process, timeout)
             process.end_group()
             stdout, stderr = capture.finish(1.0)
         code = EXIT_TIMEOUT if timed_out else process.returncode
