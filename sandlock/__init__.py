@@ -27,10 +27,13 @@ if TYPE_CHECKING:
         TimeoutExpired,
         confine,
     )
+    from .runtime import Context, Event
 
 _EXPORTS = {
     "CallError": "process",
     "CallResult": "process",
+    "Context": "runtime",
+    "Event": "runtime",
     "PolicyError": "_errors",
     "SandlockError": "_errors",
     "SetupError": "_errors",
@@ -50,6 +53,8 @@ _EXPORTS = {
 __all__ = [
     "CallError",
     "CallResult",
+    "Context",
+    "Event",
     "Pipeline",
     "PipelineResult",
     "Policy",

@@ -17,9 +17,9 @@ SANDLOCK = ROOT / "sandlock"
 # Each may import only those before it (the base modules _auditlog, _errors, _lazy and _record
 # are below them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca; those two and
 # shellpolicy are public, the others internal.
-LAYERS = ("kernel", "shellpolicy", "confinement", "ca", "proxy", "net", "limits", "policy", "process",
-          "cli")
-INTERNAL = ("kernel", "net", "confinement", "limits", "policy", "process", "cli")
+LAYERS = ("kernel", "shellpolicy", "confinement", "ca", "proxy", "net", "limits", "policy", "runtime",
+          "process", "cli")
+INTERNAL = ("kernel", "net", "confinement", "limits", "policy", "runtime", "process", "cli")
 MAX_LINES = 400
 
 
@@ -126,7 +126,7 @@ print(sorted(sandlock.__all__))
 """ % (LAYERS,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(sorted([
-        "CallError", "CallResult", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Result",
+        "CallError", "CallResult", "Context", "Event", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Result",
         "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "TimeoutExpired",
         "confine"]))
 

@@ -58,24 +58,28 @@ class Confinement:
 
     @classmethod
     def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str],
-                extra_read: tuple[str, ...] = ()) -> Confinement:
+                extra_read: tuple[str, ...] = (), *, observed: bool = False) -> Confinement:
         """``extra_read``: sandlock's own files the command must read whatever the
-        policy (the trust bundle of an HTTPS-inspecting run)."""
+        policy (the trust bundle of an HTTPS-inspecting run); ``observed``: a runtime
+        policy (policy_fn) hears of execs and process creations too."""
         warnings: list[str] = []
         abi = landlock.abi_version()
         filesystem = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings)
         ruleset = filesystem.ruleset if filesystem else None
         try:
             isolation = _isolation(policy, filesystem, env, warnings) if filesystem else None
+            if observed and isolation is None:
+                raise SetupError("policy_fn needs the sandbox's own PID namespace, which "
+                                 "cannot be made here (run `sandlock check`)")
             # Processes are counted in the sandbox's PID namespace: none, no count.
-            counted = bool(policy.max_processes) and isolation is not None
+            counted = bool(policy.max_processes or observed) and isolation is not None
             if policy.max_processes and not counted:
                 warnings.append("no PID namespace: the process cap (--max-processes) is not "
                                 "enforced (--best-effort)")
             for field, flag in (("max_memory", "--max-memory"), ("max_cpu", "--max-cpu")):
                 if getattr(policy, field) is not None and isolation is None:
                     warnings.append(f"no PID namespace: {flag} is not enforced (--best-effort)")
-            program = _seccomp_program(policy, counted)
+            program = _seccomp_program(policy, counted, observed=observed)
         except BaseException:
             if ruleset is not None:
                 ruleset.close()
@@ -184,7 +188,8 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
 
 
 def _seccomp_program(policy: Policy, count_processes: bool,
-                     unsupervised: Mapping[str, Rule] | None = None) -> bytes:
+                     unsupervised: Mapping[str, Rule] | None = None, *,
+                     observed: bool = False) -> bytes:
     """The filter, with the network syscalls for the supervisor; without one, with the
     ``unsupervised`` rules standing for them, and no action that needs a listener.
     Required even with --best-effort: without it there would be no network policy at
@@ -201,6 +206,8 @@ def _seccomp_program(policy: Policy, count_processes: bool,
     extra = dict(seccomp.FIXED_AFFINITY) if policy.cpu_cores else {}
     if count_processes:
         extra.update(seccomp.counted_process_creation(frozenset(waived)))
+    if observed:
+        extra.update(seccomp.OBSERVED_EXEC)
     if unsupervised is None:
         return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED), extra)
     program = seccomp.build_filter(arch, frozenset(waived), extra={**extra, **unsupervised})

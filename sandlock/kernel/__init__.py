@@ -13,7 +13,8 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from . import _landlock as landlock, _mounts as mounts, _seccomp as seccomp
+    from . import _landlock as landlock, _mounts as mounts, _ptrace as ptrace, _seccomp as seccomp
+    from . import _tasks as tasks
     from ._bpf import returns as filter_actions
     from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
     from ._fds import close_on_exec_from, take_fd
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         duplicate_fd,
         open_pidfd,
         read_memory,
+        read_string,
         unix_socket_file,
         write_memory,
     )
@@ -76,6 +78,9 @@ _EXPORTS = {
     "filter_actions": "_bpf:returns",
     "landlock": "_landlock:",
     "mounts": "_mounts:",
+    "ptrace": "_ptrace:",
+    "tasks": "_tasks:",
+    "read_string": "_remote",
     "native_arch": "_syscalls",
     "namespaces": "_features",
     "nr": "_syscalls",

@@ -50,6 +50,9 @@ class Listener:
         self._closing = False
         self._lock = allocate_lock()
         self._buffer = bytearray(_NOTIF.size)
+        self._callers: dict[int, int] | None = None  # id -> thread, while replies are held
+        self._held: frozenset[int] = frozenset()
+        self._unheld = allocate_lock()  # taken while replies to ``_held`` must wait
         try:
             # The flags are the ioctl's argument itself, not a pointer to them.
             fcntl.ioctl(fd, IOCTL_SET_FLAGS, SET_FLAG_SYNC_WAKE_UP)
@@ -68,7 +71,27 @@ class Listener:
                 return None
             raise
         notif_id, pid, _, nr, arch, _, *args = _NOTIF.unpack(buffer)
+        if self._callers is not None:
+            self._callers[notif_id] = pid
         return Notification(notif_id, pid, nr, arch, tuple(args))
+
+    def track_callers(self) -> None:
+        """Remember which thread made each call, so that replies can be held."""
+        if self._callers is None:
+            self._callers = {}
+
+    def hold_replies(self, tids: frozenset[int]) -> None:
+        """Until ``release_replies``, an answer to a call of one of ``tids`` waits:
+        they stay in the kernel (sandlock's exec check keeps them from the memory it
+        read). One holder at a time; ``track_callers`` first."""
+        if not self._held:
+            self._unheld.acquire()
+        self._held = self._held | tids
+
+    def release_replies(self) -> None:
+        if self._held:
+            self._held = frozenset()
+            self._unheld.release()
 
     def check_valid(self, notif_id: int) -> None:
         """Raise Gone unless the notification is still pending.
@@ -102,14 +125,19 @@ class Listener:
 
     def reply(self, notif_id: int, value: int = 0, error: int = 0) -> bool:
         """Answer with ``value`` or ``-error``; False if the notification is gone."""
-        return self._send(_RESP.pack(notif_id, value, -error, 0))
+        return self._send(_RESP.pack(notif_id, value, -error, 0), notif_id)
 
     def proceed(self, notif_id: int) -> bool:
         """Let the kernel perform the call, as the caller (SECCOMP_USER_NOTIF_FLAG_CONTINUE).
         Only where nothing was checked that the caller could change since."""
-        return self._send(_RESP.pack(notif_id, 0, 0, _FLAG_CONTINUE))
+        return self._send(_RESP.pack(notif_id, 0, 0, _FLAG_CONTINUE), notif_id)
 
-    def _send(self, response: bytes) -> bool:
+    def _send(self, response: bytes, notif_id: int) -> bool:
+        if self._callers is not None:
+            caller = self._callers.pop(notif_id, None)
+            if caller in self._held:
+                with self._unheld:  # until the holder is done
+                    pass
         try:
             fcntl.ioctl(self.fd, IOCTL_SEND, response)
             return True

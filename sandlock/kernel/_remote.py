@@ -50,6 +50,27 @@ def read_memory(pid: int, address: int, length: int) -> bytes:
     return buffer.raw
 
 
+def read_string(pid: int, address: int, limit: int) -> bytes:
+    """The NUL-terminated string at ``address`` in thread ``pid`` (without the NUL),
+    read a page at most at a time so that it may end just before unmapped memory;
+    OSError ENAMETOOLONG past ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = read_memory(pid, address, _PAGE - address % _PAGE)
+        end = chunk.find(b"\0")
+        if end >= 0:
+            parts.append(chunk[:end])
+            return b"".join(parts)
+        parts.append(chunk)
+        size += len(chunk)
+        address += len(chunk)
+    raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+
+
+_PAGE = 4096
+
+
 def write_memory(pid: int, address: int, data: bytes) -> None:
     buffer = ctypes.create_string_buffer(data, len(data))
     local = IoVec(ctypes.addressof(buffer), len(data))

@@ -226,6 +226,9 @@ def counted_process_creation(waived: frozenset[str] = frozenset()) -> dict[str, 
 
 PROCESS_CREATION = ("clone", "fork", "vfork")  # the calls counted_process_creation notifies
 
+# With policy_fn: execs are supervised; kernel AIO, which writes memory while its tasks are held, is refused.
+OBSERVED_EXEC = {"execve": Rule(default=NOTIFY), "execveat": Rule(default=NOTIFY), "io_setup": Rule(default=EPERM)}
+
 # With --cpu-cores: the affinity sandlock set is not the command's to widen.
 FIXED_AFFINITY: dict[str, Rule] = {"sched_setaffinity": Rule(default=EPERM)}
 

@@ -45,6 +45,8 @@ _X86_64 = Arch(
         "execveat": 322,
         "close_range": 436,
         "ptrace": 101,
+        "kcmp": 312,
+        "io_setup": 206,
         "capget": 125,
         "capset": 126,
         "pivot_root": 155,

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from ._dns import DnsSettings
     from ._engine import Network, compile_policy
     from ._http import HttpRun
-    from ._netpolicy import Endpoint, NetPolicy, Verdict
+    from ._netpolicy import Endpoint, NetPolicy, Verdict, rules_admit
+    from ._review import NetworkCall
     from ._pins import PinTable
     from ._ports import parse_ports
     from ._spec import (
@@ -45,6 +46,8 @@ _EXPORTS = {
     "NetPolicy": "_netpolicy",
     "NetRule": "_spec",
     "Network": "_engine",
+    "NetworkCall": "_review",
+    "rules_admit": "_netpolicy",
     "PinTable": "_pins",
     "TCP": "_spec",
     "Verdict": "_netpolicy",

@@ -30,10 +30,13 @@ from ._supervisor import Services, Supervisor
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._auditlog import AuditLog
     from ..kernel import Listener, Notification
     from ..policy import Policy
     from ._http import HttpRun
+    from ._review import NetworkCall
 
 DNS_START_TIMEOUT = 30.0  # pinning is bounded by the resolver's lifetime, far below this
 
@@ -58,10 +61,11 @@ class Network(Services):
     """Everything that enforces one run's network policy; ``close`` when it ends."""
 
     def __init__(self, policy: Policy, ruleset_fd: int | None, audit_log: AuditLog | None, *,
-                 quiet: bool, http: HttpRun | None = None) -> None:
+                 quiet: bool, http: HttpRun | None = None,
+                 review: Callable[[NetworkCall], int] | None = None) -> None:
         """``ruleset_fd``: the command's Landlock ruleset (owned from now on), for the
         confined worker, and ``http`` (the run's proxy): owned from now on; ``audit_log``:
-        the run's (it closes it)."""
+        the run's (it closes it); ``review``: the runtime policy's word on each call."""
         self._policy = policy
         self._http = http
         self._rules = rules = compile_policy(policy)
@@ -84,7 +88,7 @@ class Network(Services):
         self._confined: ConfinedWorker | None = None
         context = RunContext(rules, self.pins, self._listeners,
                              ipc_scoped=not (policy.allow_ipc or policy.full_access))
-        self._supervisor = Supervisor(native_arch(), context, self.audit, self)
+        self._supervisor = Supervisor(native_arch(), context, self.audit, self, review)
 
     def start(self) -> None:
         """Pin the policy's names (before any call is handled: a call the supervisor

@@ -258,6 +258,12 @@ class NetPolicy:
 # --- matching ----------------------------------------------------------------------
 
 
+def rules_admit(rules: tuple[NetRule, ...], endpoint: Endpoint, names: frozenset[str]) -> bool:
+    """Whether one of ``rules`` (--net-allow grammar) covers ``endpoint``, reached
+    under one of the pinned ``names`` or by address."""
+    return _first_match(rules, endpoint, canonical_address(endpoint.address), names) is not None
+
+
 def _first_match(
     rules: tuple[NetRule, ...], endpoint: Endpoint, address: IPAddress, names: frozenset[str]
 ) -> NetRule | None:

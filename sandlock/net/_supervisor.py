@@ -41,6 +41,7 @@ from ._materialize import (
     Socket,
     materialize,
 )
+from ._review import NetworkCall, reviewed
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
 from ._workers import PidfdCache, WorkerPool
 
@@ -74,7 +75,10 @@ class Services:
 
 
 class Supervisor:
-    def __init__(self, arch: Arch, context: RunContext, audit: Audit, services: Services) -> None:
+    def __init__(self, arch: Arch, context: RunContext, audit: Audit, services: Services,
+                 review: Callable[[NetworkCall], int] | None = None) -> None:
+        """``review``: the runtime policy's word on each judged IP destination."""
+        self._review = review
         self._names = {arch.numbers[name]: name for name in SUPERVISED}
         self._context = context
         self._services = services
@@ -318,6 +322,8 @@ class Supervisor:
         if not binding:
             address = self._context.own_sockets.identify(address)
         decision = judge_destination(request.socket, address, self._context, binding=binding)
+        decision = reviewed(self._review, request.notification.pid, request.syscall, address,
+                            decision)
         self._record(request, address, decision)
         return decision
 
@@ -328,6 +334,8 @@ class Supervisor:
         if identified is not message.destination:
             message = replace(message, destination=identified)
         decision = judge_message(request.socket, message, self._context)
+        decision = reviewed(self._review, request.notification.pid, request.syscall,
+                            message.destination, decision)
         self._record(request, message.destination, decision)
         return decision
 

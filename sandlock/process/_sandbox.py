@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .._auditlog import AuditLog
     from ..limits import KernelLimits
     from ..net import HttpRun
+    from ..runtime import Context, Event
     from ._call import CallResult
     from ._handles import Clone, LiveProcess
     from ._live import LiveSandbox
@@ -59,6 +60,7 @@ class Sandbox:
     def __init__(self, policy: Policy | str | None = None, init: Callable[[], object] | None = None,
                  work: Callable[[], object] | None = None, *, audit: str | None = None,
                  quiet: bool = False, dangerously_allow_full_access: bool = False,
+                 policy_fn: Callable[[Event, Context], object] | None = None,
                  **fields: object) -> None:
         """``policy``: a Policy, or the name of a profile to load (``Sandbox("build")``);
         ``fields``: Policy fields, on top of it (``Sandbox(fs_readable=["/usr"])``).
@@ -67,19 +69,22 @@ class Sandbox:
         ``audit``: a file receiving one JSON line per network decision and limit hit.
         ``quiet``: no notices on stderr (denials, DNS warnings).
         ``dangerously_allow_full_access``: the consent a policy in mode full-access needs
-        (it never comes from the policy itself, which someone else may have written)."""
+        (it never comes from the policy itself, which someone else may have written).
+        ``policy_fn(event, ctx)``: hears of the command's network calls, execs and
+        processes as they happen, may deny them and tighten the sandbox (docs/api.md)."""
         if isinstance(policy, str):
             from ..policy import load_profile
 
             policy = load_profile(policy)
         if policy is not None and not isinstance(policy, Policy):
             raise TypeError(f"policy: expected a Policy or a profile name, got {type(policy).__name__}")
-        for name, value in (("init", init), ("work", work)):
+        for name, value in (("init", init), ("work", work), ("policy_fn", policy_fn)):
             if value is not None and not callable(value):
                 raise TypeError(f"{name}: expected a callable, got {type(value).__name__}")
         policy = policy if policy is not None else Policy()
         self.policy = policy.replace(**fields) if fields else policy
         self.init, self.work = init, work
+        self.policy_fn = policy_fn
         self.audit = audit
         self.quiet = quiet
         self.full_access_allowed = dangerously_allow_full_access
@@ -191,6 +196,9 @@ class Sandbox:
             from ._enclosed import enclosed, launch_enclosed
 
             if enclosed():  # sandlock itself in a sandbox: no namespaces, no listener
+                if self.policy_fn is not None:
+                    raise SetupError("policy_fn needs a supervisor, which sandlock cannot "
+                                     "make inside a sandbox")
                 return launch_enclosed(self, argv, function, stdio, pass_fds, foreground,
                                        resident)
         env = child_environment(self.policy, os.environ)
@@ -210,7 +218,8 @@ class Sandbox:
             # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
             # to --unix-allow, and listening to --net-allow-bind.
             confinement = Confinement.prepare(self.policy, cwd, env,
-                                              http.readable_paths if http else ())
+                                              http.readable_paths if http else (),
+                                              observed=self.policy_fn is not None)
         except BaseException:
             if http is not None:
                 http.close()
@@ -233,7 +242,7 @@ class Sandbox:
             keep_host_proc=resident,
         )
         supervision = Supervision(self.policy, confinement, audit, self.quiet, http,
-                                  pausable=resident)
+                                  pausable=resident, policy_fn=self.policy_fn)
         try:
             process = spawn(spec.replace(hand_proc=supervision.wants_proc), terminal,
                             supervision.take_listener)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..limits import CpuThrottle, MemoryWatch, ProcessGate
     from ..net import HttpRun, Network
     from ..policy import Policy
+    from ..runtime import Context, Event, RuntimePolicy
 
 
 class Supervision:
@@ -34,9 +35,11 @@ class Supervision:
     """
 
     def __init__(self, policy: Policy, confinement: Confinement, audit: AuditLog | None,
-                 quiet: bool, http: HttpRun | None, *, pausable: bool = False) -> None:
+                 quiet: bool, http: HttpRun | None, *, pausable: bool = False,
+                 policy_fn: Callable[[Event, Context], object] | None = None) -> None:
         """``audit``: the run's log (it closes it), where limits hit are recorded too;
-        ``pausable``: keep the sandbox's /proc for pause() and resume()."""
+        ``pausable``: keep the sandbox's /proc for pause() and resume(); ``policy_fn``:
+        the runtime policy's callback (confinement ``observed``)."""
         self._policy = policy
         self._http = http  # owned from now on
         self._quiet = quiet
@@ -45,13 +48,20 @@ class Supervision:
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         # The sandbox's /proc: processes are counted, their memory summed and their CPU
         # time taken there.
-        watched = ((policy.max_memory is not None or policy.max_cpu is not None)
-                   and confinement.isolation is not None)
+        self._runtime: RuntimePolicy | None = None
+        if policy_fn is not None:
+            from ..runtime import RuntimePolicy
+
+            self._runtime = RuntimePolicy(policy_fn, audit, quiet, self._tighten_processes,
+                                          self._tighten_memory)
+        watched = ((policy.max_memory is not None or policy.max_cpu is not None
+                    or self._runtime is not None) and confinement.isolation is not None)
         self._counts_processes = confinement.counts_processes
         self._pausable = pausable and confinement.isolation is not None
         self.wants_proc = self._counts_processes or watched or self._pausable
         self._pause_fd = -1
         self._memory: MemoryWatch | None = None
+        self._kill: Callable[[], None] | None = None
         self._cpu: CpuThrottle | None = None
         self._watch_fd = -1
         self._lock = _thread.allocate_lock()
@@ -81,7 +91,7 @@ class Supervision:
             os.close(listener_fd)
             raise
         self._over.acquire()  # released by the last receiver
-        if proc_fd >= 0 and (self._policy.max_memory is not None
+        if proc_fd >= 0 and (self._policy.max_memory is not None or self._runtime is not None
                              or self._policy.max_cpu is not None):
             self._watch_fd = os.dup(proc_fd)  # watched once the command runs (watch)
         if proc_fd >= 0 and self._pausable:
@@ -99,7 +109,9 @@ class Supervision:
         from ._receiving import RECEIVERS, wait_until_receiving
 
         listener = Listener(listener_fd)
-        self._gate = ProcessGate(self._policy.max_processes, proc_fd)
+        self._gate = ProcessGate(self._policy.max_processes or _UNCAPPED, proc_fd)
+        if self._runtime is not None:
+            self._runtime.attach(listener, pid)
         # Forks are supervised: receivers wait in the kernel before the command's first
         # call (see _receive).
         self._receivers = RECEIVERS
@@ -117,25 +129,48 @@ class Supervision:
         if self._watch_fd < 0:
             return
         policy = self._policy
-        if policy.max_memory is not None:
-            from ..limits import MemoryWatch
-
-            def exceeded(used: int) -> None:
-                kill()
-                # Said as it happens: the CLI and Sandbox.run alike.
-                self._hit("max_memory", str(policy.max_memory), "kill",
-                          f"memory limit {policy.max_memory} exceeded ({_mib(used)} in use): "
-                          "killed the sandbox (--max-memory)", used=used)
-
-            self._memory = MemoryWatch(policy.max_memory, os.dup(self._watch_fd), exceeded)
-            self._memory.start()
+        with self._lock:
+            self._kill = kill
+            if policy.max_memory is not None:
+                self._watch_memory(int(policy.max_memory), str(policy.max_memory))
+            if self._runtime is not None and self._runtime.rules.max_memory is not None:
+                self._tighten_memory(self._runtime.rules.max_memory, locked=True)  # set earlier
         if policy.max_cpu is not None:
             from ..limits import CpuThrottle
 
             self._cpu = CpuThrottle(policy.max_cpu, os.dup(self._watch_fd))
             self._cpu.start()
-        os.close(self._watch_fd)
-        self._watch_fd = -1
+        if self._runtime is None:  # (policy_fn may set a memory limit later)
+            os.close(self._watch_fd)
+            self._watch_fd = -1
+
+    def _watch_memory(self, limit: int, shown: str, source: str = "--max-memory") -> None:
+        from ..limits import MemoryWatch
+
+        def exceeded(used: int) -> None:
+            self._kill()
+            # Said as it happens: the CLI and Sandbox.run alike.
+            self._hit("max_memory", shown, "kill", f"memory limit {shown} exceeded "
+                      f"({_mib(used)} in use): killed the sandbox ({source})", used=used)
+
+        self._memory = MemoryWatch(limit, os.dup(self._watch_fd), exceeded)
+        self._memory.start()
+
+    def _tighten_memory(self, limit: int, locked: bool = False) -> None:
+        """policy_fn's restrict_max_memory: a lower limit from now on (once the
+        command runs: ``watch`` applies one set before)."""
+        if not locked:
+            with self._lock:
+                return self._tighten_memory(limit, locked=True)
+        if self._memory is not None:
+            self._memory.limit = min(self._memory.limit, limit)
+        elif self._watch_fd >= 0 and self._kill is not None:
+            self._watch_memory(limit, _mib(limit), "policy_fn's restrict_max_memory")
+
+    def _tighten_processes(self, cap: int) -> None:
+        """policy_fn's restrict_max_processes: a lower cap from now on."""
+        if self._gate is not None:
+            self._gate.cap = min(self._gate.cap, cap)
 
     def pause(self) -> bool:
         """Stop every process of the sandbox (none left running, those forked meanwhile
@@ -209,7 +244,14 @@ class Supervision:
     def _dispatch(self, listener: Listener, notification: Notification) -> None:
         if self._gate is not None and notification.nr in _process_creation():
             with self._gating:
-                self._answer_fork(listener, notification)
+                admitted = self._answer_fork(listener, notification)
+            if admitted and self._runtime is not None:
+                self._runtime.create(listener, notification)
+            elif admitted:
+                listener.proceed(notification.id)  # nothing read from the caller: no TOCTOU
+            return
+        if self._runtime is not None and notification.nr in self._runtime.numbers.execs:
+            self._runtime.exec(listener, notification)
             return
         with self._handling:  # the network engine answers one call at a time
             network = self._network or self._build_network()
@@ -218,15 +260,16 @@ class Supervision:
                 return
             network.handle(listener, notification)
 
-    def _answer_fork(self, listener: Listener, notification: Notification) -> None:
+    def _answer_fork(self, listener: Listener, notification: Notification) -> bool:
+        """Whether the process cap admits the fork (else it is refused here)."""
         if self._gate.admit(notification.pid):
-            listener.proceed(notification.id)  # nothing read from the caller: no TOCTOU
-            return
+            return True
         listener.reply(notification.id, error=errno.EAGAIN)
         if self._gate.refused == 1:  # the first: a fork bomb's next million are counted
             self._hit("max_processes", self._gate.cap, "deny",
                       f"process limit {self._gate.cap} reached: a fork failed with EAGAIN "
                       "(-P/--max-processes raises it)", pid=notification.pid)
+        return False
 
     def _build_network(self) -> Network | None:
         if self._network is not None or self._network_failed:
@@ -237,8 +280,9 @@ class Supervision:
             with responsive_switching:
                 from ..net import Network
 
+                review = self._runtime.review_network if self._runtime is not None else None
                 network = Network(self._policy, self._ruleset_fd, self._audit,
-                                  quiet=self._quiet, http=self._http)
+                                  quiet=self._quiet, http=self._http, review=review)
         except BaseException as exc:
             self._network_failed = True
             if self._http is not None:
@@ -286,7 +330,7 @@ class Supervision:
             if self._closed:
                 return None
             self._closed = True
-        for watch in (self._memory, self._cpu):
+        for watch in (self._memory, self._cpu, self._runtime):
             if watch is not None:
                 watch.stop()
         if self._cpu is not None and self._cpu.holds:
@@ -332,6 +376,7 @@ def _process_creation() -> frozenset[int]:
 _CREATION_NUMBERS: frozenset[int] | None = None
 
 
+_UNCAPPED = 1 << 30  # a policy_fn without a process cap: forks counted, none refused
 _WAKE_TIMEOUT = 5.0  # receivers need microseconds to see the hang-up; this bounds a stuck one
 
 

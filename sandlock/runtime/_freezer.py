@@ -1,0 +1,190 @@
+"""Hold every task that could change an exec's arguments, from before sandlock reads
+them until the kernel has copied them for itself.
+
+The kernel reads execve's file name and argv again after sandlock lets the call go
+on (CONTINUE), so what the callback judged must not change in between. Who can change
+it: the caller's other threads and any process sharing its address space (CLONE_VM,
+vfork), if every byte lies in private anonymous memory; otherwise (a shared mapping,
+a file's pages) any process of the sandbox, which may write the file or the shared
+memory. Those tasks are stopped with ptrace (seize, interrupt: none runs another user
+instruction), so is the caller, to learn when its exec is over; all are let go after.
+Tasks made meanwhile are caught too: threads of a held task are traced from their
+birth (TRACECLONE); a process is made only through the supervisor, which makes none
+while an exec is held.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+from ..kernel import ptrace, tasks
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..kernel import Listener
+    from ._numbers import CallNumbers
+
+_WALL = 0x40000000
+_EXITS = (os.CLD_EXITED, os.CLD_KILLED, os.CLD_DUMPED)
+_SETTLE_SECONDS = 0.05  # a running task stops within microseconds of its interrupt
+_HELD_STATES = frozenset("tTZX")
+
+
+class Unfreezable(Exception):
+    """The tasks could not be held (ptrace refused, a task would not stop): the exec
+    must be refused, never let through unchecked."""
+
+
+class ExecHold:
+    """``hold()`` before reading, ``finish(proceed)`` to let the exec go on and wait
+    for its end, ``release()`` always. All on one thread (ptrace's rule)."""
+
+    def __init__(self, listener: Listener, tid: int, pid: int, root: int, shared_vm: bool,
+                 numbers: CallNumbers) -> None:
+        """``tid``/``pid``: the caller; ``root``: sandlock's init in the sandbox (not
+        held); ``shared_vm``: some process of the sandbox may share an address space
+        with another (else only the caller's threads can share its memory)."""
+        self._listener = listener
+        self._tid, self._pid, self._root = tid, pid, root
+        self._shared_vm = shared_vm
+        self._numbers = numbers
+        self._seen: set[int] = {tid}
+        self._traced: list[int] = []
+        self._stopped: dict[int, tuple[str, int]] = {}  # tid -> its stop, already taken
+
+    def hold(self, ranges: tuple[tuple[int, int], ...] | None) -> bool:
+        """Hold the writers of ``ranges`` of the caller's memory (None: not known yet,
+        hold the address space's); whether any was not held before. Raises
+        Unfreezable."""
+        if not self._traced:
+            self._seize(self._tid, ptrace.O_TRACEEXEC)
+        everyone = ranges is not None and not tasks.private_anonymous(self._pid, list(ranges))
+        more = False
+        while True:
+            new = [tid for tid in self._writers(everyone) if tid not in self._seen]
+            if not new:
+                return more
+            more = True
+            self._seen.update(new)
+            # First: an answer to a call of theirs now waits. Then each is left where
+            # it is if it cannot run before that (waiting for an answer, or for a
+            # vfork child), else stopped.
+            self._listener.hold_replies(frozenset(new))
+            stopping = [tid for tid in new if not self._parked(tid) and self._seize(tid)]
+            self._settle(stopping)
+
+    def _writers(self, everyone: bool) -> list[int]:
+        """Tasks that could change the arguments: the caller's threads; every task of
+        the sandbox if the bytes lie where others may write, or if another process
+        shares the caller's memory (it could be killed, and its exit would clear the
+        word its thread id was to be written to)."""
+        processes = [self._pid]
+        if everyone or (self._shared_vm and self._memory_shared()):
+            processes = [pid for pid in tasks.processes_under(self._root) if pid != self._root]
+        return [tid for pid in processes for tid in tasks.threads_of(pid)]
+
+    def _memory_shared(self) -> bool:
+        return any(pid not in (self._pid, self._root) and tasks.share_memory(self._pid, pid)
+                   for pid in tasks.processes_under(self._root))
+
+    def _parked(self, tid: int) -> bool:
+        """Blocked where it cannot return to its program while the exec is held: in a
+        call the supervisor has received (its answer is held), or in vfork's wait."""
+        if tasks.state_of(tid) != "D":
+            return False
+        blocked = tasks.blocked_call(tid)
+        return blocked is not None and self._numbers.parks(*blocked)
+
+    def _seize(self, tid: int, options: int = ptrace.O_TRACECLONE) -> bool:
+        """Trace and interrupt ``tid`` (its new threads traced from birth): True if
+        it is held now, False if gone."""
+        try:
+            ptrace.seize(tid, options)
+        except ptrace.Refused as exc:
+            if exc.errno == errno.EPERM and _traced_by_us(tid):
+                self._traced.append(tid)  # born traced (TRACECLONE), stopped already
+                return True
+            raise Unfreezable(str(exc)) from None
+        except OSError:
+            return False  # gone
+        self._traced.append(tid)
+        ptrace.interrupt(tid)
+        return True
+
+    def _settle(self, tids: list[int]) -> None:
+        """Until each of ``tids`` is stopped (or gone)."""
+        deadline = time.monotonic() + _SETTLE_SECONDS
+        pending = tids
+        while pending:
+            pending = [tid for tid in pending if tasks.state_of(tid) not in _HELD_STATES]
+            if pending and time.monotonic() > deadline:
+                raise Unfreezable(f"task {pending[0]} would not stop")
+            if pending:
+                time.sleep(0.00002)
+
+    def finish(self, proceed: Callable[[], object]) -> None:
+        """``proceed()`` lets the kernel perform the exec; return once it has read the
+        arguments: the exec completed (or failed and returned), or the caller died.
+        Held tasks the exec ended (the caller's other threads) are reaped meanwhile."""
+        proceed()
+        watched = [self._tid] if self._tid == self._pid else [self._tid, self._pid]
+        pause = 0.00002
+        while True:
+            for tid in watched:
+                report = ptrace.wait_event(tid, block=False)
+                if report is not None and report[0] == "signal":
+                    ptrace.resume(tid, report[1])  # not ours to keep: delivered
+                elif report is not None and _exec_over(report):
+                    self._stopped[tid] = report
+                    return
+            for tid in self._traced:
+                if tid not in watched:
+                    _reap(tid)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.001)
+
+    def release(self) -> None:
+        """Let every held task go: a traced one once it has stopped (ptrace can only
+        let go of a stopped task), with the signal it stopped for; one the exec
+        ended is reaped. Then the held answers go out."""
+        try:
+            for tid in self._traced:
+                ptrace.release(tid, self._stopped.get(tid))
+        finally:
+            self._traced.clear()
+            self._stopped.clear()
+            self._listener.release_replies()
+
+
+def _exec_over(report: tuple[str, int]) -> bool:
+    kind, value = report
+    # The exec event (success), the interrupt's stop as the failed call returns, or
+    # the end of the caller.
+    return kind == "exit" or (kind == "event" and value in (ptrace.EVENT_EXEC, ptrace.EVENT_STOP))
+
+
+def _reap(tid: int) -> None:
+    """Collect a traced task that exited (it stays a zombie for its tracer). A stop it
+    reports is left for ``_let_go``: looked at first (WNOWAIT), as ptrace stops are
+    reported whatever the flags ask for."""
+    try:
+        seen = os.waitid(os.P_PID, tid, os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL)
+        if seen is not None and seen.si_code in _EXITS:
+            os.waitid(os.P_PID, tid, os.WEXITED | os.WNOHANG | _WALL)
+    except ChildProcessError:
+        pass
+
+
+def _traced_by_us(tid: int) -> bool:
+    try:
+        with open(f"/proc/{tid}/status", "rb") as file:
+            for line in file:
+                if line.startswith(b"TracerPid:"):
+                    return int(line.split()[1]) == os.getpid()
+    except (OSError, ValueError):
+        pass
+    return False

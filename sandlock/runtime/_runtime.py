@@ -1,0 +1,202 @@
+"""One run's runtime policy: the supervisor hands it the command's execs and process
+creations, and the network engine its judged destinations; each becomes an Event for
+the policy_fn, whose verdict can only narrow the static policy's.
+
+exec: hold the writers of the caller's memory -> read file name and argv once
+(materialize) -> ask (verdict) -> let the kernel perform it and hold on until it has
+copied them, or refuse (execute). Process creation: let the kernel make the process
+while tracing the caller for one creation event, so that the new process is known,
+stopped before its first instruction, when the callback hears of it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import errno
+import os
+import sys
+import time
+
+from ..kernel import Gone, ptrace, tasks
+from ._callback import Callback
+from ._context import Context
+from ._events import NETWORK, PROCESS, Event
+from ._exec import read_exec
+from ._exits import ExitWatch
+from ._freezer import ExecHold, Unfreezable
+from ._live import LiveRules
+from ._numbers import CLONE_VFORK, CLONE_VM, CallNumbers
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._auditlog import AuditLog
+    from ..kernel import Listener, Notification
+    from ..net import NetworkCall
+
+_CREATION_OPTIONS = ptrace.O_TRACEFORK | ptrace.O_TRACEVFORK | ptrace.O_TRACECLONE
+_CREATION_SECONDS = 1.0  # a fork copies the caller's page tables: ~200 ms for 20 GB
+_STABLE_READS = 3  # rereads while newly found writers are held, before refusing
+
+
+class RuntimePolicy:
+    def __init__(self, fn: Callable[[Event, Context], object], audit: AuditLog | None,
+                 quiet: bool, on_max_processes: Callable[[int], None],
+                 on_max_memory: Callable[[int], None]) -> None:
+        self.rules = LiveRules()
+        self._callback = Callback(fn, Context(self.rules, on_max_processes, on_max_memory), audit)
+        self._quiet = quiet
+        self._numbers = CallNumbers.native()
+        self._lock = _thread.allocate_lock()  # execs and process creations: one at a time
+        self._root = 0
+        self._shared_vm = False  # a process was made sharing its maker's memory
+        self._exits = ExitWatch(self._exited)
+        self._said: set[str] = set()
+
+    @property
+    def numbers(self) -> CallNumbers:
+        return self._numbers
+
+    def attach(self, listener: Listener, command: int) -> None:
+        """The command (a host pid) is about to run: its parent is sandlock's init in
+        the sandbox, every process of which descends from it."""
+        listener.track_callers()
+        self._root = tasks.process_of(command)[1]
+        self._exits.watch(command, self._root)
+
+    def stop(self) -> None:
+        """The run is over: no more exit events."""
+        self._exits.close()
+
+    # --- network (from the network engine's thread) ------------------------------
+
+    def review_network(self, call: NetworkCall) -> int:
+        pid, parent = tasks.process_of(call.tid)
+        live_refusal = not call.denied and not self.rules.admits(pid, call)
+        event = Event(call.syscall, NETWORK, pid, parent, host=call.host, ip=str(call.address),
+                      port=call.port, denied=call.denied or live_refusal)
+        answer = self._callback.ask(event)
+        return errno.EACCES if live_refusal else answer.error
+
+    # --- exec ----------------------------------------------------------------------
+
+    def exec(self, listener: Listener, notification: Notification) -> None:
+        syscall = self._numbers.names[notification.nr]
+        tid = notification.pid
+        with self._lock:
+            pid, parent = tasks.process_of(tid)
+            hold = ExecHold(listener, tid, pid, self._root, self._shared_vm, self._numbers)
+            try:
+                self._judge_exec(listener, notification, syscall, hold, pid, parent)
+            finally:
+                hold.release()
+
+    def _judge_exec(self, listener: Listener, notification: Notification, syscall: str,
+                    hold: ExecHold, pid: int, parent: int) -> None:
+        try:
+            call = self._read_held(listener, notification, syscall, hold)
+        except Unfreezable as exc:
+            listener.reply(notification.id, error=errno.EPERM)
+            self._say("freeze", f"sandlock: an exec was refused (EPERM): its arguments could "
+                                f"not be held for policy_fn ({exc})")
+            return
+        except Gone:
+            return
+        except OSError as exc:
+            listener.reply(notification.id, error=exc.errno or errno.EFAULT)
+            return
+        answer = self._callback.ask(Event(syscall, PROCESS, pid, parent, argv=call.argv,
+                                          path=call.path))
+        if answer.error:
+            listener.reply(notification.id, error=answer.error)
+            return
+        hold.finish(lambda: listener.proceed(notification.id))
+
+    def _read_held(self, listener: Listener, notification: Notification, syscall: str,
+                   hold: ExecHold):
+        """Read the arguments once nobody who could change them runs: the address
+        space's writers first; if the bytes lie where others can write too (shared or
+        file memory), those as well, and read again."""
+        hold.hold(None)
+        call = read_exec(notification.pid, syscall, notification.args)
+        for _ in range(_STABLE_READS):
+            listener.check_valid(notification.id)  # the reads came from the caller
+            if not hold.hold(call.ranges):
+                return call
+            call = read_exec(notification.pid, syscall, notification.args)
+        raise Unfreezable("its writers kept changing")
+
+    # --- process creation -------------------------------------------------------------
+
+    def create(self, listener: Listener, notification: Notification) -> None:
+        syscall = self._numbers.names[notification.nr]
+        flags = notification.args[0] if syscall == "clone" else 0
+        if syscall == "vfork":
+            flags = CLONE_VM | CLONE_VFORK
+        tid = notification.pid
+        with self._lock:
+            try:
+                ptrace.seize(tid, _CREATION_OPTIONS)
+            except ptrace.Refused as exc:
+                listener.reply(notification.id, error=errno.EPERM)
+                self._say("trace", f"sandlock: a fork was refused (EPERM): policy_fn needs to "
+                                   f"see the new process, and {exc}")
+                return
+            except OSError:
+                return  # gone
+            if flags & CLONE_VM:
+                self._shared_vm = True
+            listener.proceed(notification.id)
+            self._follow_creation(tid, syscall)
+
+    def _follow_creation(self, tid: int, syscall: str) -> None:
+        """The caller made its process (an event stop), failed, or died: the new one,
+        stopped at its birth, is announced, then both go on."""
+        report = _creation_report(tid)
+        child, born = 0, ("exit", 0)
+        if report[0] == "event" and report[1] in ptrace.CREATION_EVENTS:
+            child = ptrace.event_message(tid)
+            born = ptrace.wait_event(child)  # its first stop, before its first instruction
+        ptrace.release(tid, report)
+        if not child:
+            return
+        pid, _ = tasks.process_of(tid)
+        self.rules.inherit(pid, child)
+        answer = self._callback.ask(Event(syscall, PROCESS, child, pid))
+        if answer.error:
+            os.kill(child, 9)  # refused: it dies before it runs
+            while born[0] != "exit":  # (its end is told to its tracer first)
+                born = ptrace.wait_event(child)
+            return
+        self._exits.watch(child, pid)
+        ptrace.release(child, born)
+
+    def _exited(self, pid: int, parent: int) -> None:
+        self.rules.forget(pid)
+        self._callback.ask(Event("exit", PROCESS, pid, parent))
+
+    def _say(self, key: str, text: str) -> None:
+        if key not in self._said and not self._quiet:
+            self._said.add(key)
+            print(text, file=sys.stderr, flush=True)
+
+
+def _creation_report(tid: int) -> tuple[str, int]:
+    """The caller's report after its fork-like call went on: its creation event, or
+    its end. A pending interrupt would make the kernel restart the fork
+    (ERESTARTNOINTR), so the caller is interrupted only if no report came within
+    _CREATION_SECONDS (its fork failed and returned: it stops at the interrupt)."""
+    deadline = time.monotonic() + _CREATION_SECONDS
+    pause = 0.00002
+    while time.monotonic() < deadline:
+        report = ptrace.wait_event(tid, block=False)
+        if report is not None:
+            return report
+        time.sleep(pause)
+        pause = min(pause * 2, 0.002)
+    try:
+        ptrace.interrupt(tid)
+    except OSError:
+        pass
+    return ptrace.wait_event(tid)

@@ -1,0 +1,334 @@
+"""policy_fn: the embedding program hears of the command's network calls, execs and
+processes, answers each, and tightens the running sandbox. Real confined programs
+(sh, python, curl, a C racer) against real loopback servers."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+
+import pytest
+from dnsserver import FakeDns
+
+from sandlock import Event, Policy, Sandbox
+
+PY = sys.executable
+SYSTEM = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+
+
+def fetch(host: str, port: int) -> str:
+    """A python3 snippet printing what a connect to host:port came to."""
+    return (f"import socket\ntry:\n    socket.create_connection(({host!r}, {port}), timeout=5).close()\n"
+            f"    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)")
+
+
+class Recorder:
+    """A policy_fn that records every event (thread-safe: it is called from several
+    threads) and answers with ``decide(event, ctx)``."""
+
+    def __init__(self, decide=lambda event, ctx: 0) -> None:
+        self.events: list[Event] = []
+        self._lock = threading.Lock()
+        self._decide = decide
+
+    def __call__(self, event: Event, ctx) -> object:
+        with self._lock:
+            self.events.append(event)
+        return self._decide(event, ctx)
+
+    def of(self, syscall: str) -> list[Event]:
+        return [event for event in self.events if event.syscall == syscall]
+
+
+# --- Figure 2 ----------------------------------------------------------------------
+
+
+def test_figure_2_audit_curl_then_cut_the_network(upstreams, tmp_path):
+    allowed, _ = upstreams
+    audit = tmp_path / "audit.jsonl"
+
+    def on_event(event, ctx):
+        if event.syscall == "execve" and event.argv_contains("curl"):
+            ctx.restrict_network([])  # from here on, nothing
+            return "audit"
+        return 0
+
+    url = f"http://{allowed.host}:{allowed.port}/after"
+    snippet = fetch(allowed.host, allowed.port)
+    # The driver names curl only when it runs it: its own argv must not contain it.
+    driver = ("import subprocess, sys\n"
+              f"subprocess.run([sys.executable, '-c', {snippet!r}])\n"
+              f"subprocess.run(['cu' + 'rl', '-s', '-m', '5', '-o', '/dev/null', '-w', '%{{http_code}}\\n', {url!r}])\n"
+              f"subprocess.run([sys.executable, '-c', {snippet!r}])\n")
+    result = Sandbox(Policy(net_allow=[f"{allowed.host}:{allowed.port}"]), audit=str(audit),
+                     policy_fn=on_event, quiet=True).run([PY, "-c", driver], timeout=60)
+    assert result.stdout.decode().split("\n")[:3] == ["connected", "000", f"refused {errno.EACCES}"]
+    assert allowed.paths() == []  # curl never got there
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    audited = [r for r in records if r.get("event") == "policy_fn"]
+    # One record per exec tried along PATH, the last one the curl that ran.
+    assert {(r["verdict"], r["argv"][0]) for r in audited} == {("audit", "curl")}
+    assert audited[-1]["path"] == os.path.realpath(shutil.which("curl")) or \
+        audited[-1]["path"] == shutil.which("curl")
+
+
+# --- verdicts -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("verdict", "message"), [
+    (True, "Operation not permitted"),
+    (-1, "Operation not permitted"),
+    (errno.EACCES, "Permission denied"),
+    (errno.E2BIG, "Argument list too long"),
+])
+def test_an_exec_is_refused_with_the_errno_the_verdict_names(verdict, message):
+    def decide(event, ctx):
+        return verdict if event.argv == ("/bin/echo", "refused-marker") else None
+
+    result = Sandbox(Policy(), policy_fn=Recorder(decide)).run(
+        ["sh", "-c", "echo before; /bin/echo refused-marker; echo after"])
+    assert result.stdout == b"before\nafter\n"
+    assert message in result.stderr.decode()
+
+
+@pytest.mark.parametrize("verdict", [0, False, None, "audit"])
+def test_allowing_verdicts_let_the_exec_run(verdict):
+    result = Sandbox(Policy(), policy_fn=Recorder(lambda e, c: verdict)).run(["/bin/echo", "ran"])
+    assert (result.exit_code, result.stdout) == (0, b"ran\n")
+
+
+def test_a_connect_is_refused_with_the_verdicts_errno(upstreams):
+    allowed, _ = upstreams
+
+    def decide(event, ctx):
+        return errno.ECONNREFUSED if event.syscall == "connect" else 0
+
+    recorder = Recorder(decide)
+    result = Sandbox(Policy(net_allow=[f"{allowed.host}:{allowed.port}"]), policy_fn=recorder,
+                     quiet=True).run([PY, "-c", fetch(allowed.host, allowed.port)])
+    assert result.stdout == f"refused {errno.ECONNREFUSED}\n".encode()
+    [connect] = recorder.of("connect")
+    assert (connect.category, connect.ip, connect.port, connect.denied) == \
+        ("network", allowed.host, allowed.port, False)
+
+
+def test_network_events_carry_the_pinned_name_and_the_static_verdict(upstreams):
+    allowed, denied = upstreams
+    recorder = Recorder()
+    with FakeDns({"web.test": [allowed.host]}) as dns:
+        host, port = dns.address
+        policy = Policy(net_allow=[f"web.test:{allowed.port}"], dns_servers=[f"{host}:{port}"],
+                        dns_allow_private=True)
+        code = f"{fetch('web.test', allowed.port)}\n{fetch(denied.host, denied.port)}"
+        result = Sandbox(policy, policy_fn=recorder, quiet=True).run([PY, "-c", code])
+    assert result.stdout.decode().split() == ["connected", "refused", str(errno.EACCES)]
+    connects = {(e.ip, e.port): e for e in recorder.of("connect")}
+    assert connects[(allowed.host, allowed.port)].host == "web.test"
+    assert connects[(allowed.host, allowed.port)].denied is False
+    assert connects[(denied.host, denied.port)].denied is True  # seen, refused statically
+    lookups = [e for e in recorder.events if e.category == "network" and e.port == 53]
+    assert lookups  # the name was looked up through sandlock's responder, seen too
+
+
+def test_a_callback_cannot_widen_the_static_policy(upstreams):
+    allowed, denied = upstreams
+
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.argv[-1:] == ("phase-two",):
+            ctx.restrict_network([])
+            ctx.grant_network([f"{denied.host}:*", f"{allowed.host}:{allowed.port}"])
+        return 0
+
+    code = f"{fetch(allowed.host, allowed.port)}\n{fetch(denied.host, denied.port)}"
+    result = Sandbox(Policy(net_allow=[f"{allowed.host}:{allowed.port}"]), quiet=True,
+                     policy_fn=decide).run(["sh", "-c", f"exec {PY} -c \"{code}\" phase-two"])
+    assert result.stdout.decode().split() == ["connected", "refused", str(errno.EACCES)]
+    assert denied.paths() == []
+
+
+def test_a_restriction_can_be_per_process(upstreams):
+    allowed, _ = upstreams
+
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.argv[-1:] == ("untrusted",):
+            ctx.restrict_pid_network(event.pid, [])
+        return 0
+
+    snippet = fetch(allowed.host, allowed.port)
+    script = f"{PY} -c \"{snippet}\" trusted; {PY} -c \"{snippet}\" untrusted; {PY} -c \"{snippet}\""
+    result = Sandbox(Policy(net_allow=[f"{allowed.host}:{allowed.port}"]), quiet=True,
+                     policy_fn=decide).run(["sh", "-c", script])
+    assert result.stdout.decode().split("\n")[:3] == ["connected", f"refused {errno.EACCES}", "connected"]
+
+
+def test_a_process_restriction_passes_to_the_processes_it_makes(upstreams):
+    allowed, _ = upstreams
+
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.argv_contains("agent.sh"):
+            ctx.restrict_pid_network(event.pid, [])
+        return 0
+
+    snippet = fetch(allowed.host, allowed.port)
+    result = Sandbox(Policy(net_allow=[f"{allowed.host}:{allowed.port}"]), quiet=True,
+                     policy_fn=decide).run(["sh", "-c", f"{PY} -c \"{snippet}\"", "agent.sh"])
+    assert result.stdout == f"refused {errno.EACCES}\n".encode()
+
+
+# --- processes ---------------------------------------------------------------------------
+
+
+def test_a_child_forked_and_execd_at_once_is_announced_before_it_runs():
+    recorder = Recorder()
+    result = Sandbox(Policy(), policy_fn=recorder).run(["sh", "-c", "/bin/true & wait; echo $?"])
+    assert result.stdout == b"0\n"
+    made = [e for e in recorder.events if e.syscall in ("fork", "vfork", "clone")]
+    [true] = [e for e in recorder.of("execve") if e.path == "/bin/true"]
+    creation = [e for e in made if e.pid == true.pid]
+    assert creation and creation[0].parent_pid == true.parent_pid
+    assert recorder.events.index(creation[0]) < recorder.events.index(true)
+    exits = [e for e in recorder.of("exit") if e.pid == true.pid]
+    assert len(exits) == 1
+
+
+def test_a_refused_process_never_runs(tmp_path):
+    marker = tmp_path / "ran"
+    result = Sandbox(Policy(fs_writable=[str(tmp_path)], fs_readable=SYSTEM),
+                     policy_fn=lambda e, c: e.syscall in ("fork", "vfork", "clone")).run(
+        ["sh", "-c", f"(touch {marker}); echo $?"])
+    assert result.stdout == b"137\n"  # the subshell was killed before its first instruction
+    assert not marker.exists()
+
+
+def test_restrict_max_processes_from_the_callback():
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.argv[-1:] == ("spawner",):
+            ctx.restrict_max_processes(3)
+        return 0
+
+    code = ("import subprocess, sys\nprocs, refused = [], 0\nfor _ in range(6):\n"
+            "    try:\n        procs.append(subprocess.Popen(['sleep', '2']))\n"
+            "    except BlockingIOError:\n        refused += 1\n"
+            "for p in procs:\n    p.kill(); p.wait()\nprint(len(procs), refused)")
+    result = Sandbox(Policy(), policy_fn=decide, quiet=True).run([PY, "-c", code, "spawner"], timeout=60)
+    started, refused = map(int, result.stdout.split())
+    assert started <= 2 and refused >= 4  # the interpreter is one of the three
+
+
+def test_restrict_max_memory_from_the_callback(capfd):
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.argv[-1:] == ("hungry",):
+            ctx.restrict_max_memory("64M")
+        return 0
+
+    code = "import time\nblocks = []\nfor _ in range(40):\n    blocks.append(bytearray(16 << 20))\n    time.sleep(0.02)\nprint('survived')"
+    result = Sandbox(Policy(), policy_fn=decide).run([PY, "-c", code, "hungry"], timeout=60)
+    assert result.exit_code == 137 and b"survived" not in result.stdout
+    assert "memory limit 64M exceeded" in capfd.readouterr().err
+
+
+# --- TOCTOU: the argv race ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def racer():
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the racer")
+    directory = tempfile.mkdtemp(dir="/var/tmp")
+    binary = os.path.join(directory, "racer")
+    source = os.path.join(os.path.dirname(__file__), "exec_argv_racer.c")
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", binary, source], check=True)
+    os.chmod(directory, 0o755)
+    yield binary
+    shutil.rmtree(directory)
+
+
+@pytest.mark.parametrize("where", ["heap", "data", "shared"])
+def test_argv_rewritten_by_a_racing_thread_never_runs_unchecked(racer, where):
+    """A thread (or, "shared", another process) rewrites the argument while the exec
+    is checked: the callback allows "good" only, and what echo prints must be exactly
+    the allowed execs, never "EVIL" nor a torn mix."""
+    seen: list[str] = []
+
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.path == "/bin/echo":
+            seen.append(event.argv[1])
+            return event.argv[1] != "good"
+        return 0
+
+    policy = Policy(fs_readable=[*SYSTEM, os.path.dirname(racer)])
+    result = Sandbox(policy, policy_fn=decide, quiet=True).run([racer, "60", where], timeout=120)
+    printed = result.stdout.decode().split()
+    assert result.exit_code == 0
+    assert set(printed) <= {"good"}
+    assert len(printed) == seen.count("good")
+    assert len(seen) == 60
+
+
+# --- failures and cost ---------------------------------------------------------------------
+
+
+def test_a_callback_that_raises_denies_and_is_reported_once(capfd):
+    def broken(event, ctx):
+        if event.syscall == "execve" and event.path == "/bin/echo":
+            raise RuntimeError("bug in the embedding program")
+        return 0
+
+    result = Sandbox(Policy(), policy_fn=broken).run(
+        ["sh", "-c", "/bin/echo one; /bin/echo two; echo done"])
+    assert result.stdout == b"done\n"
+    assert result.stderr.decode().count("Operation not permitted") == 2
+    said = capfd.readouterr().err  # sandlock's own stderr: the embedding program's
+    assert said.count("policy_fn raised") == 1
+    assert "Traceback" in said and "RuntimeError: bug in the embedding program" in said
+
+
+def test_a_bad_verdict_denies_and_is_reported(capfd):
+    result = Sandbox(Policy(), policy_fn=lambda e, c: "maybe").run(["/bin/echo", "x"])
+    assert result.exit_code == 126 and "Operation not permitted" in result.start_error
+    assert "policy_fn returned 'maybe'" in capfd.readouterr().err
+
+
+def test_bad_arguments_to_the_context_deny_and_say_why(capfd):
+    def decide(event, ctx):
+        if event.syscall == "execve":
+            ctx.restrict_network("web.test:443")  # a string, not a list
+        return 0
+
+    result = Sandbox(Policy(), policy_fn=decide).run(["/bin/echo", "x"])
+    assert result.exit_code == 126
+    assert "restrict_network: expected a list of endpoints" in capfd.readouterr().err
+
+
+def test_policy_fn_must_be_callable():
+    with pytest.raises(TypeError, match="policy_fn"):
+        Sandbox(Policy(), policy_fn="not a function")
+
+
+def test_without_policy_fn_nothing_of_it_is_loaded_or_supervised(tmp_path):
+    code = ("import sys\nfrom sandlock import Sandbox, Policy\n"
+            "from sandlock.confinement import Confinement\n"
+            "r = Sandbox(Policy()).run(['sh', '-c', '/bin/true; echo ok'])\n"
+            "import os\nc = Confinement.prepare(Policy(), os.getcwd(), {})\n"
+            "print(r.stdout.decode().strip(), c.counts_processes,"
+            " any(m.startswith('sandlock.runtime') for m in sys.modules),"
+            " 'sandlock.kernel._ptrace' in sys.modules)")
+    result = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60,
+                            cwd=tmp_path)
+    assert result.stdout.split() == ["ok", "False", "False", "False"], result.stderr
+
+
+def test_policy_fn_as_an_unprivileged_user(as_nobody, world_tmp):
+    code = ("from sandlock import Sandbox, Policy\nseen = []\n"
+            "def fn(e, c):\n    seen.append(e.syscall)\n    return e.argv == ('/bin/echo', 'no')\n"
+            "r = Sandbox(Policy(), policy_fn=fn).run(['sh', '-c', '/bin/echo yes; /bin/echo no; true'])\n"
+            "print(r.stdout.decode().split(), 'execve' in seen, 'exit' in seen)")
+    result = subprocess.run(as_nobody([PY, "-c", code]), capture_output=True, text=True,
+                            cwd=world_tmp, timeout=60)
+    assert result.stdout.strip() == "['yes'] True True", result.stderr
