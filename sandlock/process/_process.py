@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._auditlog import AuditLog
-    from ._supervision import Supervision
+    from ._watches import Watches
 
 
 class TimeoutExpired(Exception):
@@ -43,7 +43,7 @@ class SandboxedProcess:
         self._exit_hooks: list[Callable[[], str | None]] = []
         self.notices: list[str] = []  # what the exit hooks had to say (e.g. denial summary)
         self.audit: AuditLog | None = None  # the run's audit log, if it keeps one
-        self.pauser: Supervision | None = None  # a long-lived sandbox's pause and resume
+        self.pauser: Watches | None = None  # a long-lived sandbox's pause and resume
 
     def on_exit(self, hook: Callable[[], str | None]) -> None:
         """Run ``hook`` once the sandbox has ended; a string it returns is kept in notices."""

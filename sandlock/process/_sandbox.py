@@ -253,9 +253,9 @@ class Sandbox:
             raise
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
-        process.pauser = supervision if resident else None
+        process.pauser = supervision.watches if resident else None
         process.on_exit(supervision.close)
-        supervision.watch(process.kill)
+        supervision.watches.watch(process.kill)
         return finish_launch(self, process, audit)
 
     def run(

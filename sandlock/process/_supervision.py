@@ -12,6 +12,8 @@ import errno
 import os
 import sys
 
+from ._watches import Watches
+
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from .._auditlog import AuditLog
     from ..confinement import Confinement
     from ..kernel import Listener, Notification
-    from ..limits import CpuThrottle, MemoryWatch, ProcessGate
+    from ..limits import ProcessGate
     from ..net import HttpRun, Network
     from ..policy import Policy
     from ..runtime import Context, Event, RuntimePolicy
@@ -44,6 +46,7 @@ class Supervision:
         self._http = http  # owned from now on
         self._quiet = quiet
         self._audit = audit
+        self.watches = Watches(policy, self._hit)
         # The confined worker restricts itself with the command's ruleset, later.
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         # The sandbox's /proc: processes are counted, their memory summed and their CPU
@@ -53,17 +56,12 @@ class Supervision:
             from ..runtime import RuntimePolicy
 
             self._runtime = RuntimePolicy(policy_fn, audit, quiet, self._tighten_processes,
-                                          self._tighten_memory)
-        watched = ((policy.max_memory is not None or policy.max_cpu is not None
-                    or self._runtime is not None) and confinement.isolation is not None)
+                                          self.watches.lower_memory)
+        self._watched = ((policy.max_memory is not None or policy.max_cpu is not None)
+                         and confinement.isolation is not None)
         self._counts_processes = confinement.counts_processes
         self._pausable = pausable and confinement.isolation is not None
-        self.wants_proc = self._counts_processes or watched or self._pausable
-        self._pause_fd = -1
-        self._memory: MemoryWatch | None = None
-        self._kill: Callable[[], None] | None = None
-        self._cpu: CpuThrottle | None = None
-        self._watch_fd = -1
+        self.wants_proc = self._counts_processes or self._watched or self._pausable
         self._lock = _thread.allocate_lock()
         self._network: Network | None = None
         self._network_failed = False
@@ -91,11 +89,9 @@ class Supervision:
             os.close(listener_fd)
             raise
         self._over.acquire()  # released by the last receiver
-        if proc_fd >= 0 and (self._policy.max_memory is not None or self._runtime is not None
-                             or self._policy.max_cpu is not None):
-            self._watch_fd = os.dup(proc_fd)  # watched once the command runs (watch)
-        if proc_fd >= 0 and self._pausable:
-            self._pause_fd = os.dup(proc_fd)
+        if proc_fd >= 0:  # watched once the command runs (watch)
+            self.watches.adopt(proc_fd, watched=self._watched, pausable=self._pausable,
+                               later=self._runtime is not None)
         if proc_fd >= 0 and not self._counts_processes:
             os.close(proc_fd)
             proc_fd = -1
@@ -123,72 +119,10 @@ class Supervision:
             return lambda: _thread.start_new_thread(self._build_network_now, ())
         return lambda: None
 
-    def watch(self, kill: Callable[[], None]) -> None:
-        """Once the command runs: its memory (past --max-memory, say so and ``kill`` the
-        sandbox) and its CPU share (--max-cpu)."""
-        if self._watch_fd < 0:
-            return
-        policy = self._policy
-        with self._lock:
-            self._kill = kill
-            if policy.max_memory is not None:
-                self._watch_memory(int(policy.max_memory), str(policy.max_memory))
-            if self._runtime is not None and self._runtime.rules.max_memory is not None:
-                self._tighten_memory(self._runtime.rules.max_memory, locked=True)  # set earlier
-        if policy.max_cpu is not None:
-            from ..limits import CpuThrottle
-
-            self._cpu = CpuThrottle(policy.max_cpu, os.dup(self._watch_fd))
-            self._cpu.start()
-        if self._runtime is None:  # (policy_fn may set a memory limit later)
-            os.close(self._watch_fd)
-            self._watch_fd = -1
-
-    def _watch_memory(self, limit: int, shown: str, source: str = "--max-memory") -> None:
-        from ..limits import MemoryWatch
-
-        def exceeded(used: int) -> None:
-            self._kill()
-            # Said as it happens: the CLI and Sandbox.run alike.
-            self._hit("max_memory", shown, "kill", f"memory limit {shown} exceeded "
-                      f"({_mib(used)} in use): killed the sandbox ({source})", used=used)
-
-        self._memory = MemoryWatch(limit, os.dup(self._watch_fd), exceeded)
-        self._memory.start()
-
-    def _tighten_memory(self, limit: int, locked: bool = False) -> None:
-        """policy_fn's restrict_max_memory: a lower limit from now on (once the
-        command runs: ``watch`` applies one set before)."""
-        if not locked:
-            with self._lock:
-                return self._tighten_memory(limit, locked=True)
-        if self._memory is not None:
-            self._memory.limit = min(self._memory.limit, limit)
-        elif self._watch_fd >= 0 and self._kill is not None:
-            self._watch_memory(limit, _mib(limit), "policy_fn's restrict_max_memory")
-
     def _tighten_processes(self, cap: int) -> None:
         """policy_fn's restrict_max_processes: a lower cap from now on."""
         if self._gate is not None:
             self._gate.cap = min(self._gate.cap, cap)
-
-    def pause(self) -> bool:
-        """Stop every process of the sandbox (none left running, those forked meanwhile
-        included); False if they could not all be stopped in time."""
-        if self._pause_fd < 0:
-            raise RuntimeError("pause needs the sandbox's own PID namespace")
-        from ..limits import freeze
-
-        if self._cpu is not None:
-            self._cpu.pause()
-        return freeze(self._pause_fd)
-
-    def resume(self) -> None:
-        from ..limits import thaw
-
-        thaw(self._pause_fd)
-        if self._cpu is not None:
-            self._cpu.resume()
 
     def _hit(self, limit: str, value: object, verdict: str, reason: str, *, notice: bool = True,
              **details: object) -> None:
@@ -330,19 +264,16 @@ class Supervision:
             if self._closed:
                 return None
             self._closed = True
-        for watch in (self._memory, self._cpu, self._runtime):
-            if watch is not None:
-                watch.stop()
-        if self._cpu is not None and self._cpu.holds:
+        self.watches.stop()
+        if self._runtime is not None:
+            self._runtime.stop()
+        cpu = self.watches.cpu
+        if cpu is not None and cpu.holds:
             share = f"{self._policy.max_cpu:g}%"
             self._summarize("max_cpu", self._policy.max_cpu, "throttle",
-                            f"CPU share {share}: the sandbox was held back {self._cpu.holds} "
-                            f"time(s), {self._cpu.held:.1f} s in all (--max-cpu)",
-                            count=self._cpu.holds, held=round(self._cpu.held, 3))
-        for fd in (self._watch_fd, self._pause_fd):
-            if fd >= 0:
-                os.close(fd)
-        self._watch_fd = self._pause_fd = -1
+                            f"CPU share {share}: the sandbox was held back {cpu.holds} "
+                            f"time(s), {cpu.held:.1f} s in all (--max-cpu)",
+                            count=cpu.holds, held=round(cpu.held, 3))
         if self._receivers:
             # The sandbox is gone (close() comes after its end): its listener hangs up and
             # the receivers end, before the run does: no thread of ours wakes later, when
@@ -395,7 +326,3 @@ def _pins_names(policy: Policy) -> bool:
 
         names |= HttpRules.parse(policy.http_allow, policy.http_deny).concrete_hosts()
     return bool(names - resolved_names(policy.resolve))
-
-
-def _mib(size: int) -> str:
-    return f"{size / (1 << 20):.0f}M"

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""What a policy_fn that allows everything costs: per exec (a chain of N execs, no
+fork), per fork + exec (a shell loop running /bin/true N times) and per connect (a
+python loop of N connects to a local server), each against the same run without
+policy_fn.
+
+Usage: python bench/policy_fn.py [--runs R] [--execs N] [--connects N]
+Medians of interleaved runs, in this process through the API (what an embedding
+program pays); a Markdown table for docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+from sandlock import Policy, Sandbox
+
+# Re-execs itself $0 more times: one exec after another, no fork.
+CHAIN = 'if [ "$0" -gt 0 ]; then exec sh -c "$1" $(($0-1)) "$1"; fi'
+
+
+def _serve() -> tuple[socket.socket, int]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(512)
+
+    def accept() -> None:
+        while True:
+            try:
+                server.accept()[0].close()
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+def _allow(event: object, ctx: object) -> int:
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--execs", type=int, default=300)
+    parser.add_argument("--connects", type=int, default=2000)
+    args = parser.parse_args()
+    server, port = _serve()
+    connects = (f"import socket\nfor _ in range({args.connects}):\n"
+                f"    socket.create_connection(('127.0.0.1', {port})).close()")
+    cases = {
+        f"{args.execs} execs in a chain": (["sh", "-c", CHAIN, str(args.execs), CHAIN], args.execs),
+        f"{args.execs} fork + exec of /bin/true":
+            (["sh", "-c", f"i=0; while [ $i -lt {args.execs} ]; do /bin/true; i=$((i+1)); done"],
+             args.execs),
+        f"{args.connects} connects": ([sys.executable, "-c", connects], args.connects),
+    }
+    policy = Policy(net_allow=[f"127.0.0.1:{port}"])
+    times = {(name, fn): [] for name in cases for fn in (False, True)}
+    with tempfile.TemporaryDirectory() as workdir:
+        os.chdir(workdir)
+        for _ in range(args.runs):
+            for name, (argv, _count) in cases.items():
+                for fn in (False, True):
+                    sandbox = Sandbox(policy, policy_fn=_allow if fn else None, quiet=True)
+                    started = time.perf_counter()
+                    result = sandbox.run(argv)
+                    times[(name, fn)].append(time.perf_counter() - started)
+                    assert result.exit_code == 0, result
+    server.close()
+    print(f"{args.runs} rounds, {os.cpu_count()} CPUs\n")
+    print("| run | without policy_fn | with (returns 0) | added per operation |")
+    print("| --- | --- | --- | --- |")
+    for name, (_argv, count) in cases.items():
+        bare, watched = (statistics.median(times[(name, fn)]) for fn in (False, True))
+        added = (watched - bare) / count
+        per = f"{added * 1e6:.0f} µs" if added < 1e-3 else f"{added * 1e3:.2f} ms"
+        print(f"| {name} | {bare * 1e3:.0f} ms | {watched * 1e3:.0f} ms | {per} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
