@@ -332,3 +332,28 @@ def test_policy_fn_as_an_unprivileged_user(as_nobody, world_tmp):
     result = subprocess.run(as_nobody([PY, "-c", code]), capture_output=True, text=True,
                             cwd=world_tmp, timeout=60)
     assert result.stdout.strip() == "['yes'] True True", result.stderr
+
+
+def test_a_slow_callback_holds_back_only_the_caller(upstreams):
+    """While the callback ponders one process's connect, another process's connect is
+    heard and goes through: the second one's callback is what ends the first's wait."""
+    allowed, _ = upstreams
+    fast_seen = threading.Event()
+    slow_waited: list[bool] = []
+
+    def decide(event, ctx):
+        if event.syscall == "connect":
+            with open(f"/proc/{event.pid}/cmdline", "rb") as file:
+                slow = file.read().endswith(b"slow\0")
+            if slow:
+                slow_waited.append(fast_seen.wait(15))  # False: nobody else was heard
+            else:
+                fast_seen.set()
+        return 0
+
+    snippet = fetch(allowed.host, allowed.port)
+    script = (f"{PY} -c \"{snippet}\" slow & sleep 0.5; {PY} -c \"{snippet}\" fast; wait")
+    result = Sandbox(Policy(net_allow=[f"{allowed.host}:{allowed.port}"]), quiet=True,
+                     policy_fn=decide).run(["sh", "-c", script], timeout=60)
+    assert result.stdout == b"connected\nconnected\n"
+    assert slow_waited == [True]

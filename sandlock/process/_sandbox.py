@@ -255,7 +255,8 @@ class Sandbox:
             confinement.close()  # the child holds its own copy until it restricts itself
         process.pauser = supervision.watches if resident else None
         process.on_exit(supervision.close)
-        supervision.watches.watch(process.kill)
+        if supervision.watches is not None:
+            supervision.watches.watch(process.kill)
         return finish_launch(self, process, audit)
 
     def run(

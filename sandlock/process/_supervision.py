@@ -12,8 +12,6 @@ import errno
 import os
 import sys
 
-from ._watches import Watches
-
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,9 +20,10 @@ if TYPE_CHECKING:
     from ..confinement import Confinement
     from ..kernel import Listener, Notification
     from ..limits import ProcessGate
-    from ..net import HttpRun, Network
+    from ..net import HttpRun, Network, NetworkCall
     from ..policy import Policy
     from ..runtime import Context, Event, RuntimePolicy
+    from ._watches import Watches
 
 
 class Supervision:
@@ -46,21 +45,26 @@ class Supervision:
         self._http = http  # owned from now on
         self._quiet = quiet
         self._audit = audit
-        self.watches = Watches(policy, self._hit)
         # The confined worker restricts itself with the command's ruleset, later.
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         # The sandbox's /proc: processes are counted, their memory summed and their CPU
         # time taken there.
+        self._watched = ((policy.max_memory is not None or policy.max_cpu is not None)
+                         and confinement.isolation is not None)
+        self._counts_processes = confinement.counts_processes
+        self._pausable = pausable and confinement.isolation is not None
+        # The memory and CPU watches and pause: only for runs that use them (an import).
+        self.watches: Watches | None = None
+        if self._watched or self._pausable or policy_fn is not None:
+            from ._watches import Watches
+
+            self.watches = Watches(policy, self._hit)
         self._runtime: RuntimePolicy | None = None
         if policy_fn is not None:
             from ..runtime import RuntimePolicy
 
             self._runtime = RuntimePolicy(policy_fn, audit, quiet, self._tighten_processes,
                                           self.watches.lower_memory)
-        self._watched = ((policy.max_memory is not None or policy.max_cpu is not None)
-                         and confinement.isolation is not None)
-        self._counts_processes = confinement.counts_processes
-        self._pausable = pausable and confinement.isolation is not None
         self.wants_proc = self._counts_processes or self._watched or self._pausable
         self._lock = _thread.allocate_lock()
         self._network: Network | None = None
@@ -89,7 +93,7 @@ class Supervision:
             os.close(listener_fd)
             raise
         self._over.acquire()  # released by the last receiver
-        if proc_fd >= 0:  # watched once the command runs (watch)
+        if proc_fd >= 0 and self.watches is not None:  # watched once the command runs
             self.watches.adopt(proc_fd, watched=self._watched, pausable=self._pausable,
                                later=self._runtime is not None)
         if proc_fd >= 0 and not self._counts_processes:
@@ -214,7 +218,7 @@ class Supervision:
             with responsive_switching:
                 from ..net import Network
 
-                review = self._runtime.review_network if self._runtime is not None else None
+                review = self._review_network if self._runtime is not None else None
                 network = Network(self._policy, self._ruleset_fd, self._audit,
                                   quiet=self._quiet, http=self._http, review=review)
         except BaseException as exc:
@@ -232,6 +236,16 @@ class Supervision:
         with self._lock:
             self._network = network
         return network
+
+    def _review_network(self, call: NetworkCall) -> int:
+        """policy_fn's word on a network call. The engine asks with ``_handling`` held
+        (a judged call, nothing half done): it is let go meanwhile, so that a slow
+        callback holds back only the thread that made this call."""
+        self._handling.release()
+        try:
+            return self._runtime.review_network(call)
+        finally:
+            self._handling.acquire()
 
     def _done(self, listener: Listener | None) -> None:
         """A receiver is over; the last one releases the listener: it closes once no
@@ -264,10 +278,11 @@ class Supervision:
             if self._closed:
                 return None
             self._closed = True
-        self.watches.stop()
+        if self.watches is not None:
+            self.watches.stop()
         if self._runtime is not None:
             self._runtime.stop()
-        cpu = self.watches.cpu
+        cpu = self.watches.cpu if self.watches is not None else None
         if cpu is not None and cpu.holds:
             share = f"{self._policy.max_cpu:g}%"
             self._summarize("max_cpu", self._policy.max_cpu, "throttle",

@@ -116,11 +116,13 @@ class ExecHold:
         return True
 
     def _settle(self, tids: list[int]) -> None:
-        """Until each of ``tids`` is stopped (or gone)."""
+        """Until each of ``tids`` is stopped, gone, or parked (it made a call the
+        supervisor received meanwhile: its answer is held, it stops after)."""
         deadline = time.monotonic() + _SETTLE_SECONDS
         pending = tids
         while pending:
-            pending = [tid for tid in pending if tasks.state_of(tid) not in _HELD_STATES]
+            pending = [tid for tid in pending
+                       if tasks.state_of(tid) not in _HELD_STATES and not self._parked(tid)]
             if pending and time.monotonic() > deadline:
                 raise Unfreezable(f"task {pending[0]} would not stop")
             if pending:
@@ -150,14 +152,15 @@ class ExecHold:
     def release(self) -> None:
         """Let every held task go: a traced one once it has stopped (ptrace can only
         let go of a stopped task), with the signal it stopped for; one the exec
-        ended is reaped. Then the held answers go out."""
+        ended is reaped. The held answers go out first: the exec is over (or refused),
+        and a traced task waiting for one stops only once it has it."""
+        self._listener.release_replies()
         try:
             for tid in self._traced:
                 ptrace.release(tid, self._stopped.get(tid))
         finally:
             self._traced.clear()
             self._stopped.clear()
-            self._listener.release_replies()
 
 
 def _exec_over(report: tuple[str, int]) -> bool:

@@ -89,6 +89,8 @@ class RuntimePolicy:
             hold = ExecHold(listener, tid, pid, self._root, self._shared_vm, self._numbers)
             try:
                 self._judge_exec(listener, notification, syscall, hold, pid, parent)
+            except Exception as exc:  # noqa: BLE001 - a bug here must refuse, not hang
+                self._refuse_on_error(listener, notification, "an exec", exc)
             finally:
                 hold.release()
 
@@ -147,8 +149,11 @@ class RuntimePolicy:
                 return  # gone
             if flags & CLONE_VM:
                 self._shared_vm = True
-            listener.proceed(notification.id)
-            self._follow_creation(tid, syscall)
+            try:
+                listener.proceed(notification.id)
+                self._follow_creation(tid, syscall)
+            except Exception as exc:  # noqa: BLE001
+                self._refuse_on_error(listener, notification, "a fork", exc)
 
     def _follow_creation(self, tid: int, syscall: str) -> None:
         """The caller made its process (an event stop), failed, or died: the new one,
@@ -175,6 +180,17 @@ class RuntimePolicy:
     def _exited(self, pid: int, parent: int) -> None:
         self.rules.forget(pid)
         self._callback.ask(Event("exit", PROCESS, pid, parent))
+
+    def _refuse_on_error(self, listener: Listener, notification: Notification, what: str,
+                         exc: Exception) -> None:
+        """A bug in sandlock's own handling: the call fails (if still unanswered), and
+        it is said, once."""
+        try:
+            listener.reply(notification.id, error=errno.EPERM)
+        except OSError:
+            pass
+        self._say("internal", f"sandlock: internal error while checking {what} for policy_fn "
+                              f"(refused): {type(exc).__name__}: {exc}")
 
     def _say(self, key: str, text: str) -> None:
         if key not in self._said and not self._quiet:
