@@ -64,7 +64,8 @@ def test_figure_2_audit_curl_then_cut_the_network(upstreams, tmp_path):
     # The driver names curl only when it runs it: its own argv must not contain it.
     driver = ("import subprocess, sys\n"
               f"subprocess.run([sys.executable, '-c', {snippet!r}])\n"
-              f"subprocess.run(['cu' + 'rl', '-s', '-m', '5', '-o', '/dev/null', '-w', '%{{http_code}}\\n', {url!r}])\n"
+              "subprocess.run(['cu' + 'rl', '-s', '-m', '5', '-o', '/dev/null', '-w', "
+              f"'%{{http_code}}\\n', {url!r}])\n"
               f"subprocess.run([sys.executable, '-c', {snippet!r}])\n")
     result = Sandbox(Policy(net_allow=[f"{allowed.host}:{allowed.port}"]), audit=str(audit),
                      policy_fn=on_event, quiet=True).run([PY, "-c", driver], timeout=60)
@@ -227,10 +228,31 @@ def test_restrict_max_memory_from_the_callback(capfd):
             ctx.restrict_max_memory("64M")
         return 0
 
-    code = "import time\nblocks = []\nfor _ in range(40):\n    blocks.append(bytearray(16 << 20))\n    time.sleep(0.02)\nprint('survived')"
+    code = ("import time\nblocks = []\nfor _ in range(40):\n    blocks.append(bytearray(16 << 20))\n"
+            "    time.sleep(0.02)\nprint('survived')")
     result = Sandbox(Policy(), policy_fn=decide).run([PY, "-c", code, "hungry"], timeout=60)
     assert result.exit_code == 137 and b"survived" not in result.stdout
     assert "memory limit 64M exceeded" in capfd.readouterr().err
+
+
+def test_exec_by_descriptor_and_from_a_thread():
+    """fexecve (execveat on a descriptor) names the file the descriptor is; an exec by
+    a thread that is not the process's first one is checked (and refused) alike."""
+    recorder = Recorder(lambda e, c: e.argv == ("/bin/echo", "denied"))
+    by_fd = ("import os\nfd = os.open('/bin/echo', os.O_RDONLY)\n"
+             "os.execve(fd, ['/bin/echo', 'by-fd'], {})")
+    result = Sandbox(Policy(), policy_fn=recorder).run([PY, "-c", by_fd])
+    assert result.stdout == b"by-fd\n"
+    [event] = recorder.of("execveat")
+    assert event.path == os.path.realpath("/bin/echo") and event.argv == ("/bin/echo", "by-fd")
+
+    threaded = ("import os, sys, threading\n"
+                "t = threading.Thread(target=os.execv, args=('/bin/echo', ['/bin/echo', sys.argv[1]]))\n"
+                "t.start(); t.join(); print('still here')")
+    ran = Sandbox(Policy(), policy_fn=recorder).run([PY, "-c", threaded, "from-a-thread"])
+    assert ran.stdout == b"from-a-thread\n"
+    refused = Sandbox(Policy(), policy_fn=recorder).run([PY, "-c", threaded, "denied"])
+    assert refused.stdout == b"still here\n" and b"PermissionError" in refused.stderr
 
 
 # --- TOCTOU: the argv race ----------------------------------------------------------------

@@ -37,6 +37,7 @@ EVENT_STOP = 128
 CREATION_EVENTS = frozenset({EVENT_FORK, EVENT_VFORK, EVENT_CLONE})
 
 _WALL = 0x40000000
+_WNOTHREAD = 0x20000000
 
 _ptrace = syscall_function(nr("ptrace"), ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)
 
@@ -96,24 +97,23 @@ def wait_event(tid: int, block: bool = True) -> tuple[str, int] | None:
         pid, status = os.waitpid(tid, _WALL | (0 if block else os.WNOHANG))
     except ChildProcessError:
         return "exit", 0  # gone, reaped elsewhere
-    if pid == 0:
+    return None if pid == 0 else _report(status)
+
+
+def wait_any() -> tuple[int, tuple[str, int]] | None:
+    """The next report of any task the calling thread traces (its tracees are its
+    only children: sandlock's threads fork nothing), as (tid, report); None if it
+    traces none."""
+    try:
+        pid, status = os.waitpid(-1, _WALL | _WNOTHREAD)
+    except ChildProcessError:
         return None
+    return pid, _report(status)
+
+
+def _report(status: int) -> tuple[str, int]:
     if os.WIFSTOPPED(status):
         event = status >> 16
         return ("event", event) if event else ("signal", os.WSTOPSIG(status))
     return "exit", status
 
-
-def release(tid: int, report: tuple[str, int] | None = None) -> None:
-    """Detach ``tid`` at its next stop (``report``: the stop, if taken already),
-    passing on the signal it stopped for. A task that died meanwhile is waited for:
-    a traced thread stays a zombie until its tracer has seen its end, and its process
-    could never be reaped."""
-    while True:
-        if report is None:
-            report = wait_event(tid, block=True)  # its stop, or its end
-        if report[0] == "exit":
-            return
-        if detach(tid, report[1] if report[0] == "signal" else 0):
-            return
-        report = None  # dying: its end is next

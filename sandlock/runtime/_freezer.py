@@ -27,9 +27,8 @@ if TYPE_CHECKING:
 
     from ..kernel import Listener
     from ._numbers import CallNumbers
+    from ._tracer import Tracer
 
-_WALL = 0x40000000
-_EXITS = (os.CLD_EXITED, os.CLD_KILLED, os.CLD_DUMPED)
 _SETTLE_SECONDS = 0.05  # a running task stops within microseconds of its interrupt
 _HELD_STATES = frozenset("tTZX")
 
@@ -43,11 +42,12 @@ class ExecHold:
     """``hold()`` before reading, ``finish(proceed)`` to let the exec go on and wait
     for its end, ``release()`` always. All on one thread (ptrace's rule)."""
 
-    def __init__(self, listener: Listener, tid: int, pid: int, root: int, shared_vm: bool,
-                 numbers: CallNumbers) -> None:
+    def __init__(self, tracer: Tracer, listener: Listener, tid: int, pid: int, root: int,
+                 shared_vm: bool, numbers: CallNumbers) -> None:
         """``tid``/``pid``: the caller; ``root``: sandlock's init in the sandbox (not
         held); ``shared_vm``: some process of the sandbox may share an address space
         with another (else only the caller's threads can share its memory)."""
+        self._tracer = tracer
         self._listener = listener
         self._tid, self._pid, self._root = tid, pid, root
         self._shared_vm = shared_vm
@@ -105,8 +105,8 @@ class ExecHold:
         try:
             ptrace.seize(tid, options)
         except ptrace.Refused as exc:
-            if exc.errno == errno.EPERM and _traced_by_us(tid):
-                self._traced.append(tid)  # born traced (TRACECLONE), stopped already
+            if exc.errno == errno.EPERM and (self._tracer.adopt(tid) or _traced_by_us(tid)):
+                self._traced.append(tid)  # left by an earlier check, or born traced here
                 return True
             raise Unfreezable(str(exc)) from None
         except OSError:
@@ -130,56 +130,45 @@ class ExecHold:
 
     def finish(self, proceed: Callable[[], object]) -> None:
         """``proceed()`` lets the kernel perform the exec; return once it has read the
-        arguments: the exec completed (or failed and returned), or the caller died.
-        Held tasks the exec ended (the caller's other threads) are reaped meanwhile."""
+        arguments: the exec completed (its event, under the process's id when another
+        thread made it) or failed and returned (the interrupt's stop), or the caller
+        died. Meanwhile, held threads the exec ends are reaped, and a stop a held task
+        reports is kept for ``release``."""
         proceed()
-        watched = [self._tid] if self._tid == self._pid else [self._tid, self._pid]
-        pause = 0.00002
-        while True:
-            for tid in watched:
-                report = ptrace.wait_event(tid, block=False)
-                if report is not None and report[0] == "signal":
-                    ptrace.resume(tid, report[1])  # not ours to keep: delivered
-                elif report is not None and _exec_over(report):
-                    self._stopped[tid] = report
-                    return
-            for tid in self._traced:
-                if tid not in watched:
-                    _reap(tid)
-            time.sleep(pause)
-            pause = min(pause * 2, 0.001)
+        while (reported := ptrace.wait_any()) is not None:
+            tid, report = reported
+            if tid in (self._tid, self._pid) and report[0] == "signal":
+                ptrace.resume(tid, report[1])  # not ours to keep: delivered
+            elif self._exec_over(tid, report):
+                self._stopped[tid] = report
+                return
+            elif tid in self._traced:
+                self._stopped[tid] = report
+            else:  # one an earlier check left, stopping now
+                self._tracer.reported(tid, report)
+
+    def _exec_over(self, tid: int, report: tuple[str, int]) -> bool:
+        """The exec event (under the process's id, whichever thread made it), the
+        caller's stop as its failed call returns, or the end of either. The process's
+        first thread, when another one execs, first reports its own stop: held."""
+        kind, value = report
+        if kind == "exit":
+            return tid in (self._tid, self._pid)
+        if value == ptrace.EVENT_EXEC:
+            return tid == self._pid
+        return tid == self._tid and value == ptrace.EVENT_STOP
 
     def release(self) -> None:
-        """Let every held task go: a traced one once it has stopped (ptrace can only
-        let go of a stopped task), with the signal it stopped for; one the exec
-        ended is reaped. The held answers go out first: the exec is over (or refused),
-        and a traced task waiting for one stops only once it has it."""
+        """Let every held task go: the held answers first (the exec is over or
+        refused), then each traced task, at once if stopped, else by the tracer as
+        soon as it stops (ptrace lets go only of a stopped task)."""
         self._listener.release_replies()
         try:
             for tid in self._traced:
-                ptrace.release(tid, self._stopped.get(tid))
+                self._tracer.let_go(tid, self._stopped.get(tid))
         finally:
             self._traced.clear()
             self._stopped.clear()
-
-
-def _exec_over(report: tuple[str, int]) -> bool:
-    kind, value = report
-    # The exec event (success), the interrupt's stop as the failed call returns, or
-    # the end of the caller.
-    return kind == "exit" or (kind == "event" and value in (ptrace.EVENT_EXEC, ptrace.EVENT_STOP))
-
-
-def _reap(tid: int) -> None:
-    """Collect a traced task that exited (it stays a zombie for its tracer). A stop it
-    reports is left for ``_let_go``: looked at first (WNOWAIT), as ptrace stops are
-    reported whatever the flags ask for."""
-    try:
-        seen = os.waitid(os.P_PID, tid, os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL)
-        if seen is not None and seen.si_code in _EXITS:
-            os.waitid(os.P_PID, tid, os.WEXITED | os.WNOHANG | _WALL)
-    except ChildProcessError:
-        pass
 
 
 def _traced_by_us(tid: int) -> bool:

@@ -11,7 +11,6 @@ stopped before its first instruction, when the callback hears of it.
 
 from __future__ import annotations
 
-import _thread
 import errno
 import os
 import sys
@@ -26,6 +25,7 @@ from ._exits import ExitWatch
 from ._freezer import ExecHold, Unfreezable
 from ._live import LiveRules
 from ._numbers import CLONE_VFORK, CLONE_VM, CallNumbers
+from ._tracer import Tracer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class RuntimePolicy:
         self._callback = Callback(fn, Context(self.rules, on_max_processes, on_max_memory), audit)
         self._quiet = quiet
         self._numbers = CallNumbers.native()
-        self._lock = _thread.allocate_lock()  # execs and process creations: one at a time
+        self._tracer = Tracer()  # execs and process creations: one at a time, there
         self._root = 0
         self._shared_vm = False  # a process was made sharing its maker's memory
         self._exits = ExitWatch(self._exited)
@@ -68,6 +68,7 @@ class RuntimePolicy:
     def stop(self) -> None:
         """The run is over: no more exit events."""
         self._exits.close()
+        self._tracer.stop()
 
     # --- network (from the network engine's thread) ------------------------------
 
@@ -82,17 +83,21 @@ class RuntimePolicy:
     # --- exec ----------------------------------------------------------------------
 
     def exec(self, listener: Listener, notification: Notification) -> None:
+        """Hand an exec to the tracer; the calling thread waits in the kernel."""
+        self._tracer.submit(lambda: self._check_exec(listener, notification))
+
+    def _check_exec(self, listener: Listener, notification: Notification) -> None:
         syscall = self._numbers.names[notification.nr]
         tid = notification.pid
-        with self._lock:
-            pid, parent = tasks.process_of(tid)
-            hold = ExecHold(listener, tid, pid, self._root, self._shared_vm, self._numbers)
-            try:
-                self._judge_exec(listener, notification, syscall, hold, pid, parent)
-            except Exception as exc:  # noqa: BLE001 - a bug here must refuse, not hang
-                self._refuse_on_error(listener, notification, "an exec", exc)
-            finally:
-                hold.release()
+        pid, parent = tasks.process_of(tid)
+        hold = ExecHold(self._tracer, listener, tid, pid, self._root, self._shared_vm,
+                        self._numbers)
+        try:
+            self._judge_exec(listener, notification, syscall, hold, pid, parent)
+        except Exception as exc:  # noqa: BLE001 - a bug here must refuse, not hang
+            self._refuse_on_error(listener, notification, "an exec", exc)
+        finally:
+            hold.release()
 
     def _judge_exec(self, listener: Listener, notification: Notification, syscall: str,
                     hold: ExecHold, pid: int, parent: int) -> None:
@@ -132,28 +137,32 @@ class RuntimePolicy:
     # --- process creation -------------------------------------------------------------
 
     def create(self, listener: Listener, notification: Notification) -> None:
+        """Hand a process creation to the tracer; the calling thread waits in the kernel."""
+        self._tracer.submit(lambda: self._follow(listener, notification))
+
+    def _follow(self, listener: Listener, notification: Notification) -> None:
         syscall = self._numbers.names[notification.nr]
         flags = notification.args[0] if syscall == "clone" else 0
         if syscall == "vfork":
             flags = CLONE_VM | CLONE_VFORK
         tid = notification.pid
-        with self._lock:
-            try:
-                ptrace.seize(tid, _CREATION_OPTIONS)
-            except ptrace.Refused as exc:
+        try:
+            ptrace.seize(tid, _CREATION_OPTIONS)
+        except ptrace.Refused as exc:
+            if not self._tracer.adopt(tid):  # (one an exec check left: traced here)
                 listener.reply(notification.id, error=errno.EPERM)
                 self._say("trace", f"sandlock: a fork was refused (EPERM): policy_fn needs to "
                                    f"see the new process, and {exc}")
                 return
-            except OSError:
-                return  # gone
-            if flags & CLONE_VM:
-                self._shared_vm = True
-            try:
-                listener.proceed(notification.id)
-                self._follow_creation(tid, syscall)
-            except Exception as exc:  # noqa: BLE001
-                self._refuse_on_error(listener, notification, "a fork", exc)
+        except OSError:
+            return  # gone
+        if flags & CLONE_VM:
+            self._shared_vm = True
+        try:
+            listener.proceed(notification.id)
+            self._follow_creation(tid, syscall)
+        except Exception as exc:  # noqa: BLE001
+            self._refuse_on_error(listener, notification, "a fork", exc)
 
     def _follow_creation(self, tid: int, syscall: str) -> None:
         """The caller made its process (an event stop), failed, or died: the new one,
@@ -163,7 +172,7 @@ class RuntimePolicy:
         if report[0] == "event" and report[1] in ptrace.CREATION_EVENTS:
             child = ptrace.event_message(tid)
             born = ptrace.wait_event(child)  # its first stop, before its first instruction
-        ptrace.release(tid, report)
+        self._tracer.let_go(tid, report)
         if not child:
             return
         pid, _ = tasks.process_of(tid)
@@ -175,7 +184,7 @@ class RuntimePolicy:
                 born = ptrace.wait_event(child)
             return
         self._exits.watch(child, pid)
-        ptrace.release(child, born)
+        self._tracer.let_go(child, born)
 
     def _exited(self, pid: int, parent: int) -> None:
         self.rules.forget(pid)

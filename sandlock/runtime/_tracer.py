@@ -1,0 +1,84 @@
+"""The one thread that traces: every exec check and process creation of a run is
+handled here, in turn, because a tracee answers ptrace requests only from the thread
+that seized it.
+
+A held task cannot always be let go when its exec check ends: ptrace detaches only a
+stopped task, and one that was stopped on its way into a call the supervisor holds
+(an exec or fork waiting for this very thread) stops only once that call is answered.
+Such tasks wait in ``pending`` and are let go as they stop; a later check that needs
+one takes it over (``adopt``).
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+
+from ..kernel import ptrace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+_IDLE = object()
+_POLL_SECONDS = 0.001  # while tasks wait to be let go
+
+
+class Tracer:
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.pending: set[int] = set()
+        threading.Thread(target=self._run, daemon=True, name="sandlock-tracer").start()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def let_go(self, tid: int, report: tuple[str, int] | None = None) -> None:
+        """Detach ``tid`` now if it is stopped (``report``: its stop, if taken), else
+        as soon as it stops."""
+        if report is None:
+            report = ptrace.wait_event(tid, block=False)
+        if report is None:
+            self.pending.add(tid)
+        elif report[0] != "exit" and not ptrace.detach(tid, _signal_of(report)):
+            self.pending.add(tid)  # dying: its end is next
+
+    def reported(self, tid: int, report: tuple[str, int]) -> None:
+        """A report of ``tid`` someone else's wait took: a pending task is let go."""
+        if tid in self.pending:
+            self.pending.discard(tid)
+            self.let_go(tid, report)
+
+    def adopt(self, tid: int) -> bool:
+        """Whether ``tid`` is traced here already, waiting to be let go: it is the
+        caller's now."""
+        if tid in self.pending:
+            self.pending.discard(tid)
+            return True
+        return False
+
+    def _run(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=_POLL_SECONDS if self.pending else None)
+            except queue.Empty:
+                job = _IDLE
+            if job is None:
+                return
+            if job is not _IDLE:
+                try:
+                    job()
+                except Exception as exc:  # noqa: BLE001 - the thread must go on
+                    print(f"sandlock: internal error in policy_fn's tracer: {exc!r}",
+                          file=sys.stderr, flush=True)
+            for tid in list(self.pending):
+                self.pending.discard(tid)
+                self.let_go(tid)
+
+
+def _signal_of(report: tuple[str, int]) -> int:
+    return report[1] if report[0] == "signal" else 0
