@@ -20,6 +20,7 @@ from sandlock import Event, Policy, Sandbox
 
 PY = sys.executable
 SYSTEM = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+SYSTEM_PY = "/usr/bin/python3"  # (the test venv's interpreter reads files outside SYSTEM)
 
 
 def fetch(host: str, port: int) -> str:
@@ -379,3 +380,111 @@ def test_a_slow_callback_holds_back_only_the_caller(upstreams):
                      policy_fn=decide).run(["sh", "-c", script], timeout=60)
     assert result.stdout == b"connected\nconnected\n"
     assert slow_waited == [True]
+
+
+# --- deny_path ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def vault():
+    """A directory (under /var/tmp: the sandbox has its own /tmp) with a secret, a
+    link and a hard link to it, a denied tree and a file that stays readable."""
+    directory = tempfile.mkdtemp(dir="/var/tmp")
+    secret = os.path.join(directory, "secret")
+    with open(secret, "w") as file:
+        file.write("the-key")
+    os.symlink(secret, os.path.join(directory, "link"))
+    os.link(secret, os.path.join(directory, "hard"))
+    os.mkdir(os.path.join(directory, "tree"))
+    with open(os.path.join(directory, "tree", "inner"), "w") as file:
+        file.write("inner")
+    with open(os.path.join(directory, "plain"), "w") as file:
+        file.write("plain")
+    yield directory
+    shutil.rmtree(directory)
+
+
+def test_figure_2_whole_with_deny_path(upstreams, vault, capfd):
+    """Audit curl's exec, cut the network and deny a secret file: later connects and
+    opens fail, whatever name the file is reached by."""
+    allowed, _ = upstreams
+    secret = os.path.join(vault, "secret")
+
+    def on_event(event, ctx):
+        if event.syscall == "execve" and event.argv_contains("curl"):
+            ctx.restrict_network([])
+            ctx.deny_path(secret)
+            ctx.deny_path(os.path.join(vault, "tree"))
+            return "audit"
+        return 0
+
+    reads = " ".join(f"{vault}/{name}" for name in ("secret", "link", "hard", "tree/inner", "plain"))
+    driver = ("import subprocess, sys\n"
+              f"subprocess.run(['cat', {secret!r}])\n"
+              "print()\n"
+              "subprocess.run(['cu' + 'rl', '-s', '-o', '/dev/null', 'file:///dev/null'])\n"
+              f"for path in {reads!r}.split():\n"
+              "    try:\n        print(open(path).read())\n"
+              "    except OSError as e:\n        print(path.rsplit('/', 1)[1], e.errno)\n"
+              f"subprocess.run(['sh', '-c', 'echo x > {vault}/tree/new'])\n"
+              f"exec({fetch(allowed.host, allowed.port)!r})\n")
+    policy = Policy(fs_readable=[*SYSTEM, vault], fs_writable=[vault],
+                    net_allow=[f"{allowed.host}:{allowed.port}"])
+    result = Sandbox(policy, policy_fn=on_event).run([SYSTEM_PY, "-c", driver], timeout=60)
+    lines = result.stdout.decode().split("\n")
+    assert lines[:7] == ["the-key", f"secret {errno.EACCES}", f"link {errno.EACCES}",
+                         f"hard {errno.EACCES}", f"inner {errno.EACCES}", "plain",
+                         f"refused {errno.EACCES}"]
+    assert not os.path.exists(os.path.join(vault, "tree", "new"))
+    said = capfd.readouterr().err
+    assert f"denied openat of {vault}/hard (policy_fn's deny_path)" in said
+
+
+def test_deny_path_holds_against_a_racing_rewrite(vault):
+    """A thread swaps the name being opened between a readable file and the denied
+    one, as fast as it can: no open ever returns the secret."""
+    plain, secret = os.path.join(vault, "plain"), os.path.join(vault, "secret")
+    os.rename(plain, os.path.join(vault, "plainx"))  # same length as "secret"
+    plain = os.path.join(vault, "plainx")
+    racer = f"""
+import ctypes, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+good, bad = {plain.encode()!r}, {secret.encode()!r}
+name = ctypes.create_string_buffer(good, len(good) + 1)
+running = True
+def race():
+    while running:
+        ctypes.memmove(name, bad, len(bad))
+        ctypes.memmove(name, good, len(good))
+threading.Thread(target=race, daemon=True).start()
+opened = leaked = 0
+buffer = ctypes.create_string_buffer(64)
+for _ in range(300):
+    fd = libc.open(name, os.O_RDONLY)
+    if fd >= 0:
+        opened += 1
+        leaked += libc.read(fd, buffer, 64) > 0 and buffer.value == b"the-key"
+        libc.close(fd)
+running = False
+print(opened, leaked)
+"""
+
+    def on_event(event, ctx):
+        if event.syscall == "execve" and event.argv[-1:] == ("race",):
+            ctx.deny_path(secret)
+        return 0
+
+    result = Sandbox(Policy(fs_readable=[*SYSTEM, vault]), policy_fn=on_event, quiet=True).run(
+        [SYSTEM_PY, "-c", racer, "race"], timeout=120)
+    opened, leaked = map(int, result.stdout.split())
+    assert leaked == 0 and opened > 0
+
+
+def test_deny_path_of_a_missing_path_denies_the_call_and_says_why(capfd):
+    def on_event(event, ctx):
+        ctx.deny_path("/nonexistent/secret")
+        return 0
+
+    result = Sandbox(Policy(), policy_fn=on_event).run(["/bin/echo", "x"])
+    assert result.exit_code == 126
+    assert "deny_path: /nonexistent/secret: No such file or directory" in capfd.readouterr().err

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ..policy import Policy
 
 MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
+OPEN_CALLS = ("open", "creat", "openat", "openat2")  # supervised for a runtime policy
 
 
 
@@ -206,8 +207,9 @@ def _seccomp_program(policy: Policy, count_processes: bool,
     extra = dict(seccomp.FIXED_AFFINITY) if policy.cpu_cores else {}
     if count_processes:
         extra.update(seccomp.counted_process_creation(frozenset(waived)))
-    if observed:
+    if observed:  # (opens: for deny_path, answered at once until it is used)
         extra.update(seccomp.OBSERVED_EXEC)
+        extra.update((name, seccomp.Rule(default=seccomp.NOTIFY)) for name in OPEN_CALLS)
     if unsupervised is None:
         return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED), extra)
     program = seccomp.build_filter(arch, frozenset(waived), extra={**extra, **unsupervised})

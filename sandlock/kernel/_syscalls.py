@@ -47,6 +47,7 @@ _X86_64 = Arch(
         "ptrace": 101,
         "kcmp": 312,
         "io_setup": 206,
+        "open": 2, "creat": 85, "openat": 257, "openat2": 437,
         "capget": 125,
         "capset": 126,
         "pivot_root": 155,

@@ -191,6 +191,9 @@ class Supervision:
         if self._runtime is not None and notification.nr in self._runtime.numbers.execs:
             self._runtime.exec(listener, notification)
             return
+        if self._runtime is not None and notification.nr in self._runtime.numbers.opens:
+            self._runtime.open(listener, notification)
+            return
         with self._handling:  # the network engine answers one call at a time
             network = self._network or self._build_network()
             if network is None:  # fail closed: the command's network calls fail

@@ -36,6 +36,11 @@ class Callback:
                                "errno": answer.error, **_fields(event)})
         return answer
 
+    def record(self, fields: dict[str, object]) -> None:
+        """An audit record of a refusal the live rules made."""
+        if self._audit is not None:
+            self._audit.write(fields)
+
     def _failed(self, event: Event) -> None:
         with self._lock:
             self.failures += 1

@@ -34,6 +34,11 @@ class Context:
         ``endpoints`` (on top of the sandbox-wide restriction)."""
         self._rules.restrict_process_network(pid, endpoints)
 
+    def deny_path(self, path: str) -> None:
+        """From now on nothing in the sandbox opens ``path`` (a file, or a directory
+        and everything beneath it), by any name: EACCES."""
+        self._rules.denied.add(path)
+
     def restrict_max_processes(self, count: int) -> None:
         """At most ``count`` processes at once from now on (forks past it: EAGAIN)."""
         self._rules.restrict_max_processes(count)

@@ -8,6 +8,7 @@ import os
 import struct
 
 from .._record import record
+from ._paths import PathCall
 
 _POINTER = struct.Struct("=Q")
 _POINTERS_PER_READ = 64
@@ -26,6 +27,7 @@ class ExecCall:
     argv: tuple[str, ...]
     path: str
     ranges: tuple[tuple[int, int], ...]
+    file: PathCall  # the file name as given, for deny_path
 
 
 def read_exec(tid: int, syscall: str, args: tuple[int, ...]) -> ExecCall:
@@ -56,7 +58,8 @@ def read_exec(tid: int, syscall: str, args: tuple[int, ...]) -> ExecCall:
             break
         pointer_at += len(block)
     path = _absolute(tid, dirfd, os.fsdecode(name), flags)
-    return ExecCall(tuple(os.fsdecode(argument) for argument in argv), path, tuple(ranges))
+    return ExecCall(tuple(os.fsdecode(argument) for argument in argv), path, tuple(ranges),
+                    PathCall(dirfd, name))
 
 
 def _readable_block(tid: int, address: int) -> bool:

@@ -43,7 +43,7 @@ class ExecHold:
     for its end, ``release()`` always. All on one thread (ptrace's rule)."""
 
     def __init__(self, tracer: Tracer, listener: Listener, tid: int, pid: int, root: int,
-                 shared_vm: bool, numbers: CallNumbers) -> None:
+                 shared_vm: bool, numbers: CallNumbers, *, everyone: bool = False) -> None:
         """``tid``/``pid``: the caller; ``root``: sandlock's init in the sandbox (not
         held); ``shared_vm``: some process of the sandbox may share an address space
         with another (else only the caller's threads can share its memory)."""
@@ -51,6 +51,7 @@ class ExecHold:
         self._listener = listener
         self._tid, self._pid, self._root = tid, pid, root
         self._shared_vm = shared_vm
+        self._everyone = everyone  # the filesystem matters too: nobody in the sandbox runs
         self._numbers = numbers
         self._seen: set[int] = {tid}
         self._traced: list[int] = []
@@ -62,7 +63,8 @@ class ExecHold:
         Unfreezable."""
         if not self._traced:
             self._seize(self._tid, ptrace.O_TRACEEXEC)
-        everyone = ranges is not None and not tasks.private_anonymous(self._pid, list(ranges))
+        everyone = self._everyone or (
+            ranges is not None and not tasks.private_anonymous(self._pid, list(ranges)))
         more = False
         while True:
             new = [tid for tid in self._writers(everyone) if tid not in self._seen]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import _thread
 
+from ._paths import DeniedPaths
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -22,6 +24,7 @@ class LiveRules:
         self._by_process: dict[int, tuple[NetRule, ...]] = {}
         self.max_processes: int | None = None
         self.max_memory: int | None = None
+        self.denied = DeniedPaths()
 
     # --- changes (from the callback) --------------------------------------------
 

@@ -13,22 +13,23 @@ EXEC_CALLS = ("execve", "execveat")
 @record
 class CallNumbers:
     """``notified``: every call the filter hands to the supervisor; ``execs``,
-    ``creation`` (fork, vfork, clone), ``names``: number -> name."""
+    ``opens``, ``creation`` (fork, vfork, clone), ``names``: number -> name."""
 
     notified: frozenset[int]
     execs: frozenset[int]
+    opens: frozenset[int]
     creation: frozenset[int]
     names: dict[int, str]
 
     @classmethod
     def native(cls) -> CallNumbers:
+        from ..confinement import OPEN_CALLS
         from ..kernel import PROCESS_CREATION, SUPERVISED, native_arch
 
         numbers = native_arch().numbers
-        names = (*SUPERVISED, *EXEC_CALLS, *PROCESS_CREATION)
-        return cls(frozenset(numbers[name] for name in names),
-                   frozenset(numbers[name] for name in EXEC_CALLS),
-                   frozenset(numbers[name] for name in PROCESS_CREATION),
+        names = (*SUPERVISED, *EXEC_CALLS, *OPEN_CALLS, *PROCESS_CREATION)
+        return cls(*(frozenset(numbers[name] for name in group)
+                     for group in (names, EXEC_CALLS, OPEN_CALLS, PROCESS_CREATION)),
                    {numbers[name]: name for name in names})
 
     def parks(self, number: int, first: int) -> bool:

@@ -25,6 +25,7 @@ from ._exits import ExitWatch
 from ._freezer import ExecHold, Unfreezable
 from ._live import LiveRules
 from ._numbers import CLONE_VFORK, CLONE_VM, CallNumbers
+from ._paths import PathCall, read_open
 from ._tracer import Tracer
 
 TYPE_CHECKING = False
@@ -91,7 +92,7 @@ class RuntimePolicy:
         tid = notification.pid
         pid, parent = tasks.process_of(tid)
         hold = ExecHold(self._tracer, listener, tid, pid, self._root, self._shared_vm,
-                        self._numbers)
+                        self._numbers, everyone=bool(self.rules.denied))
         try:
             self._judge_exec(listener, notification, syscall, hold, pid, parent)
         except Exception as exc:  # noqa: BLE001 - a bug here must refuse, not hang
@@ -113,6 +114,9 @@ class RuntimePolicy:
         except OSError as exc:
             listener.reply(notification.id, error=exc.errno or errno.EFAULT)
             return
+        if self.rules.denied and self.rules.denied.denies(notification.pid, call.file):
+            self._refuse_path(listener, notification, syscall, call.path)
+            return
         answer = self._callback.ask(Event(syscall, PROCESS, pid, parent, argv=call.argv,
                                           path=call.path))
         if answer.error:
@@ -133,6 +137,52 @@ class RuntimePolicy:
                 return call
             call = read_exec(notification.pid, syscall, notification.args)
         raise Unfreezable("its writers kept changing")
+
+    # --- open (deny_path) ----------------------------------------------------------------
+
+    def open(self, listener: Listener, notification: Notification) -> None:
+        """Until deny_path is used, an open goes on at once (nothing is read); then
+        each is checked by the tracer with the sandbox held."""
+        if not self.rules.denied:
+            listener.proceed(notification.id)
+            return
+        self._tracer.submit(lambda: self._check_open(listener, notification))
+
+    def _check_open(self, listener: Listener, notification: Notification) -> None:
+        syscall = self._numbers.names[notification.nr]
+        tid = notification.pid
+        hold = ExecHold(self._tracer, listener, tid, tasks.process_of(tid)[0], self._root,
+                        self._shared_vm, self._numbers, everyone=True)
+        try:
+            hold.hold(None)
+            call = read_open(tid, syscall, notification.args)
+            listener.check_valid(notification.id)
+            if self.rules.denied.denies(tid, call):
+                self._refuse_path(listener, notification, syscall, _shown(call))
+            else:
+                hold.finish(lambda: listener.proceed(notification.id))
+        except Unfreezable as exc:
+            listener.reply(notification.id, error=errno.EPERM)
+            self._say("freeze", f"sandlock: an open was refused (EPERM): the sandbox could "
+                                f"not be held for deny_path ({exc})")
+        except Gone:
+            pass
+        except OSError as exc:
+            listener.reply(notification.id, error=exc.errno or errno.EFAULT)
+        except Exception as exc:  # noqa: BLE001
+            self._refuse_on_error(listener, notification, "an open", exc)
+        finally:
+            hold.release()
+
+    def _refuse_path(self, listener: Listener, notification: Notification, syscall: str,
+                     path: str) -> None:
+        listener.reply(notification.id, error=errno.EACCES)
+        pid, parent = tasks.process_of(notification.pid)
+        self._callback.record({"event": "policy_fn", "verdict": "deny", "reason": "deny_path",
+                               "syscall": syscall, "pid": pid, "path": path})
+        if not self._quiet:
+            print(f"sandlock: denied {syscall} of {path} (policy_fn's deny_path)",
+                  file=sys.stderr, flush=True)
 
     # --- process creation -------------------------------------------------------------
 
@@ -225,3 +275,8 @@ def _creation_report(tid: int) -> tuple[str, int]:
     except OSError:
         pass
     return ptrace.wait_event(tid)
+
+
+def _shown(call: PathCall) -> str:
+    """The path of an open, for a notice (relative ones as given)."""
+    return os.fsdecode(call.path)
