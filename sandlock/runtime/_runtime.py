@@ -4,9 +4,11 @@ the policy_fn, whose verdict can only narrow the static policy's.
 
 exec: hold the writers of the caller's memory -> read file name and argv once
 (materialize) -> ask (verdict) -> let the kernel perform it and hold on until it has
-copied them, or refuse (execute). Process creation: let the kernel make the process
-while tracing the caller for one creation event, so that the new process is known,
-stopped before its first instruction, when the callback hears of it.
+copied them, or refuse (execute). open, once deny_path is used: the same with the
+whole sandbox held, the file found compared instead of asking. Process creation: let
+the kernel make the process while tracing the caller for one creation event, so that
+the new process is known, stopped before its first instruction, when the callback
+hears of it. All three run on the tracer's thread, one at a time.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ._exits import ExitWatch
 from ._freezer import ExecHold, Unfreezable
 from ._live import LiveRules
 from ._numbers import CLONE_VFORK, CLONE_VM, CallNumbers
-from ._paths import PathCall, read_open
+from ._paths import read_open
 from ._tracer import Tracer
 
 TYPE_CHECKING = False
@@ -88,32 +90,12 @@ class RuntimePolicy:
         self._tracer.submit(lambda: self._check_exec(listener, notification))
 
     def _check_exec(self, listener: Listener, notification: Notification) -> None:
-        syscall = self._numbers.names[notification.nr]
-        tid = notification.pid
-        pid, parent = tasks.process_of(tid)
-        hold = ExecHold(self._tracer, listener, tid, pid, self._root, self._shared_vm,
-                        self._numbers, everyone=bool(self.rules.denied))
-        try:
-            self._judge_exec(listener, notification, syscall, hold, pid, parent)
-        except Exception as exc:  # noqa: BLE001 - a bug here must refuse, not hang
-            self._refuse_on_error(listener, notification, "an exec", exc)
-        finally:
-            hold.release()
+        self._held_check(listener, notification, "an exec", bool(self.rules.denied),
+                         self._judge_exec)
 
     def _judge_exec(self, listener: Listener, notification: Notification, syscall: str,
                     hold: ExecHold, pid: int, parent: int) -> None:
-        try:
-            call = self._read_held(listener, notification, syscall, hold)
-        except Unfreezable as exc:
-            listener.reply(notification.id, error=errno.EPERM)
-            self._say("freeze", f"sandlock: an exec was refused (EPERM): its arguments could "
-                                f"not be held for policy_fn ({exc})")
-            return
-        except Gone:
-            return
-        except OSError as exc:
-            listener.reply(notification.id, error=exc.errno or errno.EFAULT)
-            return
+        call = self._read_held(listener, notification, syscall, hold)
         if self.rules.denied and self.rules.denied.denies(notification.pid, call.file):
             self._refuse_path(listener, notification, syscall, call.path)
             return
@@ -149,28 +131,40 @@ class RuntimePolicy:
         self._tracer.submit(lambda: self._check_open(listener, notification))
 
     def _check_open(self, listener: Listener, notification: Notification) -> None:
+        self._held_check(listener, notification, "an open", True, self._judge_open)
+
+    def _judge_open(self, listener: Listener, notification: Notification, syscall: str,
+                    hold: ExecHold, pid: int, parent: int) -> None:
+        hold.hold(None)
+        call = read_open(notification.pid, syscall, notification.args)
+        listener.check_valid(notification.id)
+        if self.rules.denied.denies(notification.pid, call):
+            self._refuse_path(listener, notification, syscall, os.fsdecode(call.path))
+        else:
+            hold.finish(lambda: listener.proceed(notification.id))
+
+    def _held_check(self, listener: Listener, notification: Notification, what: str,
+                    everyone: bool, judge: Callable[..., None]) -> None:
+        """``judge(listener, notification, syscall, hold, pid, parent)`` with a hold
+        (``everyone``: the whole sandbox), answering what it cannot: EPERM where the
+        tasks could not be held, the errno of a read that failed, EPERM on a bug (said
+        once); the hold is let go whatever happened."""
         syscall = self._numbers.names[notification.nr]
-        tid = notification.pid
-        hold = ExecHold(self._tracer, listener, tid, tasks.process_of(tid)[0], self._root,
-                        self._shared_vm, self._numbers, everyone=True)
+        pid, parent = tasks.process_of(notification.pid)
+        hold = ExecHold(self._tracer, listener, notification.pid, pid, self._root,
+                        self._shared_vm, self._numbers, everyone=everyone)
         try:
-            hold.hold(None)
-            call = read_open(tid, syscall, notification.args)
-            listener.check_valid(notification.id)
-            if self.rules.denied.denies(tid, call):
-                self._refuse_path(listener, notification, syscall, _shown(call))
-            else:
-                hold.finish(lambda: listener.proceed(notification.id))
+            judge(listener, notification, syscall, hold, pid, parent)
         except Unfreezable as exc:
             listener.reply(notification.id, error=errno.EPERM)
-            self._say("freeze", f"sandlock: an open was refused (EPERM): the sandbox could "
-                                f"not be held for deny_path ({exc})")
+            self._say("freeze", f"sandlock: {what} was refused (EPERM): the tasks that could "
+                                f"change it could not be held for policy_fn ({exc})")
         except Gone:
-            pass
+            pass  # the caller is gone: nobody to answer
         except OSError as exc:
             listener.reply(notification.id, error=exc.errno or errno.EFAULT)
-        except Exception as exc:  # noqa: BLE001
-            self._refuse_on_error(listener, notification, "an open", exc)
+        except Exception as exc:  # noqa: BLE001 - a bug here must refuse, not hang
+            self._refuse_on_error(listener, notification, what, exc)
         finally:
             hold.release()
 
@@ -276,7 +270,3 @@ def _creation_report(tid: int) -> tuple[str, int]:
         pass
     return ptrace.wait_event(tid)
 
-
-def _shown(call: PathCall) -> str:
-    """The path of an open, for a notice (relative ones as given)."""
-    return os.fsdecode(call.path)
