@@ -42,8 +42,14 @@ def _serve() -> tuple[socket.socket, int]:
     return server, server.getsockname()[1]
 
 
-def _allow(event: object, ctx: object) -> int:
+def _allow(event, ctx) -> int:
+    """Allows everything; an exec whose last argument is "deny" starts deny_path."""
+    if event.syscall == "execve" and event.argv[-1:] == ("deny",):
+        ctx.deny_path(_DENIED)
     return 0
+
+
+_DENIED = tempfile.mkdtemp(prefix="sandlock-bench-denied-")
 
 
 def main() -> int:
@@ -51,16 +57,20 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--execs", type=int, default=300)
     parser.add_argument("--connects", type=int, default=2000)
+    parser.add_argument("--opens", type=int, default=2000)
     args = parser.parse_args()
     server, port = _serve()
     connects = (f"import socket\nfor _ in range({args.connects}):\n"
                 f"    socket.create_connection(('127.0.0.1', {port})).close()")
+    opens = (f"import os\nfor _ in range({args.opens}):\n    os.close(os.open('/etc/hostname', os.O_RDONLY))")
     cases = {
         f"{args.execs} execs in a chain": (["sh", "-c", CHAIN, str(args.execs), CHAIN], args.execs),
         f"{args.execs} fork + exec of /bin/true":
             (["sh", "-c", f"i=0; while [ $i -lt {args.execs} ]; do /bin/true; i=$((i+1)); done"],
              args.execs),
-        f"{args.connects} connects": ([sys.executable, "-c", connects], args.connects),
+        f"{args.connects} connects": (["python3", "-c", connects], args.connects),
+        f"{args.opens} opens": (["python3", "-c", opens], args.opens),
+        f"{args.opens} opens after a deny_path": (["python3", "-c", opens, "deny"], args.opens),
     }
     policy = Policy(net_allow=[f"127.0.0.1:{port}"])
     times = {(name, fn): [] for name in cases for fn in (False, True)}

@@ -27,6 +27,7 @@ from ._exits import ExitWatch
 from ._freezer import ExecHold, Unfreezable
 from ._live import LiveRules
 from ._numbers import CLONE_VFORK, CLONE_VM, CallNumbers
+from ._owners import Owners
 from ._paths import read_open
 from ._tracer import Tracer
 
@@ -55,6 +56,7 @@ class RuntimePolicy:
         self._root = 0
         self._shared_vm = False  # a process was made sharing its maker's memory
         self._exits = ExitWatch(self._exited)
+        self._owners = Owners()  # the network calls' threads -> their processes
         self._said: set[str] = set()
 
     @property
@@ -72,11 +74,12 @@ class RuntimePolicy:
         """The run is over: no more exit events."""
         self._exits.close()
         self._tracer.stop()
+        self._owners.close()
 
     # --- network (from the network engine's thread) ------------------------------
 
     def review_network(self, call: NetworkCall) -> int:
-        pid, parent = tasks.process_of(call.tid)
+        pid, parent = self._owners.of(call.tid)
         live_refusal = not call.denied and not self.rules.admits(pid, call)
         event = Event(call.syscall, NETWORK, pid, parent, host=call.host, ip=str(call.address),
                       port=call.port, denied=call.denied or live_refusal)
