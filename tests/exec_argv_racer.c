@@ -1,8 +1,12 @@
 /* The argv race of an exec check (test_policy_fn): a second thread rewrites the
    argument back and forth while the main thread execs "/bin/echo <arg>". The check
    may see "good" or "EVIL"; what runs must be what it saw.
-   racer ROUNDS data|heap|shared: where the argument lives (the program's .data,
-   malloc'd memory, or a shared mapping another process writes). */
+   racer ROUNDS data|heap|shared|vm: where the argument lives and who writes it (a
+   thread, in the program's .data or malloc'd memory; another process through a
+   shared mapping; a process sharing the whole address space, made by clone(CLONE_VM)). */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +18,17 @@
 static char in_data[8] = "good";
 static char *arg;
 static volatile int racing = 1;
+static char vm_stack[65536];
+
+static int race_in_process(void *parent) {
+    volatile char *target = arg;
+    /* Until the process it shared memory with has exec'd and ended. */
+    for (unsigned n = 1; n % 4096 || getppid() == (pid_t)(long)parent; n++) {
+        for (int i = 0; i < 4; i++) target[i] = "EVIL"[i];
+        for (int i = 0; i < 4; i++) target[i] = "good"[i];
+    }
+    return 0;
+}
 
 static void *race(void *unused) {
     volatile char *target = arg;  /* every store happens, none is optimised away */
@@ -44,7 +59,10 @@ int main(int argc, char **argv) {
         pid_t pid = fork();
         if (pid == 0) {
             pthread_t thread;
-            if (!writer)
+            if (strcmp(where, "vm") == 0)  /* a process, not a thread, in this memory */
+                clone(race_in_process, vm_stack + sizeof vm_stack, CLONE_VM | SIGCHLD,
+                      (void *)(long)getpid());
+            else if (!writer)
                 pthread_create(&thread, NULL, race, NULL);
             usleep(200);
             char *args[] = {"/bin/echo", arg, NULL};

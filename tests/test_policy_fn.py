@@ -272,10 +272,10 @@ def racer():
     shutil.rmtree(directory)
 
 
-@pytest.mark.parametrize("where", ["heap", "data", "shared"])
+@pytest.mark.parametrize("where", ["heap", "data", "shared", "vm"])
 def test_argv_rewritten_by_a_racing_thread_never_runs_unchecked(racer, where):
-    """A thread (or, "shared", another process) rewrites the argument while the exec
-    is checked: the callback allows "good" only, and what echo prints must be exactly
+    """A thread (or another process: "shared" through a shared mapping, "vm" sharing
+    the whole address space) rewrites the argument while the exec is checked: the callback allows "good" only, and what echo prints must be exactly
     the allowed execs, never "EVIL" nor a torn mix."""
     seen: list[str] = []
 
@@ -488,3 +488,20 @@ def test_deny_path_of_a_missing_path_denies_the_call_and_says_why(capfd):
     result = Sandbox(Policy(), policy_fn=on_event).run(["/bin/echo", "x"])
     assert result.exit_code == 126
     assert "deny_path: /nonexistent/secret: No such file or directory" in capfd.readouterr().err
+
+
+def test_deny_path_and_the_argv_check_as_an_unprivileged_user(as_nobody, world_tmp):
+    secret = world_tmp / "secret"
+    secret.write_text("the-key")
+    secret.chmod(0o644)
+    code = ("import sys\nfrom sandlock import Sandbox, Policy\n"
+            "def fn(e, c):\n"
+            "    if e.syscall == 'execve' and e.argv[-1:] == ('phase2',):\n"
+            f"        c.deny_path({str(secret)!r})\n"
+            "    return e.argv == ('/bin/echo', 'no')\n"
+            f"script = 'cat {secret}; echo; /bin/echo no; exec sh -c \"cat {secret}\" phase2'\n"
+            "r = Sandbox(Policy(), policy_fn=fn, quiet=True).run(['sh', '-c', script])\n"
+            "print(r.stdout.decode().split(), b'Permission denied' in r.stderr)")
+    result = subprocess.run(as_nobody([PY, "-c", code]), capture_output=True, text=True,
+                            cwd=world_tmp, timeout=60)
+    assert result.stdout.strip() == "['the-key'] True", result.stderr

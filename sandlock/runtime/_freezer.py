@@ -158,7 +158,11 @@ class ExecHold:
             return tid in (self._tid, self._pid)
         if value == ptrace.EVENT_EXEC:
             return tid == self._pid
-        return tid == self._tid and value == ptrace.EVENT_STOP
+        if value != ptrace.EVENT_STOP:
+            return False
+        # A caller traced before this check (no TRACEEXEC) reports its exec as the stop
+        # it was interrupted for, under the process's id once its own id is gone.
+        return tid == self._tid or (tid == self._pid and not os.path.exists(f"/proc/{self._tid}"))
 
     def release(self) -> None:
         """Let every held task go: the held answers first (the exec is over or
