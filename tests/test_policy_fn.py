@@ -275,8 +275,9 @@ def racer():
 @pytest.mark.parametrize("where", ["heap", "data", "shared", "vm"])
 def test_argv_rewritten_by_a_racing_thread_never_runs_unchecked(racer, where):
     """A thread (or another process: "shared" through a shared mapping, "vm" sharing
-    the whole address space) rewrites the argument while the exec is checked: the callback allows "good" only, and what echo prints must be exactly
-    the allowed execs, never "EVIL" nor a torn mix."""
+    the whole address space) rewrites the argument while the exec is checked: the
+    callback allows "good" only, and what echo prints must be exactly the allowed
+    execs, never "EVIL" nor a torn mix."""
     seen: list[str] = []
 
     def decide(event, ctx):
