@@ -256,6 +256,18 @@ def test_exec_by_descriptor_and_from_a_thread():
     assert refused.stdout == b"still here\n" and b"PermissionError" in refused.stderr
 
 
+def test_a_long_lived_sandbox_hears_every_process_it_runs():
+    recorder = Recorder(lambda e, c: e.argv == ("/bin/echo", "no"))
+    with open(os.devnull, "w") as quiet, Sandbox(Policy(), policy_fn=recorder) as sandbox:
+        assert sandbox.exec(["/bin/echo", "yes"], stdout=quiet.fileno()).wait() == 0
+        assert sandbox.exec(["/bin/echo", "no"], stderr=quiet.fileno()).wait() == 126
+        assert sandbox.call(os.getpid).success
+    execs = [e.argv for e in recorder.of("execve")]
+    assert execs == [("/bin/echo", "yes"), ("/bin/echo", "no")]
+    made = [e for e in recorder.events if e.syscall in ("fork", "vfork", "clone")]
+    assert len(made) == 3  # each exec's process and the call's, made by the resident
+
+
 # --- TOCTOU: the argv race ----------------------------------------------------------------
 
 
