@@ -307,6 +307,24 @@ def test_argv_rewritten_by_a_racing_thread_never_runs_unchecked(racer, where):
     assert len(seen) == 60
 
 
+def test_an_exec_from_a_process_busy_making_threads():
+    """Threads made while the caller's threads are being held are held from birth
+    (traced on creation): the exec is checked and runs."""
+    code = ("import os, threading, time\n"
+            "def spawner():\n"
+            "    while True:\n"
+            "        threading.Thread(target=time.sleep, args=(0.001,)).start()\n"
+            "for _ in range(3):\n"
+            "    threading.Thread(target=spawner, daemon=True).start()\n"
+            "time.sleep(0.2)\n"
+            "os.execv('/bin/echo', ['/bin/echo', 'ran'])")
+    recorder = Recorder()
+    for _ in range(5):
+        result = Sandbox(Policy(), policy_fn=recorder).run([SYSTEM_PY, "-c", code], timeout=30)
+        assert result.stdout == b"ran\n", result
+    assert len([e for e in recorder.of("execve") if e.path == "/bin/echo"]) == 5
+
+
 # --- failures and cost ---------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ while an exec is held.
 
 from __future__ import annotations
 
+import _thread
 import errno
 import os
 import time
@@ -178,11 +179,13 @@ class ExecHold:
 
 
 def _traced_by_us(tid: int) -> bool:
+    """Whether the calling thread traces ``tid`` (TracerPid names the tracing thread,
+    not its process)."""
     try:
         with open(f"/proc/{tid}/status", "rb") as file:
             for line in file:
                 if line.startswith(b"TracerPid:"):
-                    return int(line.split()[1]) == os.getpid()
+                    return int(line.split()[1]) == _thread.get_native_id()
     except (OSError, ValueError):
         pass
     return False
