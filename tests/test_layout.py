@@ -140,3 +140,12 @@ print(sorted(m for m in sys.modules if m.startswith("sandlock.") and m.count("."
 """ % (INTERNAL,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_every_subpackage_is_installed():
+    """A regular install ships what pyproject's package list names: a subpackage
+    left out works in an editable install and fails in a real one."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    assert {f"sandlock.{package}" for package in LAYERS} <= listed
