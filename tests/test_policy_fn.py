@@ -138,6 +138,28 @@ def test_network_events_carry_the_pinned_name_and_the_static_verdict(upstreams):
     assert lookups  # the name was looked up through sandlock's responder, seen too
 
 
+def test_lookups_pass_while_anything_is_allowed_and_stop_with_the_network(upstreams):
+    allowed, _ = upstreams
+
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.argv[-1:] == ("narrow",):
+            ctx.restrict_network([f"web.test:{allowed.port}"])
+        if event.syscall == "execve" and event.argv[-1:] == ("cut",):
+            ctx.restrict_network([])
+        return 0
+
+    snippet = fetch("web.test", allowed.port)
+    with FakeDns({"web.test": [allowed.host]}) as dns:
+        host, port = dns.address
+        policy = Policy(net_allow=[f"web.test:{allowed.port}"], dns_servers=[f"{host}:{port}"],
+                        dns_allow_private=True)
+        script = f"{PY} -c \"{snippet}\" narrow; {PY} -c \"{snippet}\" cut"
+        result = Sandbox(policy, policy_fn=decide, quiet=True).run(["sh", "-c", script])
+    narrowed, cut = result.stdout.decode().split("\n")[:2]
+    assert narrowed == "connected"
+    assert cut.startswith("refused")  # the lookup itself failed
+
+
 def test_a_callback_cannot_widen_the_static_policy(upstreams):
     allowed, denied = upstreams
 

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 @record
 class NetworkCall:
     """One destination of one call, as judged: ``tid`` the calling thread; ``host``
-    the pinned name of ``address``, if any; ``denied`` the static verdict."""
+    the pinned name of ``address``, if any; ``denied`` the static verdict; ``lookup``:
+    a DNS query, answered by sandlock's responder from the pinned table."""
 
     tid: int
     syscall: str
@@ -30,6 +31,7 @@ class NetworkCall:
     port: int
     host: str | None
     denied: bool
+    lookup: bool = False
 
 
 def reviewed(review: Callable[[NetworkCall], int] | None, tid: int, syscall: str,
@@ -39,7 +41,7 @@ def reviewed(review: Callable[[NetworkCall], int] | None, tid: int, syscall: str
     if review is None or not isinstance(address, InetAddress) or not decision.protocol:
         return decision
     call = NetworkCall(tid, syscall, decision.protocol, address.address, address.port,
-                       decision.verdict.hostname, not decision.allowed)
+                       decision.verdict.hostname, not decision.allowed, decision.to_dns_responder)
     error = review(call)
     if not error or not decision.allowed:
         return decision

@@ -75,9 +75,8 @@ class LiveRules:
 
     def admits(self, pid: int, call: NetworkCall) -> bool:
         """Whether the live rules let process ``pid`` reach ``call``'s destination.
-        DNS to sandlock's responder (the destination a lookup names, port 53) passes
-        while the rules admit anything at all: its answers come from the pinned
-        table."""
+        A DNS query sandlock's responder answers passes while the rules admit anything
+        at all: its answers come from the pinned table, never from elsewhere."""
         process = self._by_process.get(pid)
         return all(_admit(rules, call) for rules in (self.network, process) if rules is not None)
 
@@ -87,7 +86,7 @@ def _admit(rules: tuple[NetRule, ...], call: NetworkCall) -> bool:
 
     if not rules:
         return False
-    if call.port == 53 and call.protocol in ("udp", "tcp") and call.host is None:
+    if call.lookup:  # to sandlock's responder: answered from the pinned table
         return True
     endpoint = Endpoint(call.protocol, call.address, call.port)
     return rules_admit(rules, endpoint, frozenset((call.host,)) if call.host else frozenset())
