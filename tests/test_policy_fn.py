@@ -290,6 +290,28 @@ def test_a_long_lived_sandbox_hears_every_process_it_runs():
     assert len(made) == 3  # each exec's process and the call's, made by the resident
 
 
+def test_a_slow_callback_on_a_new_process_holds_back_only_that_process():
+    """While the callback ponders one process's child, another process forks and
+    execs: its events are heard, which is what ends the first wait."""
+    fast_seen = threading.Event()
+    slow_waited: list[bool] = []
+
+    def decide(event, ctx):
+        if event.syscall in ("fork", "vfork", "clone"):
+            with open(f"/proc/{event.parent_pid}/cmdline", "rb") as file:
+                if file.read().endswith(b"slow\0"):
+                    slow_waited.append(fast_seen.wait(15))  # False: nobody else was heard
+        if event.argv == ("/bin/echo", "fast"):
+            fast_seen.set()
+        return 0
+
+    forker = "import os\npid = os.fork()\nos._exit(0) if pid == 0 else os.waitpid(pid, 0)"
+    script = f"{PY} -c \"{forker}\" slow & sleep 0.5; /bin/echo fast; wait"
+    result = Sandbox(Policy(), policy_fn=decide).run(["sh", "-c", script], timeout=60)
+    assert result.stdout == b"fast\n" and result.exit_code == 0
+    assert slow_waited == [True]
+
+
 # --- TOCTOU: the argv race ----------------------------------------------------------------
 
 

@@ -88,7 +88,8 @@ class ExecHold:
         processes = [self._pid]
         if everyone or (self._shared_vm and self._memory_shared()):
             processes = [pid for pid in tasks.processes_under(self._root) if pid != self._root]
-        return [tid for pid in processes for tid in tasks.threads_of(pid)]
+        newborn = self._tracer.newborn  # stopped before their first instruction: left alone
+        return [tid for pid in processes if pid not in newborn for tid in tasks.threads_of(pid)]
 
     def _memory_shared(self) -> bool:
         return any(pid not in (self._pid, self._root) and tasks.share_memory(self._pid, pid)

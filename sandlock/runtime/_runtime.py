@@ -21,7 +21,7 @@ import time
 from ..kernel import Gone, ptrace, tasks
 from ._callback import Callback
 from ._context import Context
-from ._events import NETWORK, PROCESS, Event
+from ._events import NETWORK, PROCESS, Answer, Event
 from ._exec import read_exec
 from ._exits import ExitWatch
 from ._freezer import ExecHold, Unfreezable
@@ -224,13 +224,21 @@ class RuntimePolicy:
             return
         pid, _ = tasks.process_of(tid)
         self.rules.inherit(pid, child)
-        answer = self._callback.ask(Event(syscall, PROCESS, child, pid))
+        self._tracer.newborn.add(child)
+        event = Event(syscall, PROCESS, child, pid)
+        self._tracer.aside(lambda: self._callback.ask(event),
+                           lambda answer: self._conclude_creation(child, pid, born, answer))
+
+    def _conclude_creation(self, child: int, parent: int, born: tuple[str, int],
+                           answer: Answer) -> None:
+        """On the tracer, once the callback has answered about ``child``."""
+        self._tracer.newborn.discard(child)
         if answer.error:
             os.kill(child, 9)  # refused: it dies before it runs
             while born[0] != "exit":  # (its end is told to its tracer first)
                 born = ptrace.wait_event(child)
             return
-        self._exits.watch(child, pid)
+        self._exits.watch(child, parent)
         self._tracer.let_go(child, born)
 
     def _exited(self, pid: int, parent: int) -> None:

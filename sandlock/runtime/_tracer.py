@@ -7,6 +7,11 @@ stopped task, and one that was stopped on its way into a call the supervisor hol
 (an exec or fork waiting for this very thread) stops only once that call is answered.
 Such tasks wait in ``pending`` and are let go as they stop; a later check that needs
 one takes it over (``adopt``).
+
+A new process waits, stopped at its birth, for the callback's word on it; the callback
+runs aside (``aside``), so that a slow one holds back only that process, and the
+tracer concludes when it has answered. Exec checks leave such a ``newborn`` alone: it
+has not run an instruction.
 """
 
 from __future__ import annotations
@@ -20,22 +25,44 @@ from ..kernel import ptrace
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 _IDLE = object()
 _POLL_SECONDS = 0.001  # while tasks wait to be let go
+_ASIDE_THREADS = 8  # callbacks about new processes that may run at once
 
 
 class Tracer:
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.pending: set[int] = set()
+        self.newborn: set[int] = set()
+        self._aside: queue.SimpleQueue = queue.SimpleQueue()
+        self._helpers = 0
         threading.Thread(target=self._run, daemon=True, name="sandlock-tracer").start()
 
     def submit(self, job: Callable[[], None]) -> None:
         self._jobs.put(job)
 
+    def aside(self, ask: Callable[[], T], then: Callable[[T], None]) -> None:
+        """``ask()`` on a helper thread, then ``then(answer)`` here, on the tracer."""
+        self._aside.put((ask, then))
+        if self._helpers < _ASIDE_THREADS:
+            self._helpers += 1
+            threading.Thread(target=self._help, daemon=True, name="sandlock-policy-fn").start()
+
+    def _help(self) -> None:
+        while (work := self._aside.get()) is not None:
+            ask, then = work
+            answer = ask()
+            self.submit(lambda then=then, answer=answer: then(answer))
+
     def stop(self) -> None:
         self._jobs.put(None)
+        for _ in range(self._helpers):
+            self._aside.put(None)
 
     def let_go(self, tid: int, report: tuple[str, int] | None = None) -> None:
         """Detach ``tid`` now if it is stopped (``report``: its stop, if taken), else
