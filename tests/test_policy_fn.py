@@ -580,3 +580,14 @@ def test_deny_path_and_the_argv_check_as_an_unprivileged_user(as_nobody, world_t
     result = subprocess.run(as_nobody([PY, "-c", code]), capture_output=True, text=True,
                             cwd=world_tmp, timeout=60)
     assert result.stdout.strip() == "['the-key'] True", result.stderr
+
+
+def test_a_callback_that_exits_denies_like_one_that_raises(capfd):
+    def leaving(event, ctx):
+        if event.syscall in ("fork", "vfork", "clone"):
+            sys.exit("the embedding program's callback called sys.exit")
+        return 0
+
+    result = Sandbox(Policy(), policy_fn=leaving).run(["sh", "-c", "(true); echo $?"])
+    assert result.stdout == b"137\n"  # the subshell refused: killed at birth
+    assert "SystemExit" in capfd.readouterr().err

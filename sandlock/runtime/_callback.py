@@ -28,7 +28,7 @@ class Callback:
     def ask(self, event: Event) -> Answer:
         try:
             answer = answer_of(self._fn(event, self._context))
-        except Exception:  # noqa: BLE001 - any failure of the caller's code denies
+        except BaseException:  # noqa: BLE001 - any failure of the caller's code denies (sys.exit too)
             self._failed(event)
             answer = DENY
         if self._audit is not None and (answer.audit or answer.error):
