@@ -38,6 +38,8 @@ RESULT_BUFFER = 1 << 20  # the results socket's receive buffer: a burst of clone
 MAX_VALUE = 1 << 18  # a clone's pickled value, at most (a message's size on the socket)
 
 
+_OPEN, _CLOSED, _HELD = "open", "closed", "held"  # the results socket, after _collect
+
 class LiveSandbox:
     """The running sandbox of a ``with Sandbox(...)`` block: its resident, the requests
     sent to it, and the state of every process it started (kept by the reader)."""
@@ -203,11 +205,14 @@ class LiveSandbox:
         poller.register(self._control, select.POLLIN)
         if self._results is not None:
             poller.register(self._results, select.POLLIN)
+        held = False  # the results socket is left unread until pids come
         while True:
             for fd, _events in poller.poll():
                 if fd != self._control.fileno():
-                    if not self._collect():
-                        poller.unregister(fd)  # no clone can send any more
+                    state = self._collect()
+                    if state != _OPEN:
+                        poller.unregister(fd)  # no clone can send any more, or held
+                        held = state == _HELD
                     continue
                 try:
                     message = self._control.recv(4096)
@@ -216,6 +221,9 @@ class LiveSandbox:
                 if not message:
                     return
                 self._heard(message.split(b" ", 3))
+                if held and not self._pids_awaited:
+                    poller.register(self._results, select.POLLIN)
+                    held = False
 
     def _ended(self) -> None:
         self._process.wait()  # the sandbox is gone: its end reported, its hooks run
@@ -247,6 +255,9 @@ class LiveSandbox:
                 self._by_pid[number] = process
                 self._pids_awaited -= 1
                 process._outcome = self._unclaimed.pop(number, b"")
+                if not self._pids_awaited:
+                    self._unclaimed.clear()  # every clone is known: the rest spoke for no clone
+                    self._collect()  # values left waiting in the socket meanwhile
         elif kind == b"exit":
             if isinstance(process, Clone):
                 self._collect()  # its value, sent before it exited, is there by now
@@ -260,28 +271,34 @@ class LiveSandbox:
             if isinstance(process, Clone):
                 self._pids_awaited -= 1
 
-    def _collect(self) -> bool:
+    def _collect(self) -> str:
         """The clones' values waiting on the results socket: the kernel says which
         process sent each (SCM_CREDENTIALS), so a clone speaks only for itself; the
-        first value a clone sends is its value. False once no process holds the
-        socket's other end."""
+        first value a clone sends is its value. _CLOSED once no process holds the
+        socket's other end; _HELD when values ahead of their clones' pids fill the
+        room kept for them: the rest waits in the socket (the kernel bounds it) until
+        those pids are known, so that a value is never dropped for lack of room."""
         while True:
+            with self._changed:
+                if self._pids_awaited and len(self._unclaimed) >= self._pids_awaited:
+                    return _HELD
             try:
                 data, ancillary, _flags, _address = self._results.recvmsg(
                     MAX_VALUE, socket.CMSG_SPACE(_CREDENTIALS), socket.MSG_DONTWAIT)
             except BlockingIOError:
-                return True
+                return _OPEN
             except OSError:
-                return False
+                return _CLOSED
             if not data and not ancillary:
-                return False
+                return _CLOSED
             sender = _sender(ancillary)
             with self._changed:
                 clone = self._by_pid.get(sender)
                 if clone is None:
-                    # A clone's value ahead of its pid, or another process's: bounded,
-                    # so no process of the sandbox can fill sandlock's memory with them.
-                    if len(self._unclaimed) < self._pids_awaited:
+                    # A clone's value ahead of its pid, or another process's: kept only
+                    # while pids are awaited, and at most one per awaited pid, so no
+                    # process of the sandbox can fill sandlock's memory with them.
+                    if self._pids_awaited:
                         self._unclaimed.setdefault(sender, data)
                 elif not clone._outcome:
                     clone._outcome = data
