@@ -230,7 +230,7 @@ def test_a_refused_process_never_runs(tmp_path):
     assert not marker.exists()
 
 
-def test_restrict_max_processes_from_the_callback():
+def test_restrict_max_processes_from_the_callback(capfd):
     def decide(event, ctx):
         if event.syscall == "execve" and event.argv[-1:] == ("spawner",):
             ctx.restrict_max_processes(3)
@@ -240,9 +240,11 @@ def test_restrict_max_processes_from_the_callback():
             "    try:\n        procs.append(subprocess.Popen(['sleep', '2']))\n"
             "    except BlockingIOError:\n        refused += 1\n"
             "for p in procs:\n    p.kill(); p.wait()\nprint(len(procs), refused)")
-    result = Sandbox(Policy(), policy_fn=decide, quiet=True).run([PY, "-c", code, "spawner"], timeout=60)
+    result = Sandbox(Policy(), policy_fn=decide).run([PY, "-c", code, "spawner"], timeout=60)
     started, refused = map(int, result.stdout.split())
     assert started <= 2 and refused >= 4  # the interpreter is one of the three
+    said = capfd.readouterr().err
+    assert "process limit 3 reached" in said and "policy_fn's restrict_max_processes" in said
 
 
 def test_restrict_max_memory_from_the_callback(capfd):

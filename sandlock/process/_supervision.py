@@ -207,9 +207,11 @@ class Supervision:
             return True
         listener.reply(notification.id, error=errno.EAGAIN)
         if self._gate.refused == 1:  # the first: a fork bomb's next million are counted
+            source = ("-P/--max-processes raises it" if self._gate.cap == self._policy.max_processes
+                      else "set by policy_fn's restrict_max_processes")
             self._hit("max_processes", self._gate.cap, "deny",
                       f"process limit {self._gate.cap} reached: a fork failed with EAGAIN "
-                      "(-P/--max-processes raises it)", pid=notification.pid)
+                      f"({source})", pid=notification.pid)
         return False
 
     def _build_network(self) -> Network | None:
