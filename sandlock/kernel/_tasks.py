@@ -60,6 +60,19 @@ def process_of(tid: int) -> tuple[int, int]:
     return fields.get(b"Tgid", 0), fields.get(b"PPid", 0)
 
 
+def tracer_of(tid: int) -> int:
+    """The thread tracing ``tid`` (TracerPid names a thread, not its process); 0 if
+    none, or if ``tid`` is gone."""
+    try:
+        with open(f"/proc/{tid}/status", "rb") as file:
+            for line in file:
+                if line.startswith(b"TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def state_of(tid: int) -> str:
     """The task's state letter (R running, S/D sleeping, t traced, Z ...); "X" if gone."""
     try:

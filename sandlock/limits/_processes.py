@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 import time
 
+from ..kernel import tasks
+
 FLIGHT_SECONDS = 0.01
 _REMEMBERED = 4096  # forking threads whose process is remembered
 _INIT = 1  # sandlock's init: in the namespace, not one of the command's processes
@@ -58,7 +60,7 @@ class ProcessGate:
     def _first_fork_of(self, tid: int) -> int:
         """Read ``tid``'s process and parent once (a shell forking in a loop costs no
         more reads), and settle the in-flight fork that made its process, if any."""
-        process, parent = _process_and_parent(tid)
+        process, parent = tasks.process_of(tid)
         if len(self._processes) >= _REMEMBERED:
             self._processes.clear()  # (threads come and go: bounded, read again if needed)
         self._processes[tid] = process
@@ -75,36 +77,11 @@ class ProcessGate:
     def _flying(self) -> int:
         """Forks let go whose process may not be listed yet."""
         recent = time.monotonic() - FLIGHT_SECONDS
+        # A forking thread still alive may still be in its fork; one that ended is done.
         self._in_flight = {tid: entry for tid, entry in self._in_flight.items()
-                           if entry[0] > recent and _running(tid)}
+                           if entry[0] > recent and tasks.state_of(tid) not in ("Z", "X")}
         return len(self._in_flight)
 
     def close(self) -> None:
         os.close(self._proc_fd)
 
-
-def _process_and_parent(tid: int) -> tuple[int, int]:
-    """(process, parent process) of thread ``tid``; (0, 0) if it is gone."""
-    fields = {}
-    try:
-        with open(f"/proc/{tid}/status", "rb") as file:
-            for line in file:
-                name, _, value = line.partition(b":")
-                if name in (b"Tgid", b"PPid"):
-                    fields[name] = int(value)
-                    if len(fields) == 2:
-                        break
-    except (OSError, ValueError):
-        pass
-    return fields.get(b"Tgid", 0), fields.get(b"PPid", 0)
-
-
-def _running(tid: int) -> bool:
-    """Whether thread ``tid`` (sandlock's view of it) is alive, so perhaps still in
-    the fork it made; one that exited made it to the end."""
-    try:
-        with open(f"/proc/{tid}/stat", "rb") as file:
-            state = file.read().rsplit(b")", 1)[1].split(None, 1)[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")

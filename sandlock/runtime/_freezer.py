@@ -109,10 +109,12 @@ class ExecHold:
         try:
             ptrace.seize(tid, options)
         except ptrace.Refused as exc:
-            if exc.errno == errno.EPERM and (self._tracer.adopt(tid) or _traced_by_us(tid)):
-                self._traced.append(tid)  # left by an earlier check, or born traced here
-                return True
-            raise Unfreezable(str(exc)) from None
+            # Traced here already: left by an earlier check, or born traced (TRACECLONE).
+            if exc.errno != errno.EPERM or not (
+                    self._tracer.adopt(tid) or tasks.tracer_of(tid) == _thread.get_native_id()):
+                raise Unfreezable(str(exc)) from None
+            self._traced.append(tid)
+            return True
         except OSError:
             return False  # gone
         self._traced.append(tid)
@@ -177,16 +179,3 @@ class ExecHold:
         finally:
             self._traced.clear()
             self._stopped.clear()
-
-
-def _traced_by_us(tid: int) -> bool:
-    """Whether the calling thread traces ``tid`` (TracerPid names the tracing thread,
-    not its process)."""
-    try:
-        with open(f"/proc/{tid}/status", "rb") as file:
-            for line in file:
-                if line.startswith(b"TracerPid:"):
-                    return int(line.split()[1]) == _thread.get_native_id()
-    except (OSError, ValueError):
-        pass
-    return False
