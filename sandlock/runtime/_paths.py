@@ -19,7 +19,8 @@ import os
 from .._record import record
 from ..kernel import read_memory, read_string
 
-_AT_FDCWD = -100
+AT_FDCWD = -100
+PATH_MAX = 4096
 _O_PATH = os.O_PATH | os.O_CLOEXEC
 _RESOLVE_IN_ROOT = 0x10
 _OPEN_HOW_SIZE = 24
@@ -34,16 +35,27 @@ class PathCall:
     dirfd: int
     path: bytes
 
+    def absolute(self, tid: int) -> str:
+        """The path as thread ``tid``'s root sees it, a relative one joined (not
+        normalised: ".." follows the filesystem) to its working directory or to the
+        directory ``dirfd`` is. OSError if neither can be read."""
+        path = os.fsdecode(self.path)
+        if path.startswith("/"):
+            return path
+        base = (os.readlink(f"/proc/{tid}/cwd") if self.dirfd == AT_FDCWD
+                else os.readlink(f"/proc/{tid}/fd/{self.dirfd}"))
+        return os.path.join(base, path) if path else base
+
 
 def read_open(tid: int, syscall: str, args: tuple[int, ...]) -> PathCall:
     """Materialize open/openat/openat2/creat's path (OSError if unreadable)."""
     if syscall in ("openat", "openat2"):
-        dirfd, address = _signed(args[0]), args[1]
+        dirfd, address = signed_int(args[0]), args[1]
         if syscall == "openat2":
             read_memory(tid, args[2], min(args[3], _OPEN_HOW_SIZE))  # EFAULT as the kernel
     else:
-        dirfd, address = _AT_FDCWD, args[0]
-    return PathCall(dirfd, read_string(tid, address, 4096))
+        dirfd, address = AT_FDCWD, args[0]
+    return PathCall(dirfd, read_string(tid, address, PATH_MAX))
 
 
 class DeniedPaths:
@@ -76,7 +88,7 @@ class DeniedPaths:
         does not exist yet, would be made in a denied directory)."""
         root = os.open(f"/proc/{tid}/root", _O_PATH | os.O_DIRECTORY)
         try:
-            path = _absolute(tid, call)
+            path = call.absolute(tid)
             found = _in_root(root, path)
             if found is None:  # not there (yet): where it would be made
                 path = os.path.dirname(path.rstrip("/")) or "/"
@@ -121,17 +133,6 @@ class DeniedPaths:
             os.close(current)
 
 
-def _absolute(tid: int, call: PathCall) -> str:
-    """The path as the caller's root sees it: a relative one joined to its working
-    directory or to the directory ``dirfd`` is."""
-    path = os.fsdecode(call.path)
-    if path.startswith("/"):
-        return path
-    base = (os.readlink(f"/proc/{tid}/cwd") if call.dirfd == _AT_FDCWD
-            else os.readlink(f"/proc/{tid}/fd/{call.dirfd}"))
-    return f"{base}/{path}" if path else base
-
-
 def _in_root(root: int, path: str) -> int | None:
     """An O_PATH descriptor on ``path`` looked up from ``root`` as from "/"; None if
     it is not there."""
@@ -157,6 +158,8 @@ def _is_dir(info: os.stat_result) -> bool:
     return stat.S_ISDIR(info.st_mode)
 
 
-def _signed(value: int) -> int:
+
+def signed_int(value: int) -> int:
+    """A register's int argument (a dirfd) as the kernel reads it: 32-bit, signed."""
     value &= 0xFFFFFFFF
     return value - (1 << 32) if value >= 1 << 31 else value
