@@ -66,8 +66,7 @@ class Watches:
         if self._memory is not None:
             self._memory.limit = min(self._memory.limit, limit)
         elif self._watch_fd >= 0 and self._kill is not None:
-            shown = f"{limit / (1 << 20):.0f}M"
-            self._watch_memory(limit, shown, "policy_fn's restrict_max_memory")
+            self._watch_memory(limit, _mib(limit), "policy_fn's restrict_max_memory")
         else:  # the command has not started yet: watch() applies it
             self._pending_memory = min(limit, self._pending_memory or limit)
 
@@ -78,7 +77,7 @@ class Watches:
             self._kill()
             # Said as it happens: the CLI and Sandbox.run alike.
             self._hit("max_memory", shown, "kill", f"memory limit {shown} exceeded "
-                      f"({used / (1 << 20):.0f}M in use): killed the sandbox ({source})", used=used)
+                      f"({_mib(used)} in use): killed the sandbox ({source})", used=used)
 
         self._memory = MemoryWatch(limit, os.dup(self._watch_fd), exceeded)
         self._memory.start()
@@ -109,3 +108,7 @@ class Watches:
             if fd >= 0:
                 os.close(fd)
         self._watch_fd = self._pause_fd = -1
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.0f}M"
