@@ -424,16 +424,6 @@ def test_without_policy_fn_nothing_of_it_is_loaded_or_supervised(tmp_path):
     assert result.stdout.split() == ["ok", "False", "False", "False"], result.stderr
 
 
-def test_policy_fn_as_an_unprivileged_user(as_nobody, world_tmp):
-    code = ("from sandlock import Sandbox, Policy\nseen = []\n"
-            "def fn(e, c):\n    seen.append(e.syscall)\n    return e.argv == ('/bin/echo', 'no')\n"
-            "r = Sandbox(Policy(), policy_fn=fn).run(['sh', '-c', '/bin/echo yes; /bin/echo no; true'])\n"
-            "print(r.stdout.decode().split(), 'execve' in seen, 'exit' in seen)")
-    result = subprocess.run(as_nobody([PY, "-c", code]), capture_output=True, text=True,
-                            cwd=world_tmp, timeout=60)
-    assert result.stdout.strip() == "['yes'] True True", result.stderr
-
-
 def test_a_slow_callback_holds_back_only_the_caller(upstreams):
     """While the callback ponders one process's connect, another process's connect is
     heard and goes through: the second one's callback is what ends the first's wait."""
@@ -567,21 +557,25 @@ def test_deny_path_of_a_missing_path_denies_the_call_and_says_why(capfd):
     assert "deny_path: /nonexistent/secret: No such file or directory" in capfd.readouterr().err
 
 
-def test_deny_path_and_the_argv_check_as_an_unprivileged_user(as_nobody, world_tmp):
+def test_policy_fn_as_an_unprivileged_user(as_nobody, world_tmp):
+    """Events, an exec refused and deny_path, run by nobody."""
     secret = world_tmp / "secret"
     secret.write_text("the-key")
     secret.chmod(0o644)
-    code = ("import sys\nfrom sandlock import Sandbox, Policy\n"
+    code = ("import sys\nfrom sandlock import Sandbox, Policy\nseen = []\n"
             "def fn(e, c):\n"
+            "    seen.append(e.syscall)\n"
             "    if e.syscall == 'execve' and e.argv[-1:] == ('phase2',):\n"
             f"        c.deny_path({str(secret)!r})\n"
             "    return e.argv == ('/bin/echo', 'no')\n"
-            f"script = 'cat {secret}; echo; /bin/echo no; exec sh -c \"cat {secret}\" phase2'\n"
+            f"script = 'cat {secret}; echo; /bin/echo yes; /bin/echo no; "
+            f"exec sh -c \"cat {secret}\" phase2'\n"
             "r = Sandbox(Policy(), policy_fn=fn, quiet=True).run(['sh', '-c', script])\n"
-            "print(r.stdout.decode().split(), b'Permission denied' in r.stderr)")
+            "print(r.stdout.decode().split(), b'Permission denied' in r.stderr,"
+            " 'execve' in seen, 'exit' in seen)")
     result = subprocess.run(as_nobody([PY, "-c", code]), capture_output=True, text=True,
                             cwd=world_tmp, timeout=60)
-    assert result.stdout.strip() == "['the-key'] True", result.stderr
+    assert result.stdout.strip() == "['the-key', 'yes'] True True True", result.stderr
 
 
 def test_a_callback_that_exits_denies_like_one_that_raises(capfd):
