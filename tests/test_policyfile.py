@@ -117,6 +117,13 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "max_open_files": (["--max-open-files", "256"], "[limits]\nmax_open_files = 256"),
         "max_file_size": (["--max-file-size", "50M"], "[limits]\nmax_file_size = 52428800"),
         "max_output": (["--max-output", "1M"], '[limits]\nmax_output = "1024K"'),
+        "workdir": (["--workdir", str(work)], f'[workspace]\ndir = "{work}"'),
+        "on_exit": (["--workdir", str(work), "--on-exit", "keep"],
+                    f'[workspace]\ndir = "{work}"\non_exit = "keep"'),
+        "on_error": (["--workdir", str(work), "--on-error", "commit"],
+                     f'[workspace]\ndir = "{work}"\non_error = "commit"'),
+        "max_disk": (["--workdir", str(work), "--max-disk", "1G"],
+                     f'[workspace]\ndir = "{work}"\nmax_disk = "1G"'),
     }
 
 

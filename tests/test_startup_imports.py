@@ -30,6 +30,7 @@ ALLOWED = {
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
     "sandlock.process._supervision", "sandlock.process._sandbox", "sandlock.process._terminal",
+    "sandlock.process._inputs",  # (split from _sandbox: the checks of argv, fds, environment)
     "sandlock.net",  # the package only: the engine is built after the command execs
 }
 # Never loaded by a default run, not even after exec (TLS, the proxy, policy files,
@@ -40,6 +41,7 @@ NEVER = {
     "mitmproxy", "cryptography", "dns", "tree_sitter",
     "sandlock.ca", "sandlock.shellpolicy", "sandlock.proxy._launcher",
     "sandlock.process._confine_self", "sandlock.confinement._static",  # sandlock.confine() alone
+    "sandlock.cow", "sandlock.process._cow", "sandlock.cli._workspace",  # --workdir runs only
 }
 
 DRIVER = """

@@ -80,7 +80,8 @@ def _run(args: Namespace) -> int:
         sys.stdout.write(dumps(policy, comments=_widening_notes(policy)))
         return 0
     return _execute(policy, _command_of(args), audit=args.audit, quiet=args.quiet,
-                    pass_fds=args.pass_fds, full_access=args.dangerously_allow_full_access)
+                    pass_fds=args.pass_fds, full_access=args.dangerously_allow_full_access,
+                    dry_run=args.dry_run)
 
 
 def _vet(args: Namespace) -> int:
@@ -150,7 +151,8 @@ def _learn(args: Namespace) -> int:
 
 
 def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bool,
-             pass_fds: list[int] | tuple[int, ...] = (), full_access: bool = False) -> int:
+             pass_fds: list[int] | tuple[int, ...] = (), full_access: bool = False,
+             dry_run: bool = False) -> int:
     """Run ``command`` under ``policy`` in the foreground; its exit status."""
     from ..process import Sandbox, TimeoutExpired
 
@@ -173,7 +175,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
     sandbox = Sandbox(policy, audit=audit, quiet=quiet, dangerously_allow_full_access=full_access)
     relay = _output_relay(policy)
     try:
-        process = sandbox.start(command, foreground=True, pass_fds=pass_fds,
+        process = sandbox.start(command, foreground=True, pass_fds=pass_fds, dry_run=dry_run,
                                 **(relay.child_stdio() if relay else {}))
     except PolicyError as exc:
         fail(_option_error(exc))
@@ -227,7 +229,8 @@ def _name_what_was_outside(policy: Policy, command: list[str]) -> None:
 
     env = {**os.environ, **policy.env}
     home = env.get("HOME") or os.path.expanduser("~")
-    for path, denied in unreachable(command[1:], home, policy.cwd or os.getcwd(), env):
+    cwd = policy.cwd or policy.workdir or os.getcwd()
+    for path, denied in unreachable(command[1:], home, cwd, env):
         if denied:
             print(f"sandlock: note: {path} is a credential store, denied in every policy",
                   file=sys.stderr)
@@ -288,6 +291,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return selftest()
     if args.subcommand == "profile":
         return _profile(args)
+    if args.subcommand == "workspace":
+        from ._workspace import main as workspace
+
+        return workspace(args)
     if args.subcommand == "learn":
         return _learn(args)
     if args.subcommand == "policy":

@@ -13,7 +13,7 @@ namespace (tests/test_cli_options.py).
 from __future__ import annotations
 
 from .._record import record
-from ..policy import HTTPS_INSPECT_MODES, MODES, flag_of
+from ..policy import HTTPS_INSPECT_MODES, MODES, WORKSPACE_ACTIONS, flag_of
 
 
 @record
@@ -58,6 +58,7 @@ GROUPS = {
     "confinement": "confinement",
     "process": "process",
     "limits": "resource limits, for the sandbox as a whole (see docs/usage.md)",
+    "workspace": "copy-on-write workspace (see docs/workspace.md)",
 }
 
 POLICY_OPTIONS = (
@@ -141,7 +142,7 @@ POLICY_OPTIONS = (
                    "environment (for secrets: not in sandlock's command line) (repeatable)"),
     _policy_option("process", "clean_env", action="store_true",
                    help="keep only PATH HOME TERM LANG USER SHELL from the environment"),
-    _policy_option("process", "cwd", "--workdir", metavar="DIR",
+    _policy_option("process", "cwd", metavar="DIR",
                    help="run COMMAND in DIR (the default workspace's writable directory)"),
     _policy_option("process", "timeout", "-t", type=float, metavar="SECONDS",
                    help="kill COMMAND and everything it started after SECONDS (exit 124)"),
@@ -162,6 +163,18 @@ POLICY_OPTIONS = (
     _policy_option("limits", "max_output", metavar="SIZE",
                    help="keep at most SIZE of COMMAND's stdout and of its stderr; the rest "
                    "is dropped, and said"),
+    _policy_option("workspace", "workdir", metavar="DIR",
+                   help="run COMMAND in DIR, its writes to DIR captured copy-on-write: "
+                   "the real DIR changes only when they are committed"),
+    _policy_option("workspace", "on_exit", choices=WORKSPACE_ACTIONS,
+                   help="after a success: commit (default), abort (discard) or keep the "
+                   "changes (`sandlock workspace`)"),
+    _policy_option("workspace", "on_error", choices=WORKSPACE_ACTIONS,
+                   help="after a failure (non-zero exit, signal, timeout, limit): abort "
+                   "(default), commit or keep"),
+    _policy_option("workspace", "max_disk", metavar="SIZE",
+                   help="the captured writes may take at most SIZE; past it, writes fail "
+                   "with ENOSPC"),
 )
 
 # `run`'s own options, each with its value when not given.
@@ -179,6 +192,9 @@ RUN_OPTIONS = (
     (_option("filesystem", "dangerously_allow_full_access", "--dangerously-allow-full-access",
              action="store_true", help="consent to --mode full-access (announced on stderr "
              "and in the audit log)"), False),
+    (_option("workspace", "dry_run", "--dry-run", action="store_true",
+             help="run, print what COMMAND changed in the workspace (--workdir, default "
+             "the current directory) and discard it; nothing else is written either"), False),
     (_option("process", "pass_fds", "--pass-fd", action="append", type=int, metavar="N",
              help="let COMMAND inherit descriptor N (repeatable; every other one above 2 "
              "is closed)"), []),

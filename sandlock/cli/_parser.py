@@ -51,6 +51,7 @@ COMMANDS = {
     "learn": "run COMMAND with the network open but observed, and write the policy it needs",
     "policy": "test what a policy allows",
     "profile": "list, show or validate policy profiles",
+    "workspace": "list kept copy-on-write workspaces; diff, commit or abort one",
     "ca": "manage sandlock's persistent CA (init, show, export, install, uninstall)",
     "check": "show which kernel features sandlock can use",
     "selftest": "run real confined programs and check each protection",
@@ -87,7 +88,7 @@ def _build(wanted: str | None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=Parser)
     builders = {"run": _add_run_parser, "learn": _add_learn_parser,
                 "policy": _add_policy_parser, "profile": _add_profile_parser,
-                "vet": _add_vet_parser}
+                "vet": _add_vet_parser, "workspace": _add_workspace_parser}
     if wanted not in COMMANDS:
         wanted = None  # build them all: --help, or argparse's error listing the choices
     for name, summary in COMMANDS.items():
@@ -175,6 +176,28 @@ def _add_profile_parser(commands: argparse._SubParsersAction) -> None:
     validate = actions.add_parser("validate", help="check policy files (exit 2 if any is "
                                   "invalid)")
     validate.add_argument("files", nargs="+", metavar="FILE")
+
+
+def _add_workspace_parser(commands: argparse._SubParsersAction) -> None:
+    workspace = commands.add_parser(
+        "workspace", help=COMMANDS["workspace"],
+        description="The workspaces of `run --workdir` that were kept (--on-exit keep, "
+        "--on-error keep, conflicts, an interrupted run), in "
+        "$XDG_STATE_HOME/sandlock/workspaces (docs/workspace.md).")
+    actions = workspace.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser,
+                                       required=True)
+    actions.add_parser("list", help="the workspaces, with their directory, state and changes")
+    diff = actions.add_parser("diff", help="what a workspace changes (A added, M modified, "
+                              "D deleted), or with --patch a unified diff")
+    diff.add_argument("id", metavar="ID")
+    diff.add_argument("--patch", action="store_true", help="show a unified diff (diff -ruN)")
+    commit = actions.add_parser("commit", help="apply a workspace to its directory, then "
+                                "remove it (what changed there since its run is left aside)")
+    commit.add_argument("id", metavar="ID")
+    commit.add_argument("--force", action="store_true",
+                        help="apply even what changed in the directory since the run")
+    abort = actions.add_parser("abort", help="remove a workspace without applying it")
+    abort.add_argument("id", metavar="ID")
 
 
 def _add_learn_parser(commands: argparse._SubParsersAction) -> None:

@@ -1,7 +1,8 @@
 """Policy -> the kernel objects a command is confined with: the Landlock ruleset
 (filesystem grants and denies, IPC scopes) and the seccomp program, prepared in
 sandlock's process and applied by the forked child right before exec; and the plan of
-the sandbox's namespaces (its /proc, private scratch directories, autorun files). Their
+the sandbox's namespaces (its /proc, private scratch directories, autorun files,
+the copy-on-write workspace's overlay). Their
 static variant, for a process that confines itself without a supervisor.
 
 Internal to sandlock (not public API).
@@ -19,8 +20,9 @@ if TYPE_CHECKING:
         sandlock_ca_cache_dir,
         sandlock_ca_dir,
         sandlock_runtime_dir,
+        workspace_store,
     )
-    from ._isolation import Isolation
+    from ._isolation import Isolation, Overlay
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
     from ._workspace import unreachable, widening
 
@@ -32,6 +34,7 @@ _EXPORTS = {
     "Confinement": "_confinement",
     "OPEN_CALLS": "_confinement",
     "Isolation": "_isolation",
+    "Overlay": "_isolation",
     "keeper_scope": "_confinement",
     "EnclosedConfinement": "_static",
     "SelfConfinement": "_static",
@@ -42,6 +45,7 @@ _EXPORTS = {
     "sandlock_runtime_dir": "_fspolicy",
     "unreachable": "_workspace",
     "widening": "_workspace",
+    "workspace_store": "_fspolicy",
 }
 
 __all__ = sorted(_EXPORTS)

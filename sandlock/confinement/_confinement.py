@@ -25,7 +25,7 @@ from ..kernel import (
     seccomp,
 )
 from . import _fspolicy
-from ._isolation import Isolation
+from ._isolation import Isolation, Overlay
 from ._workspace import (
     DEVICES_WRITE,
     caches,
@@ -59,19 +59,27 @@ class Confinement:
 
     @classmethod
     def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str],
-                extra_read: tuple[str, ...] = (), *, observed: bool = False) -> Confinement:
+                extra_read: tuple[str, ...] = (), *, observed: bool = False,
+                overlay: Overlay | None = None, dry_run: bool = False) -> Confinement:
         """``extra_read``: sandlock's own files the command must read whatever the
         policy (the trust bundle of an HTTPS-inspecting run); ``observed``: a runtime
-        policy (policy_fn) hears of execs and process creations too."""
+        policy (policy_fn) hears of execs and process creations too; ``overlay``: the
+        copy-on-write workspace (policy.workdir's); ``dry_run``: it is the only place
+        written, every other write grant but the run's private scratch becomes a read."""
         warnings: list[str] = []
         abi = landlock.abi_version()
-        filesystem = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings)
+        filesystem = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings,
+                                         dry_run=dry_run)
         ruleset = filesystem.ruleset if filesystem else None
         try:
-            isolation = _isolation(policy, filesystem, env, warnings) if filesystem else None
+            isolation = _isolation(policy, filesystem, env, warnings, overlay) if filesystem else None
             if observed and isolation is None:
                 raise SetupError("policy_fn needs the sandbox's own PID namespace, which "
                                  "cannot be made here (run `sandlock check`)")
+            if overlay is not None and isolation is None:
+                raise SetupError("the copy-on-write workspace (--workdir) needs the sandbox's "
+                                 "user and mount namespaces, which cannot be made here (run "
+                                 "`sandlock check`); it never falls back to writing DIR")
             # Processes are counted in the sandbox's PID namespace: none, no count.
             counted = bool(policy.max_processes or observed) and isolation is not None
             if policy.max_processes and not counted:
@@ -134,9 +142,10 @@ class _Filesystem:
 
 def _filesystem_ruleset(
     policy: Policy, abi: int, cwd: str, env: Mapping[str, str], extra_read: tuple[str, ...],
-    warnings: list[str], handled_net: int = 0,
+    warnings: list[str], handled_net: int = 0, *, dry_run: bool = False,
 ) -> _Filesystem | None:
-    """``handled_net``: the TCP rights the ruleset restricts too (without a supervisor)."""
+    """``handled_net``: the TCP rights the ruleset restricts too (without a supervisor);
+    ``dry_run``: see Confinement.prepare."""
     if abi == 0:
         _missing("Landlock (filesystem confinement) is not available in this kernel", policy, warnings)
         return None
@@ -155,6 +164,8 @@ def _filesystem_ruleset(
     try:
         homes = _user_homes(env)
         read, write, deny, private = _grants(policy, cwd, env, homes)
+        if dry_run:
+            read, write = _dry_run_grants(policy, read, write, private)
         read = [*read, *extra_read]
         for rule in _fspolicy.compile_grants(read, write, deny):
             try:
@@ -170,7 +181,7 @@ def _filesystem_ruleset(
 
 
 def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
-               warnings: list[str]) -> Isolation | None:
+               warnings: list[str], overlay: Overlay | None) -> Isolation | None:
     """The namespaces' plan, or None where they are unavailable and --best-effort."""
     if policy.best_effort:  # the probe forks: only under --best-effort
         available, found = namespaces()
@@ -185,7 +196,8 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
         writable=filesystem.write, homes=filesystem.homes,
         protect_autorun=not policy.allow_autorun_writes, unscanned=filesystem.caches,
         # a TMPDIR of the host's /tmp (a per-user one) is made again in the sandbox's
-        temporary=[env[name] for name in ("TMPDIR", "TMP", "TEMP") if env.get(name)])
+        temporary=[env[name] for name in ("TMPDIR", "TMP", "TEMP") if env.get(name)],
+        overlay=overlay)
 
 
 def _seccomp_program(policy: Policy, count_processes: bool,
@@ -240,6 +252,8 @@ def _grants(
                  for path in _fspolicy.protected_paths(home, environ)]
     # A CA key the user brings (--http-key) is as secret as sandlock's own.
     deny = [*policy.fs_denied, *protected, *filter(None, (policy.http_key,))]
+    # The copy-on-write workspace is written, whatever else is (its writes are captured).
+    workdir = [policy.workdir] if policy.workdir else []
     if policy.uses_default_workspace:
         for home, _ in homes[1:]:  # the user's real home too, whatever HOME says
             check_workspace(cwd, home)
@@ -247,12 +261,22 @@ def _grants(
         if policy.mode == "read-only":  # what it could write becomes readable only
             read += [path for path in write if path not in DEVICES_WRITE]
             write = list(DEVICES_WRITE)
-        return read, write, deny, private_scratch()
-    write = [*policy.fs_writable, *_fspolicy.PSEUDO_DEVICES]
+        return read, [*write, *workdir], deny, private_scratch()
+    write = [*policy.fs_writable, *workdir, *_fspolicy.PSEUDO_DEVICES]
     # /sys/kernel and /sys/firmware describe the host's kernel and firmware: denied
     # wherever an explicit grant covers them (the default workspace grants neither).
     deny += _fspolicy.KERNEL_DENIED
     return list(policy.fs_readable), write, deny, ()
+
+
+def _dry_run_grants(policy: Policy, read: list[str], write: list[str],
+                    private: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """A dry run changes nothing: it writes its workspace (captured, then discarded),
+    the run's private scratch directories and the devices; what else the policy lets
+    it write (caches, -w paths) it may only read."""
+    kept = {policy.workdir, *private, *DEVICES_WRITE, *_fspolicy.PSEUDO_DEVICES}
+    return [*read, *(path for path in write if path not in kept)], \
+        [path for path in write if path in kept]
 
 
 def _user_homes(env: Mapping[str, str]) -> list[tuple[str, Mapping[str, str]]]:

@@ -98,7 +98,7 @@ def compile_grants(
 
 def protected_paths(home: str, env: Mapping[str, str]) -> tuple[str, ...]:
     """The credential stores under ``home`` (and where CARGO_HOME moved cargo's), and
-    sandlock's own secrets: the persistent CA's directory and the runtime directory
+    sandlock's own: the persistent CA's directory, the workspace store, the runtime directory
     (cached short-lived CAs, the proxy fork server's token), wherever the command's
     environment or sandlock's own puts them."""
     stores = [os.path.join(home, store) for store in CREDENTIAL_STORES]
@@ -106,7 +106,7 @@ def protected_paths(home: str, env: Mapping[str, str]) -> tuple[str, ...]:
     if os.path.isabs(cargo):
         stores += [os.path.join(cargo, name) for name in ("credentials", "credentials.toml")]
     runtime = {sandlock_runtime_dir(env, home), sandlock_runtime_dir(os.environ, home)}
-    return (*stores, sandlock_ca_dir(env, home), *sorted(runtime))
+    return (*stores, sandlock_ca_dir(env, home), workspace_store(env, home), *sorted(runtime))
 
 
 def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:
@@ -115,6 +115,16 @@ def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:
     if not os.path.isabs(data_home):  # the XDG spec says to ignore relative values
         data_home = os.path.join(home, ".local", "share")
     return os.path.join(data_home, "sandlock", "ca")
+
+
+def workspace_store(env: Mapping[str, str], home: str) -> str:
+    """Where copy-on-write workspaces keep what runs wrote (``sandlock.cow``):
+    $XDG_STATE_HOME/sandlock/workspaces, default ~/.local/state/...; denied in every
+    policy, so a sandbox writes a workspace only through its own overlay."""
+    state = env.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):  # the XDG spec says to ignore relative values
+        state = os.path.join(home, ".local", "state")
+    return os.path.join(state, "sandlock", "workspaces")
 
 
 def sandlock_runtime_dir(env: Mapping[str, str], home: str) -> str:

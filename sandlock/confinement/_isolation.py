@@ -6,7 +6,10 @@
   are empty tmpfs mounts of the run, with the grants beneath them (a workspace under
   /tmp, sandlock's trust bundle) bound back in at their paths; they vanish with the
   namespace, so there is nothing on the host to create or remove;
-* autorun files (``_autorun``) bound read-only, repositories pinned.
+* autorun files (``_autorun``) bound read-only, repositories pinned;
+* the copy-on-write workspace (``--workdir``, ``sandlock.cow``): an overlayfs over
+  the directory, its writes landing in the workspace's layer (with --max-disk, a
+  tmpfs of that size over the layer: past it, writes fail with ENOSPC).
 
 Planned in sandlock's process (``plan``: every decision, nothing created); the keeper
 enters the user and PID namespaces; their first process (init) makes the mount
@@ -36,6 +39,35 @@ PROC_MASKED = (
     "vmallocinfo",
 )
 _SCRATCH_OPTIONS = b"mode=1777"  # as the directories they stand for (size: half the RAM)
+_O_DIRECTORY_PATH = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class Overlay:
+    """The copy-on-write workspace to mount: ``directory`` (absolute, real) seen
+    through an overlay whose upper and work directories are in ``layer``; with
+    ``max_disk``, ``layer`` is first covered by a tmpfs of that many bytes."""
+
+    def __init__(self, directory: str, layer: str, max_disk: int | None) -> None:
+        self.directory, self.layer, self.max_disk = directory, layer, max_disk
+
+    def mount(self) -> int:
+        """Before any other mount (the paths are still the host's). Returns a
+        descriptor on the tmpfs layer (for sandlock, which takes the captured writes
+        from it once the namespace is gone), or -1 when the layer is on disk."""
+        layer = -1
+        if self.max_disk is not None:
+            mounts.mount_tmpfs(self.layer, b"size=%d,mode=0700" % self.max_disk)
+            layer = os.open(self.layer, _O_DIRECTORY_PATH)
+            for name, mode in (("upper", 0o755), ("work", 0o700)):
+                os.mkdir(f"/proc/self/fd/{layer}/{name}", mode)
+        held = [os.open(path, _O_DIRECTORY_PATH) for path in
+                (self.directory, os.path.join(self.layer, "upper"), os.path.join(self.layer, "work"))]
+        try:
+            mounts.mount_overlay(self.directory, *(f"/proc/self/fd/{fd}" for fd in held))
+        finally:
+            for fd in held:
+                os.close(fd)
+        return layer
 
 
 class Isolation:
@@ -43,30 +75,33 @@ class Isolation:
 
     def __init__(self, private: tuple[str, ...], restored: tuple[str, ...],
                  protection: _autorun.Protection, reanchored: tuple[tuple[str, int], ...],
-                 temporary: tuple[str, ...] = ()) -> None:
+                 temporary: tuple[str, ...] = (), overlay: Overlay | None = None) -> None:
         self.private = private  # scratch directories replaced by a tmpfs
         self.restored = restored  # granted paths beneath them, bound back in
         self.temporary = temporary  # $TMPDIR & co. beneath them, made again, empty
         self.protection = protection
         self.reanchored = reanchored  # (path, Landlock access) to add again
+        self.overlay = overlay
+        self.layer_fd = -1  # (in init, after mount: the tmpfs layer of --max-disk)
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
              rules: Iterable[tuple[str, int]], writable: Iterable[str], homes: Iterable[str],
              protect_autorun: bool, unscanned: Iterable[str] = (),
-             temporary: Iterable[str] = ()) -> Isolation:
+             temporary: Iterable[str] = (), overlay: Overlay | None = None) -> Isolation:
         """``private``: scratch paths to replace; ``granted``: what the command may
         reach (those beneath a private path are bound back: a workspace in /tmp,
         --unix-allow sockets...); ``rules``: the compiled Landlock rules; ``writable``:
         the write grants (for autorun files), ``unscanned`` those not searched;
-        ``temporary``: the command's temporary directories ($TMPDIR...)."""
+        ``temporary``: the command's temporary directories ($TMPDIR...); ``overlay``:
+        the copy-on-write workspace."""
         private = tuple(private)
         rules = tuple(rules)
         # Only paths written beneath a scratch directory are resolved (a link from
         # elsewhere into /tmp is not followed: that grant then shows nothing there).
         granted = [os.path.realpath(path) for path in granted
                    if any(_within(path, scratch) for scratch in private) and os.path.exists(path)]
-        moved = ("/proc", *private)
+        moved = ("/proc", *private, *((overlay.directory,) if overlay else ()))
         protection = (_autorun.protect(writable, homes, (*SCRATCH, *unscanned))
                       if protect_autorun else _autorun.Protection())
         restored = _restorations(private, granted)
@@ -75,7 +110,7 @@ class Isolation:
                           and not any(_within(path, grant) for grant in restored))
         return cls(private, restored, protection,
                    tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
-                   temporary)
+                   temporary, overlay)
 
     @staticmethod
     def enter_user_namespace() -> None:
@@ -98,7 +133,9 @@ class Isolation:
         made for it: every mount; ``add_rule(path, access)`` adds the Landlock rules of
         the trees mounted over. Returns an O_PATH descriptor on the host's /proc
         (close-on-exec), where "self" is a process's pid as seen from outside."""
-        host_proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        host_proc = os.open("/proc", _O_DIRECTORY_PATH)
+        if self.overlay is not None:  # first: a workspace under /tmp is bound back below
+            self.layer_fd = self.overlay.mount()
         # Detached copies of what goes back in, taken while it is still in view.
         kept = [(path, mounts.detached_copy(path)) for path in self.restored]
         for scratch in self.private:

@@ -28,6 +28,7 @@ MS_REC = 0x4000
 _MOUNT_ATTR_RDONLY = 0x1
 _AT_FDCWD = -100
 _OPEN_TREE_CLONE = 0x1
+_AT_RECURSIVE = 0x8000
 _OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 
@@ -78,11 +79,27 @@ def mount_tmpfs(target: str, options: bytes) -> None:
             MS_NOSUID | MS_NODEV, options)
 
 
+def mount_overlay(target: str, lower: str, upper: str, work: str) -> None:
+    """An overlayfs at ``target``: ``lower`` seen through it, every write landing in
+    ``upper`` (``work``: overlayfs's scratch, on upper's file system). ``userxattr``:
+    its whiteouts and opaque marks are user.overlay.* xattrs, as an unprivileged
+    mount requires (and no redirects or metacopy: a renamed lower directory is EXDEV,
+    which tools answer by copying). The paths go into one option string where ','
+    ':' and '\\' are separators: callers give /proc/self/fd/N paths."""
+    for path in (lower, upper, work):
+        if any(c in path for c in ",:\\"):
+            raise ValueError(f"overlay layer path needs escaping: {path!r}")
+    options = b"lowerdir=%s,upperdir=%s,workdir=%s,userxattr" % (
+        os.fsencode(lower), os.fsencode(upper), os.fsencode(work))
+    syscall(nr("mount"), b"overlay", os.fsencode(target), b"overlay", 0, options)
+
+
 def detached_copy(path: str) -> int:
-    """A descriptor on a copy of the tree at ``path``, attached nowhere (open_tree): it
-    stays what ``path`` was after something is mounted over ``path``."""
+    """A descriptor on a copy of the tree at ``path`` with the mounts beneath it (a
+    copy-on-write workspace), attached nowhere (open_tree): it stays what ``path`` was
+    after something is mounted over ``path``."""
     return syscall(nr("open_tree"), _AT_FDCWD, os.fsencode(path),
-                   _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC)
+                   _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE)
 
 
 def attach(tree: int, target: str) -> None:

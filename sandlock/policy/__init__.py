@@ -14,7 +14,14 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._file import PolicyFile, load as load_policy_file
     from ._learn import applied as apply_learned, learn, observing as observing_policy, read_audit
-    from ._policy import FIELDS as POLICY_FIELDS, HTTPS_INSPECT_MODES, MODES, Policy, flag_of
+    from ._policy import (
+        FIELDS as POLICY_FIELDS,
+        HTTPS_INSPECT_MODES,
+        MODES,
+        WORKSPACE_ACTIONS,
+        Policy,
+        flag_of,
+    )
     from ._profiles import (
         directory as profiles_directory,
         load_profile,
@@ -31,6 +38,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "HTTPS_INSPECT_MODES": "_policy",
     "MODES": "_policy",
+    "WORKSPACE_ACTIONS": "_policy",
     "Policy": "_policy",
     "POLICY_FIELDS": "_policy:FIELDS",
     "PolicyFile": "_file",

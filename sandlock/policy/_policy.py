@@ -25,6 +25,8 @@ PortList = tuple[str, ...]  # port lists as --net-allow-bind takes them: "8080",
 HTTPS_INSPECT_MODES = ("auto", "on", "off")
 # LocalGPT's modes: the default workspace; the same reads and no writes; no confinement.
 MODES = ("workspace-write", "read-only", "full-access")
+# What becomes of a copy-on-write workspace's changes when the run ends.
+WORKSPACE_ACTIONS = ("commit", "abort", "keep")
 
 
 def _flag(name: str, key: str, *, path: bool = False, **kwargs: object) -> object:
@@ -99,6 +101,13 @@ class Policy:
     max_open_files: int | None = _flag("--max-open-files", "limits.max_open_files", default=None)
     max_file_size: Size | None = _flag("--max-file-size", "limits.max_file_size", default=None)
     max_output: Size | None = _flag("--max-output", "limits.max_output", default=None)
+    # The copy-on-write workspace (docs/workspace.md): the command runs in ``workdir``,
+    # whose writes are captured, then committed, discarded (abort) or kept for review,
+    # ``on_exit`` after a success and ``on_error`` after anything else.
+    workdir: str | None = _flag("--workdir", "workspace.dir", path=True, default=None)
+    on_exit: str = _flag("--on-exit", "workspace.on_exit", default="commit")
+    on_error: str = _flag("--on-error", "workspace.on_error", default="abort")
+    max_disk: Size | None = _flag("--max-disk", "workspace.max_disk", default=None)
 
     __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
 
@@ -118,6 +127,7 @@ class Policy:
             raise PolicyError("net_deny", f"cannot be combined with {' or '.join(allows)} "
                               "(choose an allowlist or a denylist)")
         self._check_mode()
+        self._check_workspace()
         if (self.http_ca is None) != (self.http_key is None):
             missing = "http_key" if self.http_key is None else "http_ca"
             raise PolicyError(missing, "--http-ca and --http-key go together (give both)")
@@ -129,10 +139,25 @@ class Policy:
             raise PolicyError("mode", "read-only cannot be combined with --fs-write")
         if self.mode == "full-access":
             given = [flag_of(name) for name in ("fs_readable", "fs_writable", "fs_denied",
-                                                "net_deny") if getattr(self, name)]
+                                                "net_deny", "workdir") if getattr(self, name)]
             if given:
                 raise PolicyError("mode", f"full-access confines nothing: {', '.join(given)} "
                                   "would mean nothing with it")
+
+    def _check_workspace(self) -> None:
+        if self.workdir is None:
+            changed = [name for name in ("on_exit", "on_error", "max_disk")
+                       if getattr(self, name) != FIELDS[name].default]
+            if changed:
+                raise PolicyError(changed[0], f"{flag_of(changed[0])} is about the copy-on-write "
+                                  "workspace: give --workdir DIR too")
+            return
+        if self.workdir == "/":
+            raise PolicyError("workdir", "/: the whole machine cannot be a copy-on-write "
+                              "workspace (choose a project directory)")
+        if self.mode == "read-only":
+            raise PolicyError("mode", "read-only cannot be combined with --workdir (a "
+                              "workspace is for writing)")
 
     @property
     def uses_default_workspace(self) -> bool:
@@ -202,6 +227,10 @@ _CHECKS = {
     "max_open_files": check.open_files,
     "max_file_size": check.size,
     "max_output": check.size,
+    "workdir": check.directory,
+    "on_exit": check.choice(WORKSPACE_ACTIONS),
+    "on_error": check.choice(WORKSPACE_ACTIONS),
+    "max_disk": check.size,
 }
 
 

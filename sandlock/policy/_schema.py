@@ -15,7 +15,8 @@ from .._record import record
 from ._policy import FIELDS
 
 # Sections in the order a written policy shows them (docs/policy.md follows it).
-SECTIONS = ("filesystem", "network", "http", "ca", "process", "limits", "confinement")
+SECTIONS = ("filesystem", "network", "http", "ca", "process", "limits", "workspace",
+            "confinement")
 DESCRIPTION = "description"  # the one top-level key: a line for `sandlock profile list`
 
 

@@ -63,11 +63,13 @@ class ChildSpec:
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
                  report_fd: int | None = None, host_pid: int | None = None,
-                 host_proc: int = -1) -> None:
+                 host_proc: int = -1, layer: int = -1) -> None:
     """Never returns: exec the confined command or _exit with 125/126/127.
 
     In the sandbox's PID namespace the command's parent is its init (pid 1), and the
-    command itself tells sandlock (``report_fd``) its pid as seen from outside."""
+    command itself tells sandlock (``report_fd``) its pid as seen from outside.
+    ``layer``: the tmpfs of a --max-disk workspace, which sandlock takes with the
+    listener (the only way out of the mount namespace it is attached in)."""
     try:
         if report_fd is not None and host_pid is not None:
             send(report_fd, b"pid %d" % host_pid)
@@ -92,7 +94,7 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
         proc = _open_proc() if spec.hand_proc else -1
         listener = spec.confinement.apply()
         if listener >= 0:  # (none where sandlock runs in a sandbox: _enclosed)
-            _hand_over(listener, spec.handoff, host_pid or os.getpid(), proc)
+            _hand_over(listener, spec.handoff, host_pid or os.getpid(), proc, layer)
         if spec.limits:
             spec.limits.apply_rlimits()
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
@@ -168,9 +170,10 @@ def _enter_process_group(tty_fd: int | None) -> None:
         set_foreground(tty_fd, os.getpgrp())
 
 
-def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int, proc: int) -> None:
+def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int, proc: int,
+               layer: int) -> None:
     """Let sandlock duplicate our seccomp listener (and ``proc``, the sandbox's /proc,
-    or -1), and wait until it has.
+    and ``layer``, a workspace's tmpfs; each -1 when there is none), and wait until it has.
 
     The listener is close-on-exec: exec before sandlock holds a copy and every
     supervised call would fail with ENOSYS. Plain write/read are not intercepted.
@@ -181,12 +184,12 @@ def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int, proc: i
     # The keeper's non-dumpable flag was inherited; pidfd_getfd needs us dumpable
     # (we are already inside our Landlock domain: nothing in the sandbox can exploit it).
     prctl(PR_SET_DUMPABLE, 1)
-    os.write(to_sandlock, b"%d %d %d" % (pid, listener, proc))
+    os.write(to_sandlock, b"%d %d %d %d" % (pid, listener, proc, layer))
     if os.read(from_sandlock, 1) != b"g":
         raise RuntimeError("sandlock did not take the seccomp listener")
-    os.close(listener)
-    if proc >= 0:
-        os.close(proc)
+    for fd in (listener, proc, layer):
+        if fd >= 0:
+            os.close(fd)
 
 
 def _open_proc() -> int:

@@ -59,18 +59,16 @@ def launch_enclosed(sandbox: Sandbox, argv: list[str], function: Callable[[int],
                     stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
                     foreground: bool, resident: bool) -> SandboxedProcess:
     from ._confine_self import enclosed_confinement
-    from ._sandbox import (
-        child_environment,
-        finish_launch,
-        inherited_ignored_signals,
-        kernel_limits,
-        open_audit,
-    )
+    from ._inputs import child_environment, inherited_ignored_signals
+    from ._sandbox import finish_launch, kernel_limits, open_audit
 
     if resident:
         raise SetupError("a long-lived sandbox cannot start inside a sandbox (no namespaces or "
                          "supervisor of its own here): use sb.sandbox() in the enclosing one")
     policy = sandbox.policy
+    if policy.workdir is not None:
+        raise SetupError("a copy-on-write workspace (--workdir) cannot be made inside a "
+                         "sandbox (no namespaces of its own here)")
     env = child_environment(policy, os.environ)
     cwd = policy.cwd or os.getcwd()
     confinement = EnclosedConfinement(enclosed_confinement(policy, cwd, env))

@@ -42,7 +42,7 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
         if command_pid == 0:
             host_pid = int(os.readlink("self", dir_fd=host_proc))  # our pid outside
             _child.exec_command(spec, 1, error_fd, report_fd=report_fd, host_pid=host_pid,
-                                host_proc=host_proc)
+                                host_proc=host_proc, layer=isolation.layer_fd)
         _reports.close_all_but(report_fd, status_fd)
         status = _reports.wait_for_command(command_pid, report_fd)
         os.write(status_fd, b"%d" % status)

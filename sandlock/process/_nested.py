@@ -41,7 +41,7 @@ class NestedSandbox:
 
     def exec(self, argv: Sequence[str], *, stdin: int | None = None, stdout: int | None = None,
              stderr: int | None = None, pass_fds: Sequence[int] = ()) -> LiveProcess:
-        from ._sandbox import check_argv, check_pass_fds
+        from ._inputs import check_argv, check_pass_fds
 
         return self._live.exec(check_argv(argv), (stdin, stdout, stderr), check_pass_fds(pass_fds),
                                self._nesting)

@@ -20,7 +20,8 @@ from contextlib import ExitStack
 from .._errors import EXIT_TIMEOUT, PolicyError
 from .._record import DataclassView, record
 from ._capture import Capture
-from ._sandbox import Sandbox, check_argv
+from ._inputs import check_argv
+from ._sandbox import Sandbox
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._auditlog import AuditLog
+    from ._cow import WorkspaceOutcome
     from ._watches import Watches
 
 
@@ -44,6 +45,8 @@ class SandboxedProcess:
         self.notices: list[str] = []  # what the exit hooks had to say (e.g. denial summary)
         self.audit: AuditLog | None = None  # the run's audit log, if it keeps one
         self.pauser: Watches | None = None  # a long-lived sandbox's pause and resume
+        self.workspace_layer = -1  # a --max-disk workspace's tmpfs, taken from the command
+        self.workspace: WorkspaceOutcome | None = None  # with a workdir, once it has ended
 
     def on_exit(self, hook: Callable[[], str | None]) -> None:
         """Run ``hook`` once the sandbox has ended; a string it returns is kept in notices."""
@@ -191,18 +194,24 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     while not process.pid and process.returncode is None:
         process._read_reports()
     if adopt_listener:
-        _take_listener(to_sandlock, from_sandlock, adopt_listener)
+        process.workspace_layer = _take_listener(to_sandlock, from_sandlock, adopt_listener)
     process.start_error = describe_start_error(spec.argv[0], _read_all(error_r))
     return process
 
 
 def _take_listener(from_child: int, to_child: int,
-                   adopt: Callable[[int, int, int], Callable[[], None]]) -> None:
+                   adopt: Callable[[int, int, int], Callable[[], None]]) -> int:
+    """Returns our copy of the workspace's tmpfs layer, if the command handed one."""
     then = None
+    layer_fd = -1
     try:
         message = os.read(from_child, 64)
         if message:  # empty: the command failed before installing its filter
-            pid, fd, proc = map(int, message.split())
+            pid, fd, proc, layer = map(int, message.split())
+            if layer >= 0:
+                from ..kernel import take_fd
+
+                layer_fd = take_fd(pid, layer)
             then = adopt(pid, fd, proc)
             os.write(to_child, b"g")
     finally:
@@ -210,6 +219,7 @@ def _take_listener(from_child: int, to_child: int,
         os.close(to_child)
         if then is not None:
             then()  # the listener is the engine's from here on, whatever happened
+    return layer_fd
 
 
 def _read_all(fd: int) -> bytes:

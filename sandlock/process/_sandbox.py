@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
 import os
 import sys
 
@@ -11,7 +10,8 @@ from .._record import DataclassView, record
 from ..confinement import Confinement
 from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
 from ..policy import Policy
-from ._child import RESET_SIGNALS, ChildSpec
+from ._child import ChildSpec
+from ._inputs import check_argv, check_pass_fds, child_environment, inherited_ignored_signals
 from ._process import SandboxedProcess, TimeoutExpired, spawn
 from ._supervision import Supervision
 from ._terminal import Foreground
@@ -25,15 +25,11 @@ if TYPE_CHECKING:
     from ..net import HttpRun
     from ..runtime import Context, Event
     from ._call import CallResult
+    from ._cow import CowRun, WorkspaceOutcome
     from ._handles import Clone, LiveProcess
     from ._live import LiveSandbox
     from ._nested import NestedSandbox
     from ._pipeline import Stage
-
-# --clean-env keeps only these variables from sandlock's environment.
-CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
-# The interpreter itself ignores these at start-up; their original disposition is unknown.
-_INTERPRETER_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 @record
@@ -45,7 +41,15 @@ class Result:
     stderr: bytes | None
     timed_out: bool = False
     start_error: str | None = None  # why the command could not be started, if it could not
+    # With a workdir: what became of its copy-on-write workspace (action, changes, id).
+    workspace: WorkspaceOutcome | None = None
     __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
+
+    @property
+    def changes(self) -> tuple[tuple[str, str], ...]:
+        """The run's changes to its workdir, (kind, path): A added, M modified, D
+        deleted, paths relative to the workdir (directories end with "/")."""
+        return self.workspace.changes if self.workspace is not None else ()
 
     @property
     def signal(self) -> int | None:
@@ -161,15 +165,17 @@ class Sandbox:
         stderr: int | None = None,
         foreground: bool = False,
         pass_fds: Sequence[int] = (),
+        dry_run: bool = False,
     ) -> SandboxedProcess:
         """Start ``argv`` confined; stdio are file descriptors (None: inherit).
 
         The command inherits no other descriptor of this process but ``pass_fds``
         (under the same numbers). With ``foreground`` and a terminal, the command
         becomes the terminal's foreground job for as long as it runs (what the CLI does).
+        ``dry_run``: see ``dry_run()``; the process's ``workspace`` says what it changed.
         """
         return self._launch(check_argv(argv), None, (stdin, stdout, stderr),
-                            check_pass_fds(pass_fds), foreground)
+                            check_pass_fds(pass_fds), foreground, dry_run=dry_run)
 
     def call(self, fn: Callable[..., object], args: tuple = (),
              kwargs: Mapping[str, object] | None = None, timeout: float | None = None) -> CallResult:
@@ -186,9 +192,11 @@ class Sandbox:
 
     def _launch(self, argv: list[str], function: Callable[[int], int] | None,
                 stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
-                foreground: bool = False, resident: bool = False) -> SandboxedProcess:
+                foreground: bool = False, resident: bool = False, *,
+                dry_run: bool = False) -> SandboxedProcess:
         """Start ``argv``, or run ``function`` instead of exec (``argv`` names it);
-        ``resident``: the function is a long-lived sandbox's resident process."""
+        ``resident``: the function is a long-lived sandbox's resident process;
+        ``dry_run``: the workspace's changes are listed and discarded."""
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
                               "--dangerously-allow-full-access as well")
@@ -201,30 +209,30 @@ class Sandbox:
                                      "make inside a sandbox")
                 return launch_enclosed(self, argv, function, stdio, pass_fds, foreground,
                                        resident)
-        env = child_environment(self.policy, os.environ)
-        cwd = self.policy.cwd or os.getcwd()
+        policy = self.policy
+        if dry_run and policy.workdir is None:  # the current directory, previewed
+            policy = policy.replace(workdir=policy.cwd or os.getcwd())
+        env = child_environment(policy, os.environ)
+        cwd = policy.cwd or policy.workdir or os.getcwd()
         audit = open_audit(self.audit)
         if self.policy.full_access:
             from ._runevents import record_full_access
 
             record_full_access(audit, argv)
+        cow = http = None
         try:
-            http = _start_http(self.policy, env, audited=audit is not None)
-        except BaseException:
-            if audit is not None:
-                audit.close()
-            raise
-        try:
+            cow = start_workspace(policy, dry_run, audit)
+            http = _start_http(policy, env, audited=audit is not None)
             # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
             # to --unix-allow, and listening to --net-allow-bind.
-            confinement = Confinement.prepare(self.policy, cwd, env,
+            confinement = Confinement.prepare(policy, cwd, env,
                                               http.readable_paths if http else (),
-                                              observed=self.policy_fn is not None)
+                                              observed=self.policy_fn is not None,
+                                              overlay=cow and cow.overlay, dry_run=dry_run)
         except BaseException:
-            if http is not None:
-                http.close()
-            if audit is not None:
-                audit.close()
+            for resource in (http, cow, audit):
+                if resource is not None:
+                    resource.close()
             raise
         self.warnings = confinement.warnings
         terminal = Foreground.detect() if foreground else None
@@ -241,20 +249,23 @@ class Sandbox:
             function=function,
             keep_host_proc=resident,
         )
-        supervision = Supervision(self.policy, confinement, audit, self.quiet, http,
+        supervision = Supervision(policy, confinement, audit, self.quiet, http,
                                   pausable=resident, policy_fn=self.policy_fn)
         try:
             process = spawn(spec.replace(hand_proc=supervision.wants_proc), terminal,
                             supervision.take_listener)
         except BaseException:
             supervision.close()
-            if audit is not None:
-                audit.close()
+            for resource in (cow, audit):
+                if resource is not None:
+                    resource.close()
             raise
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
         process.pauser = supervision.watches if resident else None
         process.on_exit(supervision.close)
+        if cow is not None:
+            cow.follow(process)
         if supervision.watches is not None:
             supervision.watches.watch(process.kill)
         return finish_launch(self, process, audit)
@@ -273,6 +284,18 @@ class Sandbox:
         ``timeout`` defaults to the policy's; when it expires the whole sandbox tree
         is killed and ``exit_code`` is 124.
         """
+        return self._run(argv, timeout, input, capture_output, pass_fds)
+
+    def dry_run(self, argv: Sequence[str], timeout: float | None = None, *,
+                input: bytes | None = None, capture_output: bool = True,
+                pass_fds: Sequence[int] = ()) -> Result:
+        """``run``, with what ``argv`` writes to its workdir (the policy's, else the
+        current directory) captured and then discarded: ``result.changes`` lists it.
+        Nothing else is written either: the run's other write grants become reads."""
+        return self._run(argv, timeout, input, capture_output, pass_fds, dry_run=True)
+
+    def _run(self, argv: Sequence[str], timeout: float | None, input: bytes | None,
+             capture_output: bool, pass_fds: Sequence[int], *, dry_run: bool = False) -> Result:
         from ._capture import Capture  # threads: only paid for by callers who capture
 
         timeout = self.policy.timeout if timeout is None else timeout
@@ -280,7 +303,7 @@ class Sandbox:
         # Not captured but limited: passed on to sandlock's own stdout and stderr.
         with Capture(input, capture_output or limit is not None, limit=limit,
                      forward=not capture_output) as capture:
-            process = self.start(argv, pass_fds=pass_fds, **capture.child_stdio())
+            process = self.start(argv, pass_fds=pass_fds, dry_run=dry_run, **capture.child_stdio())
             capture.start()
             timed_out = wait_or_kill(process, timeout)
             stdout, stderr = capture.finish()
@@ -289,7 +312,7 @@ class Sandbox:
             for notice in drops:
                 print(notice, file=sys.stderr)
         code = EXIT_TIMEOUT if timed_out else process.returncode
-        return Result(code, stdout, stderr, timed_out, process.start_error)
+        return Result(code, stdout, stderr, timed_out, process.start_error, process.workspace)
 
     def cmd(self, argv: Sequence[str]) -> Stage:
         """``argv`` as a stage of a pipeline, confined by this sandbox's policy:
@@ -297,6 +320,15 @@ class Sandbox:
         from ._pipeline import Stage  # loaded only by programs that make a pipeline
 
         return Stage(self, argv)
+
+
+def start_workspace(policy: Policy, dry_run: bool, audit: AuditLog | None) -> CowRun | None:
+    """The run's copy-on-write workspace, if it has a workdir."""
+    if policy.workdir is None:
+        return None  # sandlock.cow is never imported by other runs
+    from ._cow import CowRun, WorkspaceOutcome
+
+    return CowRun(policy, dry_run=dry_run, audit=audit)
 
 
 def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRun | None:
@@ -351,48 +383,3 @@ def open_audit(path: str | None) -> AuditLog | None:
     from .._auditlog import AuditLog
 
     return AuditLog(path)
-
-
-def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dict[str, str]:
-    if policy.clean_env:
-        env = {key: base[key] for key in CLEAN_ENV_KEEP if key in base}
-    else:
-        env = dict(base)
-    for name, value in policy.env.items():
-        if value is None:  # --env NAME: sandlock's own value, never written anywhere
-            if name not in os.environ:
-                raise PolicyError("env", f"{name}: not set in sandlock's environment "
-                                  "(--env NAME passes it from there)")
-            value = os.environ[name]
-        env[name] = value
-    return env
-
-
-def check_argv(argv: Sequence[str]) -> list[str]:
-    if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
-        raise PolicyError("argv", "expected a non-empty list of strings")
-    return list(argv)
-
-
-def check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:
-    if isinstance(pass_fds, (str, bytes)):
-        raise PolicyError("pass_fds", "expected a list of file descriptor numbers")
-    checked = []
-    for fd in pass_fds:
-        if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
-            raise PolicyError("pass_fds", f"{fd!r} is not a file descriptor number")
-        if fd <= 2:
-            raise PolicyError("pass_fds", f"{fd}: descriptors 0-2 are the command's stdio, always passed")
-        try:
-            os.fstat(fd)
-        except OSError:
-            raise PolicyError("pass_fds", f"{fd}: not an open file descriptor") from None
-        checked.append(fd)
-    return tuple(dict.fromkeys(checked))
-
-
-def inherited_ignored_signals() -> frozenset[int]:
-    return frozenset(
-        sig for sig in RESET_SIGNALS
-        if sig not in _INTERPRETER_IGNORED and signal.getsignal(sig) == signal.SIG_IGN
-    )

@@ -1,0 +1,184 @@
+"""One run's copy-on-write workspace (``--workdir``): made before the command starts,
+finished after the sandbox is gone: its changes committed to the directory,
+discarded (abort), or kept in the store for `sandlock workspace`; a dry run lists
+them and discards them. Only a run with a workdir imports this (and ``sandlock.cow``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._record import record
+from ..confinement import Overlay, workspace_store
+from ..cow import CONFLICTS, KEPT, Workspace, changes, commit, format_changes
+
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from .._auditlog import AuditLog
+    from ..policy import Policy
+    from ._process import SandboxedProcess
+
+
+@record
+class WorkspaceOutcome:
+    """What became of a run's workspace: ``action`` (commit, abort or keep), the
+    ``changes`` it made ((kind, path): A added, M modified, D deleted, relative to the
+    directory), those not committed because the directory changed there during the
+    run (``conflicts``), and the ``id`` of the workspace when it was kept."""
+
+    action: str
+    changes: tuple[tuple[str, str], ...]
+    conflicts: tuple[tuple[str, str], ...] = ()
+    id: str | None = None
+
+
+class CowRun:
+    """The workspace of one run, in sandlock's process."""
+
+    def __init__(self, policy: Policy, *, dry_run: bool, audit: AuditLog | None) -> None:
+        home = os.environ.get("HOME") or os.path.expanduser("~")
+        self.policy = policy
+        self.dry_run = dry_run
+        self.audit = audit
+        self.workspace = Workspace.create(workspace_store(os.environ, home), policy.workdir,
+                                          policy.max_disk and int(policy.max_disk))
+        self.layer_fd = -1  # (with --max-disk: the tmpfs the command wrote to)
+        self.outcome: WorkspaceOutcome | None = None
+
+    @property
+    def overlay(self) -> Overlay:
+        max_disk = self.policy.max_disk
+        return Overlay(self.workspace.directory, self.workspace.layer,
+                       None if max_disk is None else int(max_disk))
+
+    def close(self) -> None:
+        """The command could not start: nothing to keep."""
+        self._close_layer()
+        self.workspace.remove()
+
+    def follow(self, process: SandboxedProcess) -> None:
+        """Finish once ``process`` (the started command) has ended."""
+        self.layer_fd = process.workspace_layer
+
+        def finish() -> str | None:
+            notice = self.finish(process.returncode, process.keeper_pid)
+            process.workspace = self.outcome
+            return notice
+
+        process.on_exit(finish)
+
+    def finish(self, exit_code: int, keeper_pid: int) -> str | None:
+        """Once the command has ended: commit, abort or keep, as the policy says for
+        this exit code; returns the notice to show (None: nothing to say)."""
+        _wait_for_namespaces(keeper_pid)
+        full = self._filled()
+        action = self._action(exit_code)
+        try:
+            notice = getattr(self, f"_{action}")()
+        finally:
+            self._close_layer()
+            self.workspace.unlock()
+        if self.audit is not None:
+            outcome = self.outcome
+            self.audit.write({"event": "workspace", "action": action, "dir": self.workspace.directory,
+                              "changes": len(outcome.changes), "conflicts": len(outcome.conflicts),
+                              "id": outcome.id, "dry_run": self.dry_run})
+        return "\n".join(filter(None, (full, notice))) or None
+
+    def _action(self, exit_code: int) -> str:
+        if self.dry_run:
+            return "abort"
+        return self.policy.on_exit if exit_code == 0 else self.policy.on_error
+
+    @property
+    def _upper(self) -> str:
+        if self.layer_fd >= 0:
+            return f"/proc/self/fd/{self.layer_fd}/upper"
+        return self.workspace.upper
+
+    def _commit(self) -> str | None:
+        directory = self.workspace.directory
+        report = commit(self._upper, directory, self.workspace.since_ns)
+        applied = _pairs(report.applied)
+        if not report.conflicts:
+            self.workspace.remove()
+            self.outcome = WorkspaceOutcome("commit", applied)
+            if not applied:
+                return None
+            return (f"sandlock: workspace: committed {len(applied)} "
+                    f"change{'s' * (len(applied) != 1)} to {directory}")
+        self._keep_layer()
+        self.workspace.mark(CONFLICTS)
+        conflicts = _pairs(report.conflicts)
+        self.outcome = WorkspaceOutcome("commit", applied + conflicts, conflicts, self.workspace.id)
+        paths = ", ".join(path for _, path in conflicts[:5]) + (", ..." if len(conflicts) > 5 else "")
+        return (f"sandlock: workspace: {len(conflicts)} of {len(applied) + len(conflicts)} "
+                f"changes not committed, {directory} changed there during the run: {paths}; "
+                f"the run's versions are kept in workspace {self.workspace.id} "
+                f"(`sandlock workspace diff {self.workspace.id}`, `commit --force` to apply them)")
+
+    def _abort(self) -> str | None:
+        found = changes(self._upper, self.workspace.directory)
+        self.outcome = WorkspaceOutcome("abort", _pairs(found))
+        self.workspace.remove()
+        directory = self.workspace.directory
+        if self.dry_run:
+            lines = format_changes(found)
+            head = (f"sandlock: dry run: {len(found)} change{'s' * (len(found) != 1)} to "
+                    f"{directory}, discarded")
+            return "\n".join((head + (":" if lines else ""), *lines))
+        if not found:
+            return None
+        return (f"sandlock: workspace: discarded {len(found)} change{'s' * (len(found) != 1)} "
+                f"to {directory} (--on-error {self.policy.on_error})")
+
+    def _keep(self) -> str | None:
+        found = changes(self._upper, self.workspace.directory)
+        self._keep_layer()
+        self.workspace.mark(KEPT)
+        ident = self.workspace.id
+        self.outcome = WorkspaceOutcome("keep", _pairs(found), id=ident)
+        return (f"sandlock: workspace: kept {len(found)} change{'s' * (len(found) != 1)} to "
+                f"{self.workspace.directory} as {ident} (`sandlock workspace diff {ident}`, "
+                f"`commit {ident}`, `abort {ident}`)")
+
+    def _keep_layer(self) -> None:
+        """What is kept must outlive this process: a tmpfs layer is copied to disk."""
+        if self.layer_fd < 0:
+            return
+        import subprocess
+
+        subprocess.run(["cp", "-a", "--preserve=xattr", f"{self._upper}/.", self.workspace.upper],
+                       pass_fds=(self.layer_fd,), check=True)
+
+    def _filled(self) -> str | None:
+        """The notice of a --max-disk that was reached (writes then failed with ENOSPC)."""
+        if self.layer_fd < 0:
+            return None
+        stats = os.fstatvfs(self.layer_fd)
+        if stats.f_bavail * stats.f_frsize >= 64 * 1024:
+            return None
+        reason = (f"disk limit {self.policy.max_disk} reached: the workspace's writes past "
+                  "it failed with ENOSPC")
+        if self.audit is not None:
+            self.audit.limit("max_disk", str(self.policy.max_disk), "deny", reason)
+        return f"sandlock: {reason}"
+
+    def _close_layer(self) -> None:
+        if self.layer_fd >= 0:
+            os.close(self.layer_fd)
+            self.layer_fd = -1
+
+
+def _pairs(found: object) -> tuple[tuple[str, str], ...]:
+    return tuple((change.kind, change.path) for change in found)  # type: ignore[attr-defined]
+
+
+def _wait_for_namespaces(keeper_pid: int) -> None:
+    """The keeper holds the sandbox's mount namespace: once it is reaped, the overlay
+    is unmounted and its layer is a plain directory again (~3.5 ms, an RCU grace
+    period, paid only by runs with a workdir)."""
+    try:
+        os.waitpid(keeper_pid, 0)
+    except ChildProcessError:
+        pass  # already reaped
