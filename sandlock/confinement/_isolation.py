@@ -45,10 +45,14 @@ _O_DIRECTORY_PATH = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 class Overlay:
     """The copy-on-write workspace to mount: ``directory`` (absolute, real) seen
     through an overlay whose upper and work directories are in ``layer``; with
-    ``max_disk``, ``layer`` is first covered by a tmpfs of that many bytes."""
+    ``max_disk``, ``layer`` is first covered by a tmpfs of that many bytes; with
+    ``dry_run``, nothing else of the host's is written (a write grant on the private
+    /tmp would otherwise reach the host's directories bound back beneath it)."""
 
-    def __init__(self, directory: str, layer: str, max_disk: int | None) -> None:
+    def __init__(self, directory: str, layer: str, max_disk: int | None,
+                 dry_run: bool = False) -> None:
         self.directory, self.layer, self.max_disk = directory, layer, max_disk
+        self.dry_run = dry_run  # the host's directories bound back in are read-only
 
     def mount(self) -> int:
         """Before any other mount (the paths are still the host's). Returns a
@@ -143,6 +147,8 @@ class Isolation:
         for path, copy in kept:
             _make_mount_point(path, os.path.isdir(f"/proc/self/fd/{copy}"))
             mounts.attach(copy, path)
+            if self.overlay is not None and self.overlay.dry_run and path != self.overlay.directory:
+                mounts.make_read_only(path)  # a dry run writes nothing of the host's but DIR
         for path in self.temporary:  # where the command's TMPDIR points, empty, its own
             os.makedirs(path, 0o700, exist_ok=True)
         for directory in self.protection.pinned:

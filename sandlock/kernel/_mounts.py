@@ -58,6 +58,28 @@ def enter_namespaces(flags: int) -> None:
             prctl(PR_SET_DUMPABLE, dumpable)
 
 
+# The switches that refuse unprivileged user namespaces: (sysctl, the refusing value).
+_USERNS_SWITCHES = (
+    ("user.max_user_namespaces", "0"),
+    ("kernel.unprivileged_userns_clone", "0"),  # Debian's
+    ("kernel.apparmor_restrict_unprivileged_userns", "1"),  # Ubuntu's AppArmor
+)
+
+
+def userns_refusal() -> str | None:
+    """Which setting of this machine refuses unprivileged user namespaces, if one does
+    (e.g. "sysctl user.max_user_namespaces = 0"), for an error to name."""
+    for name, refusing in _USERNS_SWITCHES:
+        try:
+            with open("/proc/sys/" + name.replace(".", "/"), "rb") as f:
+                value = f.read().strip().decode()
+        except OSError:
+            continue  # not a switch of this kernel
+        if value == refusing:
+            return f"sysctl {name} = {value}"
+    return None
+
+
 def bind(source: str, target: str, *, recursive: bool = False) -> None:
     """Mount ``source`` (file or directory) over ``target`` (same kind)."""
     flags = MS_BIND | (MS_REC if recursive else 0)

@@ -10,7 +10,7 @@ import os
 
 from .._record import record
 from ..confinement import Overlay, workspace_store
-from ..cow import CONFLICTS, KEPT, Workspace, changes, commit, format_changes
+from ..cow import CONFLICTS, KEPT, Workspace, WorkspaceError, changes, commit, format_changes
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -40,7 +40,9 @@ class CowRun:
         self.policy = policy
         self.dry_run = dry_run
         self.audit = audit
-        self.workspace = Workspace.create(workspace_store(os.environ, home), policy.workdir,
+        root = workspace_store(os.environ, home)
+        _check_directory(policy.workdir, root)
+        self.workspace = Workspace.create(root, policy.workdir,
                                           policy.max_disk and int(policy.max_disk))
         self.layer_fd = -1  # (with --max-disk: the tmpfs the command wrote to)
         self.outcome: WorkspaceOutcome | None = None
@@ -49,7 +51,7 @@ class CowRun:
     def overlay(self) -> Overlay:
         max_disk = self.policy.max_disk
         return Overlay(self.workspace.directory, self.workspace.layer,
-                       None if max_disk is None else int(max_disk))
+                       None if max_disk is None else int(max_disk), self.dry_run)
 
     def close(self) -> None:
         """The command could not start: nothing to keep."""
@@ -168,6 +170,18 @@ class CowRun:
         if self.layer_fd >= 0:
             os.close(self.layer_fd)
             self.layer_fd = -1
+
+
+def _check_directory(directory: str, root: str) -> None:
+    """DIR cannot hold the store its own writes go to, nor be a scratch directory (each
+    run has its own, empty, mounted over it)."""
+    real_root = os.path.realpath(root)
+    if real_root == directory or real_root.startswith(directory.rstrip("/") + "/"):
+        raise WorkspaceError(f"--workdir {directory}: it contains the workspace store {root} "
+                             "(XDG_STATE_HOME moves the store)")
+    if directory in ("/tmp", "/var/tmp", "/dev/shm"):
+        raise WorkspaceError(f"--workdir {directory}: a scratch directory is private to each "
+                             "run already (choose a directory beneath it, or a project)")
 
 
 def _pairs(found: object) -> tuple[tuple[str, str], ...]:

@@ -25,7 +25,13 @@ import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of sta
 import os
 
 from ..confinement import Confinement, Isolation, keeper_scope
-from ..kernel import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, prctl
+from ..kernel import (
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    PR_SET_NO_NEW_PRIVS,
+    mounts,
+    prctl,
+)
 from . import _child, _init, _reports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
@@ -56,12 +62,12 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
     scoped = False  # kill(-1) only ever from inside the signal-scoped domain
     try:
         if isolation is not None:  # first: only a single-threaded process may do this
-            _entering(error_fd, isolation.enter_user_namespace)
+            _entering(error_fd, isolation.enter_user_namespace, isolation.overlay is not None)
         scoped = _become_keeper(report_fd, spec.confinement, scope=isolation is None)
         if isolation is None:
             status = _run_command(spec, report_fd, error_fd)
         else:
-            _entering(error_fd, isolation.enter_pid_namespace)
+            _entering(error_fd, isolation.enter_pid_namespace, isolation.overlay is not None)
             status_r, status_w = os.pipe()
             init_pid = _fork_init(spec, isolation, report_fd, status_w, error_fd)
             status = _wait_for_init(init_pid, report_fd, status_r)
@@ -84,13 +90,17 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
         os._exit(0)
 
 
-def _entering(error_fd: int, enter: Callable[[], None]) -> None:
+def _entering(error_fd: int, enter: Callable[[], None], workspace: bool) -> None:
     try:
         enter()
     except OSError as exc:
+        refusal = mounts.userns_refusal()
+        why = f"{exc.strerror}; {refusal} refuses unprivileged user namespaces" if refusal \
+            else exc.strerror
+        # A copy-on-write workspace has no way without them: DIR is never written instead.
+        way_out = ("--workdir needs them" if workspace else "--best-effort runs without them")
         _child.report_setup_error(error_fd, OSError(
-            exc.errno, f"cannot make the sandbox's namespaces ({exc.strerror}); "
-                       "--best-effort runs without them"))
+            exc.errno, f"cannot make the sandbox's namespaces ({why}); {way_out}"))
         raise
 
 

@@ -49,8 +49,14 @@ class SandboxedProcess:
         self.workspace: WorkspaceOutcome | None = None  # with a workdir, once it has ended
 
     def on_exit(self, hook: Callable[[], str | None]) -> None:
-        """Run ``hook`` once the sandbox has ended; a string it returns is kept in notices."""
-        self._exit_hooks.append(hook)
+        """Run ``hook`` once the sandbox has ended (now, if it already has: a sandbox
+        that failed to start ends within spawn); a string it returns is kept in notices."""
+        if self.returncode is None:
+            self._exit_hooks.append(hook)
+            return
+        notice = hook()
+        if notice:
+            self.notices.append(notice)
 
     def send_signal(self, sig: int) -> None:
         """Deliver ``sig`` to the command's process group."""

@@ -326,7 +326,7 @@ def start_workspace(policy: Policy, dry_run: bool, audit: AuditLog | None) -> Co
     """The run's copy-on-write workspace, if it has a workdir."""
     if policy.workdir is None:
         return None  # sandlock.cow is never imported by other runs
-    from ._cow import CowRun, WorkspaceOutcome
+    from ._cow import CowRun
 
     return CowRun(policy, dry_run=dry_run, audit=audit)
 
