@@ -423,3 +423,35 @@ def test_key_cases_as_an_unprivileged_user(as_nobody, world_tmp, state):
     assert done.returncode == 0, done.stderr
     assert tree(root, times=False) == tree(plain, times=False)
     assert os.stat(root / "added.txt").st_uid == 65534
+
+
+def _write_marker(path: str) -> str:
+    with open(path, "w") as f:
+        f.write("called\n")
+    return "written"
+
+
+def test_a_long_lived_sandbox_commits_when_its_block_ends_and_aborts_on_an_exception(tmp_path, state):
+    root = populate(tmp_path / "w")
+    sandbox = Sandbox(Policy(workdir=str(root)), quiet=True)
+    with sandbox as sb:
+        assert sb.exec(["sh", "-c", "echo a > a.txt"]).wait() == 0
+        assert sb.call(_write_marker, (str(root / "called.txt"),)).value == "written"
+        assert not (root / "a.txt").exists()  # nothing reaches DIR while the block runs
+    assert sandbox.workspace.action == "commit"
+    assert (root / "a.txt").read_text() == "a\n" and (root / "called.txt").exists()
+    before = tree(root)
+    with pytest.raises(KeyError):
+        with sandbox as sb:
+            sb.exec(["sh", "-c", "echo b > b.txt"]).wait()
+            raise KeyError("the agent failed")
+    assert sandbox.workspace.action == "abort" and sandbox.workspace.changes == (("A", "b.txt"),)
+    assert tree(root) == before
+
+
+def test_a_call_with_a_workdir_commits_what_the_function_wrote(tmp_path, state):
+    root = populate(tmp_path / "w")
+    result = Sandbox(Policy(workdir=str(root)), quiet=True).call(_write_marker, (str(root / "c.txt"),))
+    assert result.value == "written"
+    assert (root / "c.txt").read_text() == "called\n"
+    assert workspaces(state) == []

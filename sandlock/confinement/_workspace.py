@@ -99,7 +99,7 @@ def check_workspace(cwd: str, home: str) -> None:
         raise WorkspaceError(
             f"the default workspace would make {cwd} writable with everything beneath it "
             f"({'the whole machine' if real == '/' else 'your home directory'}): run from a "
-            "project directory (or give it with --workdir DIR), or choose with "
+            "project directory (or give it with --cwd DIR), or choose with "
             "-w/--fs-write and -r/--fs-read")
 
 

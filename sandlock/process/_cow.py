@@ -63,7 +63,8 @@ class CowRun:
         self.layer_fd = process.workspace_layer
 
         def finish() -> str | None:
-            notice = self.finish(process.returncode, process.keeper_pid)
+            status = process.returncode if process.block_status is None else process.block_status
+            notice = self.finish(status, process.keeper_pid)
             process.workspace = self.outcome
             return notice
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..confinement import SelfConfinement
     from ..limits import KernelLimits
     from ._call import CallResult
+    from ._cow import WorkspaceOutcome
     from ._process import SandboxedProcess
     from ._sandbox import Sandbox
 
@@ -158,14 +159,18 @@ class LiveSandbox:
     def on_close(self, release: Callable[[], None]) -> None:
         self._closing.append(release)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> WorkspaceOutcome | None:
+        """End the sandbox as its block ends (``failed``: by an exception, which a
+        copy-on-write workspace takes as an error); what became of its workspace."""
         self._paused = False  # (SIGKILL ends stopped processes too)
+        self._process.block_status = 1 if failed else 0
         self.kill()
         self._control.close()
         if self._results is not None:
             self._results.close()
         for release in self._closing:
             release()
+        return self._process.workspace
 
     # --- sandlock's side of the conversation -----------------------------------------
 

@@ -47,6 +47,9 @@ class SandboxedProcess:
         self.pauser: Watches | None = None  # a long-lived sandbox's pause and resume
         self.workspace_layer = -1  # a --max-disk workspace's tmpfs, taken from the command
         self.workspace: WorkspaceOutcome | None = None  # with a workdir, once it has ended
+        # A long-lived sandbox's resident is killed when its block ends: how the block
+        # ended (0, or 1 for an exception) stands for its exit status.
+        self.block_status: int | None = None
 
     def on_exit(self, hook: Callable[[], str | None]) -> None:
         """Run ``hook`` once the sandbox has ended (now, if it already has: a sandbox

@@ -94,6 +94,8 @@ class Sandbox:
         self.full_access_allowed = dangerously_allow_full_access
         self.warnings: list[str] = []
         self._live: LiveSandbox | None = None
+        # After a block with a workdir: what became of its copy-on-write workspace.
+        self.workspace: WorkspaceOutcome | None = None
 
     # --- a sandbox kept for a block ----------------------------------------------------
 
@@ -108,7 +110,7 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         live, self._live = self._live, None
         if live is not None:
-            live.close()
+            self.workspace = live.close(failed=exc[0] is not None)
 
     def exec(self, argv: Sequence[str], *, stdin: int | None = None, stdout: int | None = None,
              stderr: int | None = None, pass_fds: Sequence[int] = ()) -> LiveProcess:
