@@ -37,6 +37,7 @@ from sandlock.confinement._fspolicy import (
     sandlock_ca_cache_dir,
     sandlock_runtime_dir,
     sandlock_ca_dir,
+    workspace_store,
 )
 from sandlock.kernel._landlock import (
     FS_FILE_ACCESS,
@@ -311,10 +312,16 @@ def test_default_workspace_lists_the_credential_stores_and_ca():
             "/h/.npm", "/h/.cargo/registry"} <= set(write)
     stores = {f"/h/{store}" for store in CREDENTIAL_STORES}
     runtime = {sandlock_runtime_dir({}, "/h"), sandlock_runtime_dir(os.environ, "/h")}
-    assert set(deny) == stores | {"/h/.local/share/sandlock/ca"} | runtime
+    assert set(deny) == stores | {"/h/.local/share/sandlock/ca",
+                                  "/h/.local/state/sandlock/workspaces"} | runtime
     assert {".ssh", ".aws", ".gnupg", ".netrc", ".config/gcloud", ".config/gh",
             ".local/share/keyrings", ".bash_history", ".cargo/credentials.toml",
             ".vault-token", ".pgpass", ".mozilla"} <= set(CREDENTIAL_STORES)
+
+
+def test_workspace_store_follows_xdg_state_home():
+    assert workspace_store({"XDG_STATE_HOME": "/s"}, "/h") == "/s/sandlock/workspaces"
+    assert workspace_store({"XDG_STATE_HOME": "rel"}, "/h") == "/h/.local/state/sandlock/workspaces"
 
 
 def test_ca_dir_follows_xdg_data_home():
