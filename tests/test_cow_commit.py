@@ -378,3 +378,21 @@ def test_read_only_and_unreadable_directories(space):
     assert tree(space.dir) == merged
     assert os.stat(locked).st_mtime_ns == mtime
 
+
+def test_a_mount_in_a_deleted_directory_is_a_conflict_even_forced(space):
+    """The overlay never shows what is mounted inside the directory: deleting a tree
+    that holds a mount must not delete that filesystem's files."""
+    space.build({"d/mnt/": "", "d/f": "f\n", "e/": ""})
+    space.run("rm -r d; rm -r e")
+    code = (f"import sys; sys.path.insert(0, {os.path.dirname(TESTS)!r}); "
+            "from sandlock.cow._commit import commit; "
+            f"print(commit({space.upper!r}, {space.dir!r}, 0, force=True))")
+    mnt = os.path.join(space.dir, "d", "mnt")
+    shell = (f"set -e; mount -t tmpfs t {mnt}; echo keep > {mnt}/k; {shlex.quote(sys.executable)} -B -c "
+             f"{shlex.quote(code)}; cat {mnt}/k")
+    out = subprocess.run(["unshare", "-Urm", "sh", "-c", shell], check=True, capture_output=True,
+                         text=True).stdout
+    assert "conflicts=(Change(kind='D', path='d/', size=None),)" in out
+    assert "applied=(Change(kind='D', path='e/', size=None),)" in out
+    assert out.endswith("keep\n")
+    assert os.path.exists(os.path.join(space.dir, "d/f"))

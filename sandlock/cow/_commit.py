@@ -56,17 +56,23 @@ class Commit(Walk):
         self.since_ns, self.force = since_ns, force
         self.conflicts: list[Change] = []
         # renaming is atomic and cheap; across filesystems a copy is renamed into place
-        self.same_fs = os.stat(upper).st_dev == os.stat(target).st_dev
+        self.dev = os.stat(target).st_dev
+        self.same_fs = os.stat(upper).st_dev == self.dev
 
     def changed_since(self, node: Node, below: bool) -> bool:
         """Whether the target changed at ``node`` since the run began (``below``: or
-        anywhere under the directory there, which the change would delete)."""
+        anywhere under the directory there, which the change would delete). A mount
+        of another filesystem there, which the run never saw, is never deleted: that
+        is a conflict even with ``force``."""
         tst = node.tst
-        if self.force or tst is None:
+        if tst is None:
             return False
-        if tst.st_ctime_ns >= self.since_ns:
+        if below and tst.st_dev != self.dev:
             return True
-        return below and stat.S_ISDIR(tst.st_mode) and _changed_below(node, self.since_ns)
+        if not self.force and tst.st_ctime_ns >= self.since_ns:
+            return True
+        since_ns = None if self.force else self.since_ns
+        return below and stat.S_ISDIR(tst.st_mode) and _changed_below(node, since_ns, self.dev)
 
     def delete(self, node: Node, change: Change) -> None:
         assert node.parent is not None and node.upath is not None
@@ -170,17 +176,18 @@ class Commit(Walk):
         return change is not None and changed
 
 
-def _changed_below(node: Node, since_ns: int) -> bool:
-    """Whether anything under a target directory has a ctime from ``since_ns`` on."""
+def _changed_below(node: Node, since_ns: int | None, dev: int) -> bool:
+    """Whether anything under a target directory has a ctime from ``since_ns`` on
+    (None: whatever its ctime) or is on another filesystem than ``dev``."""
     fd = os.open(node.name, DIR_FLAGS, dir_fd=node.parent)
     try:
         with os.scandir(fd) as listing:
             for entry in listing:
                 st = entry.stat(follow_symlinks=False)
-                if st.st_ctime_ns >= since_ns:
+                if st.st_dev != dev or (since_ns is not None and st.st_ctime_ns >= since_ns):
                     return True
                 if stat.S_ISDIR(st.st_mode) and _changed_below(
-                        Node(None, entry.name, "", None, st, fd), since_ns):
+                        Node(None, entry.name, "", None, st, fd), since_ns, dev):
                     return True
     finally:
         os.close(fd)
