@@ -353,3 +353,46 @@ def test_format_changes():
                             Change("M", "big", 3 * 1024**3 + 1), Change("M", "small", 512)])
     assert lines == ["A     1.2K src/new.c", "D        - old/", "M     3.0G big", "M      512 small"]
     assert [human_size(n) for n in (0, 1023, 1024, 3565158, 1024**4)] == ["0", "1023", "1.0K", "3.4M", "1.0T"]
+
+
+def test_read_only_and_unreadable_directories(space):
+    """What an ordinary user's run does to read-only trees (a Go module cache) and
+    to directories it locks: the commit opens them up to work, then restores them."""
+    space.build({"cache/mod/f": "f\n", "ro/old": "o\n"})
+    for path in ("cache/mod/f", "cache/mod", "cache", "ro"):
+        os.chmod(os.path.join(space.dir, path), 0o444 if path.endswith("/f") else 0o555)
+    since = time.time_ns()
+    space.run("chmod -R u+w cache; rm -rf cache; chmod u+w ro; echo n > ro/new; chmod u-w ro; "
+                       "mkdir locked; echo s > locked/s; chmod 000 locked")
+    assert changes(space.upper, space.dir) == [
+        Change("D", "cache/"), Change("A", "locked/"), Change("A", "locked/s", 2), Change("A", "ro/new", 2)]
+    merged = space.run("true", dump=True)
+    report = commit(space.upper, space.dir, since)
+    assert report.conflicts == ()
+    assert space.upper_entries() == []
+    locked = os.path.join(space.dir, "locked")
+    assert stat.S_IMODE(os.stat(locked).st_mode) == 0
+    mtime = os.stat(locked).st_mtime_ns
+    os.chmod(locked, 0o700)  # for an ordinary user to look in, as the run could
+    merged["locked"][1] = 0o700
+    assert tree(space.dir) == merged
+    assert os.stat(locked).st_mtime_ns == mtime
+
+
+def test_a_mount_in_a_deleted_directory_is_a_conflict_even_forced(space):
+    """The overlay never shows what is mounted inside the directory: deleting a tree
+    that holds a mount must not delete that filesystem's files."""
+    space.build({"d/mnt/": "", "d/f": "f\n", "e/": ""})
+    space.run("rm -r d; rm -r e")
+    code = (f"import sys; sys.path.insert(0, {os.path.dirname(TESTS)!r}); "
+            "from sandlock.cow._commit import commit; "
+            f"print(commit({space.upper!r}, {space.dir!r}, 0, force=True))")
+    mnt = os.path.join(space.dir, "d", "mnt")
+    shell = (f"set -e; mount -t tmpfs t {mnt}; echo keep > {mnt}/k; {shlex.quote(sys.executable)} -B -c "
+             f"{shlex.quote(code)}; cat {mnt}/k")
+    out = subprocess.run(["unshare", "-Urm", "sh", "-c", shell], check=True, capture_output=True,
+                         text=True).stdout
+    assert "conflicts=(Change(kind='D', path='d/', size=None),)" in out
+    assert "applied=(Change(kind='D', path='e/', size=None),)" in out
+    assert out.endswith("keep\n")
+    assert os.path.exists(os.path.join(space.dir, "d/f"))

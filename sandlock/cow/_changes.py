@@ -48,7 +48,7 @@ class Node:
 
     __slots__ = ("upath", "name", "path", "ust", "tst", "parent")
 
-    def __init__(self, upath: str | None, name: str, path: str, ust: os.stat_result | None,
+    def __init__(self, upath: str, name: str, path: str, ust: os.stat_result | None,
                  tst: os.stat_result | None, parent: int | None) -> None:
         self.upath, self.name, self.path = upath, name, path
         self.ust, self.tst, self.parent = ust, tst, parent
@@ -100,7 +100,7 @@ class Walk:
             self.hide(updir, tdir, {entry.name for entry in entries}, rel)
         for entry in entries:
             ust = entry.stat(follow_symlinks=False)
-            tst = None if fresh else lstat_at(tdir, entry.name)  # type: ignore[arg-type]
+            tst = None if fresh or tdir is None else lstat_at(tdir, entry.name)
             node = Node(entry.path, entry.name, rel + entry.name, ust, tst, tdir)
             if is_whiteout(ust):
                 self.whiteout(node, rel)
@@ -138,17 +138,19 @@ class Walk:
             change = Change("M", node.path)
         else:
             change = None
-        restore = _let_in(node.upath, ust)  # type: ignore[arg-type]
+        restore = _let_in(node.upath, ust)
         try:
             tdir, fresh = self.enter(node, change)
             try:
-                opaque = not fresh and is_opaque(node.upath)  # type: ignore[arg-type]
-                self.walk(node.upath, tdir, fresh, node.path, opaque)  # type: ignore[arg-type]
-            finally:
-                self.leave(node, change, tdir, fresh)
+                self.walk(node.upath, tdir, fresh, node.path, not fresh and is_opaque(node.upath))
+            except BaseException:
+                if tdir is not None:  # no settling a directory half done
+                    os.close(tdir)
+                raise
+            self.leave(node, change, tdir, fresh)
         finally:
             if restore:
-                _chmod_if_there(node.upath, stat.S_IMODE(ust.st_mode))  # type: ignore[arg-type]
+                _chmod_if_there(node.upath, stat.S_IMODE(ust.st_mode))
 
     def nondir(self, node: Node) -> None:
         assert node.ust is not None
@@ -208,7 +210,7 @@ def unchanged(node: Node) -> bool:
     """A copy-up that changed nothing: same type, mode, size and mtime (a touch is a
     change), then the same content or symlink target."""
     ust, tst = node.ust, node.tst
-    assert ust is not None and tst is not None and node.upath is not None and node.parent is not None
+    assert ust is not None and tst is not None and node.parent is not None
     if (ust.st_mode != tst.st_mode or ust.st_size != tst.st_size
             or ust.st_mtime_ns != tst.st_mtime_ns):
         return False

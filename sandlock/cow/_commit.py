@@ -56,20 +56,26 @@ class Commit(Walk):
         self.since_ns, self.force = since_ns, force
         self.conflicts: list[Change] = []
         # renaming is atomic and cheap; across filesystems a copy is renamed into place
-        self.same_fs = os.stat(upper).st_dev == os.stat(target).st_dev
+        self.dev = os.stat(target).st_dev
+        self.same_fs = os.stat(upper).st_dev == self.dev
 
     def changed_since(self, node: Node, below: bool) -> bool:
         """Whether the target changed at ``node`` since the run began (``below``: or
-        anywhere under the directory there, which the change would delete)."""
+        anywhere under the directory there, which the change would delete). A mount
+        of another filesystem there, which the run never saw, is never deleted: that
+        is a conflict even with ``force``."""
         tst = node.tst
-        if self.force or tst is None:
+        if tst is None:
             return False
-        if tst.st_ctime_ns >= self.since_ns:
+        if below and tst.st_dev != self.dev:
             return True
-        return below and stat.S_ISDIR(tst.st_mode) and _changed_below(node, self.since_ns)
+        if not self.force and tst.st_ctime_ns >= self.since_ns:
+            return True
+        since_ns = None if self.force else self.since_ns
+        return below and stat.S_ISDIR(tst.st_mode) and _changed_below(node, since_ns, self.dev)
 
     def delete(self, node: Node, change: Change) -> None:
-        assert node.parent is not None and node.upath is not None
+        assert node.parent is not None
         if self.changed_since(node, True):
             self.conflicts.append(change)
             if node.ust is None:  # hidden by an opaque dir, which will not stay opaque
@@ -82,7 +88,7 @@ class Commit(Walk):
 
     def discard(self, node: Node) -> None:
         if node.parent is not None:  # else it is part of a conflict, which stays whole
-            os.unlink(node.upath)  # type: ignore[arg-type]
+            os.unlink(node.upath)
 
     def place(self, node: Node, change: Change) -> None:
         if node.parent is None or self.changed_since(node, True):
@@ -95,7 +101,7 @@ class Commit(Walk):
 
     def put(self, node: Node) -> None:
         """The upper entry onto its target path, atomically."""
-        assert node.upath is not None and node.ust is not None and node.parent is not None
+        assert node.ust is not None and node.parent is not None
         if self.same_fs:
             if stat.S_ISREG(node.ust.st_mode):  # only files and dirs carry user xattrs
                 _strip(node.upath)
@@ -114,15 +120,14 @@ class Commit(Walk):
             if change is not None:
                 self.conflicts.append(change)
             return None, True
-        if tst is None:
-            self.found.append(change)  # type: ignore[arg-type]
-            return _make_dir(parent, node.name), True
-        if not stat.S_ISDIR(tst.st_mode):  # a file or symlink becomes a directory
-            if self.changed_since(node, False):
-                self.conflicts.append(change)  # type: ignore[arg-type]
-                return None, True
-            os.unlink(node.name, dir_fd=parent)
-            self.found.append(change)  # type: ignore[arg-type]
+        if tst is None or not stat.S_ISDIR(tst.st_mode):
+            assert change is not None  # a new directory, or one replacing a file or symlink
+            if tst is not None:
+                if self.changed_since(node, True):
+                    self.conflicts.append(change)
+                    return None, True
+                os.unlink(node.name, dir_fd=parent)
+            self.found.append(change)
             return _make_dir(parent, node.name), True
         tdir = os.open(node.name, DIR_FLAGS, dir_fd=parent)
         if tst.st_mode & 0o300 != 0o300:  # read-only: let the entries in, leave() sets the mode
@@ -136,17 +141,15 @@ class Commit(Walk):
             kept = self.settle_new(node, tdir) if fresh else self.settle(node, change, tdir)
         finally:
             os.close(tdir)
-        if not kept:
-            _remove_upper_dir(node.upath)  # type: ignore[arg-type]
-        if not fresh:
-            _not_opaque(node.upath)  # type: ignore[arg-type]
+        if (kept or not _removed(node.upath)) and not fresh:
+            _not_opaque(node.upath)
 
     def settle_new(self, node: Node, tdir: int) -> bool:
         """A directory made by the commit gets the upper's xattrs, mode and times,
         once its entries are in (they would change its mtime)."""
         ust = node.ust
         assert ust is not None
-        _copy_xattrs(node.upath, tdir)  # type: ignore[arg-type]
+        _copy_xattrs(node.upath, tdir)
         os.fchmod(tdir, stat.S_IMODE(ust.st_mode))
         os.utime(tdir, ns=(ust.st_atime_ns, ust.st_mtime_ns))
         return False
@@ -170,17 +173,18 @@ class Commit(Walk):
         return change is not None and changed
 
 
-def _changed_below(node: Node, since_ns: int) -> bool:
-    """Whether anything under a target directory has a ctime from ``since_ns`` on."""
+def _changed_below(node: Node, since_ns: int | None, dev: int) -> bool:
+    """Whether anything under a target directory has a ctime from ``since_ns`` on
+    (None: whatever its ctime) or is on another filesystem than ``dev``."""
     fd = os.open(node.name, DIR_FLAGS, dir_fd=node.parent)
     try:
         with os.scandir(fd) as listing:
             for entry in listing:
                 st = entry.stat(follow_symlinks=False)
-                if st.st_ctime_ns >= since_ns:
+                if st.st_dev != dev or (since_ns is not None and st.st_ctime_ns >= since_ns):
                     return True
                 if stat.S_ISDIR(st.st_mode) and _changed_below(
-                        Node(None, entry.name, "", None, st, fd), since_ns):
+                        Node("", entry.name, "", None, st, fd), since_ns, dev):
                     return True
     finally:
         os.close(fd)
@@ -218,12 +222,15 @@ def _make_dir(parent: int, name: str) -> int:
     return os.open(name, DIR_FLAGS, dir_fd=parent)
 
 
-def _remove_upper_dir(upath: str) -> None:
+def _removed(upath: str) -> bool:
+    """Whether an upper directory was empty (all applied) and is now gone."""
     try:
         os.rmdir(upath)
+        return True
     except OSError as e:
         if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):  # conflicts left in it
             raise
+        return False
 
 
 def _not_opaque(upath: str) -> None:
@@ -232,7 +239,7 @@ def _not_opaque(upath: str) -> None:
     try:
         os.removexattr(upath, OPAQUE, follow_symlinks=False)
     except OSError as e:
-        if e.errno not in (errno.ENODATA, errno.ENOENT):
+        if e.errno != errno.ENODATA:
             raise
 
 
@@ -259,7 +266,7 @@ def _temp_name(name: str) -> str:
 
 def _copy_in(node: Node) -> None:
     """Across filesystems: a copy beside the target path, then renamed over it."""
-    assert node.upath is not None and node.ust is not None and node.parent is not None
+    assert node.ust is not None and node.parent is not None
     for _ in range(10):
         temp = _temp_name(node.name)
         try:
