@@ -16,8 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import SANDLOCK, sandlock
+
 from sandlock import Policy, Sandbox
 
 # Every kind of change a command makes, in DIR (the tree of `populate`).
@@ -383,7 +383,7 @@ def test_refused_user_namespaces_are_named_and_nothing_is_written(tmp_path, stat
     assert tree(root) == before
 
 
-def test_policy_fn_limits_and_network_work_in_a_cow_run(tmp_path, state):
+def test_policy_fn_and_limits_work_in_a_cow_run(tmp_path, state):
     root = populate(tmp_path / "w")
     seen = []
 
@@ -455,3 +455,30 @@ def test_a_call_with_a_workdir_commits_what_the_function_wrote(tmp_path, state):
     assert result.value == "written"
     assert (root / "c.txt").read_text() == "called\n"
     assert workspaces(state) == []
+
+
+def test_the_network_policy_holds_in_a_cow_run(tmp_path, state):
+    import socket
+
+    root = populate(tmp_path / "w")
+    allowed, other = socket.socket(), socket.socket()
+    for server in (allowed, other):
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+    ports = [server.getsockname()[1] for server in (allowed, other)]
+    probe = ("import socket, sys\n"
+             "for port in map(int, sys.argv[1:]):\n"
+             "    try:\n"
+             "        socket.create_connection(('127.0.0.1', port), 5).close(); print(port, 'ok')\n"
+             "    except OSError as e:\n"
+             "        print(port, e.errno)\n"
+             "open('net.txt', 'w').write('done')\n")
+    try:
+        result = run("--workdir", str(root), "--net-allow", f"127.0.0.1:{ports[0]}", "--",
+                     "/usr/bin/python3", "-c", probe, *map(str, ports))
+    finally:
+        allowed.close()
+        other.close()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{ports[0]} ok", f"{ports[1]} 13"]  # EACCES
+    assert (root / "net.txt").read_text() == "done"

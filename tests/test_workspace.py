@@ -128,7 +128,7 @@ def test_home_itself_is_refused_as_the_workspace(home):
     result = run(home, "true", cwd=home)
     assert result.returncode == 2
     assert "would make" in result.stderr and "your home directory" in result.stderr
-    assert "-w/--fs-write" in result.stderr and "--workdir DIR" in result.stderr
+    assert "-w/--fs-write" in result.stderr and "--cwd DIR" in result.stderr
     assert run(home, "true", cwd=Path("/")).returncode == 2
     # --workdir names the workspace wherever sandlock itself runs
     elsewhere = run(home, "pwd", "--workdir", str(home / "proj"), cwd=home)

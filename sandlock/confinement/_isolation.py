@@ -68,6 +68,12 @@ class Overlay:
                 (self.directory, os.path.join(self.layer, "upper"), os.path.join(self.layer, "work"))]
         try:
             mounts.mount_overlay(self.directory, *(f"/proc/self/fd/{fd}" for fd in held))
+        except OSError as exc:  # (not the generic "cannot make the mounts": that says --best-effort)
+            raise RuntimeError(
+                f"cannot mount the copy-on-write workspace over {self.directory} ({exc.strerror}): "
+                f"its layer {self.layer} must be on a file system overlayfs can write to "
+                "(ext4, xfs, btrfs, tmpfs); XDG_STATE_HOME moves the store, --max-disk puts the "
+                "layer in memory") from None
         finally:
             for fd in held:
                 os.close(fd)

@@ -8,7 +8,15 @@ import os
 from .._record import record
 from . import _landlock
 from ._libc import syscall
-from ._mounts import CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, enter_namespaces, mount_proc
+from ._mounts import (
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    enter_namespaces,
+    mount_overlay,
+    mount_proc,
+    mount_tmpfs,
+)
 from ._seccomp import SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_USER_NOTIF, action_available
 from ._syscalls import nr
 
@@ -56,6 +64,8 @@ def probe() -> list[Feature]:
                 "on-behalf socket operations (network supervisor)", True),
         Feature("user namespaces", *namespaces(),
                 "the sandbox's own /proc, /tmp and autorun protection", True),
+        Feature("overlayfs, unprivileged", *overlay(),
+                "the copy-on-write workspace (--workdir)", False),
     ]
     return features
 
@@ -92,6 +102,30 @@ def _try_namespaces() -> int:
         return min(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), 255)
     except OSError as exc:
         return min(exc.errno or 1, 127)
+    except BaseException:  # noqa: BLE001 - a throwaway child: never unwind
+        return 255
+
+
+def overlay() -> tuple[bool, str]:
+    """Can this process mount an overlayfs in a user namespace of its own (Linux 5.11+,
+    userxattr)? Tried in a throwaway child, on a tmpfs of its private mount namespace."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(_try_overlay())
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return (True, "userxattr") if code == 0 else (False, f"refused: {os.strerror(code or 1)}")
+
+
+def _try_overlay() -> int:
+    try:
+        enter_namespaces(CLONE_NEWUSER | CLONE_NEWNS)
+        mount_tmpfs("/tmp", b"size=64k")  # (this child's mount namespace only)
+        for name in ("lower", "upper", "work", "merged"):
+            os.mkdir(f"/tmp/{name}")
+        mount_overlay("/tmp/merged", "/tmp/lower", "/tmp/upper", "/tmp/work")
+        return 0
+    except OSError as exc:
+        return min(exc.errno or 1, 255)
     except BaseException:  # noqa: BLE001 - a throwaway child: never unwind
         return 255
 

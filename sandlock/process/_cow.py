@@ -78,6 +78,8 @@ class CowRun:
         action = self._action(exit_code)
         try:
             notice = getattr(self, f"_{action}")()
+        except OSError as exc:  # (a commit stops where it failed; what is left is intact)
+            notice = self._keep_after(action, exc)
         finally:
             self._close_layer()
             self.workspace.unlock()
@@ -144,6 +146,18 @@ class CowRun:
         return (f"sandlock: workspace: kept {len(found)} change{'s' * (len(found) != 1)} to "
                 f"{self.workspace.directory} as {ident} (`sandlock workspace diff {ident}`, "
                 f"`commit {ident}`, `abort {ident}`)")
+
+    def _keep_after(self, action: str, exc: OSError) -> str:
+        """An action that failed half-way: what it had not done is kept."""
+        where = f" at {exc.filename}" if exc.filename else ""
+        try:
+            self._keep_layer()
+            self.workspace.mark(KEPT)
+        except OSError:
+            pass  # (a tmpfs layer that could not be copied is lost with it: DIR is as said)
+        self.outcome = WorkspaceOutcome(action, (), id=self.workspace.id)
+        return (f"sandlock: workspace: {action} failed{where} ({exc.strerror}); what it had not "
+                f"done is kept as {self.workspace.id} (`sandlock workspace diff {self.workspace.id}`)")
 
     def _keep_layer(self) -> None:
         """What is kept must outlive this process: a tmpfs layer is copied to disk."""
