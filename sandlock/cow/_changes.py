@@ -18,13 +18,13 @@ import os
 import stat
 
 from .._record import record
+from ._tree import DIR_FLAGS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 OPAQUE = "user.overlay.opaque"
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1 << 16  # content comparison reads this much of each file at a time
 _UNITS = "KMGTPE"
 

@@ -16,7 +16,8 @@ import os
 import stat
 
 from .._record import record
-from ._changes import DIR_FLAGS, OPAQUE, Change, Node, Walk
+from ._changes import OPAQUE, Change, Node, Walk
+from ._tree import DIR_FLAGS, remove_tree
 
 _OVERLAY_XATTRS = "user.overlay."  # the layer's bookkeeping: never into the directory
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -95,7 +96,7 @@ class Commit(Walk):
             self.conflicts.append(change)
             return
         if node.tst is not None and stat.S_ISDIR(node.tst.st_mode):
-            _remove_tree(node.parent, node.name)
+            remove_tree(node.parent, node.name)
         self.put(node)
         self.found.append(change)
 
@@ -193,27 +194,9 @@ def _changed_below(node: Node, since_ns: int | None, dev: int) -> bool:
 
 def _remove(parent: int, name: str, tst: os.stat_result | None) -> None:
     if tst is not None and stat.S_ISDIR(tst.st_mode):
-        _remove_tree(parent, name)
+        remove_tree(parent, name)
     else:
         os.unlink(name, dir_fd=parent)
-
-
-def _remove_tree(parent: int, name: str) -> None:
-    """Delete a target directory and all under it, never through a symlink."""
-    fd = os.open(name, DIR_FLAGS, dir_fd=parent)
-    try:
-        if os.fstat(fd).st_mode & 0o300 != 0o300:  # read-only (a Go module cache): open it up
-            os.fchmod(fd, 0o700)
-        with os.scandir(fd) as listing:
-            entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
-        for child, is_dir in entries:
-            if is_dir:
-                _remove_tree(fd, child)
-            else:
-                os.unlink(child, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent)
 
 
 def _make_dir(parent: int, name: str) -> int:

@@ -20,6 +20,7 @@ import fcntl
 import os
 
 from .._errors import EXIT_USAGE, SandlockError
+from ._tree import DIR_FLAGS, remove_tree
 
 RUNNING, KEPT, CONFLICTS, INTERRUPTED = "running", "kept", "conflicts", "interrupted"
 
@@ -144,12 +145,16 @@ class Workspace:
 
     def remove(self) -> None:
         """Delete the workspace and everything captured in it."""
-        import shutil
-
-        trash = os.path.join(self.root, f".removed-{self.id}")
-        os.rename(self.path, trash)  # gone from listings at once, even if rmtree fails
+        trash = f".removed-{self.id}"
+        os.rename(self.path, os.path.join(self.root, trash))  # unlisted at once, whatever follows
         self.unlock()
-        shutil.rmtree(trash, ignore_errors=True)
+        root = os.open(self.root, DIR_FLAGS)
+        try:
+            remove_tree(root, trash)
+        except OSError:
+            pass  # (left as .removed-ID, never listed)
+        finally:
+            os.close(root)
 
     def _locked_elsewhere(self) -> bool:
         try:

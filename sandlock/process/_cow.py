@@ -10,7 +10,7 @@ import os
 
 from .._record import record
 from ..confinement import Overlay, workspace_store
-from ..cow import CONFLICTS, KEPT, Workspace, WorkspaceError, changes, commit, format_changes
+from ..cow import CONFLICTS, KEPT, Workspace, WorkspaceError
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class CowRun:
                                           policy.max_disk and int(policy.max_disk))
         self.layer_fd = -1  # (with --max-disk: the tmpfs the command wrote to)
         self.outcome: WorkspaceOutcome | None = None
+        self._succeeded = False  # (the run's, once finished)
 
     @property
     def overlay(self) -> Overlay:
@@ -64,20 +65,29 @@ class CowRun:
 
         def finish() -> str | None:
             status = process.returncode if process.block_status is None else process.block_status
-            notice = self.finish(status, process.keeper_pid)
+            notice = self.finish(status)
             process.workspace = self.outcome
             return notice
 
         process.on_exit(finish)
 
-    def finish(self, exit_code: int, keeper_pid: int) -> str | None:
+    def finish(self, exit_code: int) -> str | None:
         """Once the command has ended: commit, abort or keep, as the policy says for
-        this exit code; returns the notice to show (None: nothing to say)."""
-        _wait_for_namespaces(keeper_pid)
+        this exit code; returns the notice to show (None: nothing to say).
+
+        The keeper reports the end once every process of the sandbox is gone, while the
+        kernel may still be tearing its mount namespace down: nothing can write through
+        the overlay any more, and its unmount writes nothing to the layer, so the
+        layer is read and changed at once (not ~3.5 ms later, when the keeper is reaped)."""
         full = self._filled()
         action = self._action(exit_code)
         try:
-            notice = getattr(self, f"_{action}")()
+            if _empty(self._upper):  # nothing written: the usual case costs no walk
+                self.workspace.remove()
+                self.outcome = WorkspaceOutcome(action, ())
+                notice = None
+            else:
+                notice = getattr(self, f"_{action}")()
         except OSError as exc:  # (a commit stops where it failed; what is left is intact)
             notice = self._keep_after(action, exc)
         finally:
@@ -91,9 +101,10 @@ class CowRun:
         return "\n".join(filter(None, (full, notice))) or None
 
     def _action(self, exit_code: int) -> str:
+        self._succeeded = exit_code == 0
         if self.dry_run:
             return "abort"
-        return self.policy.on_exit if exit_code == 0 else self.policy.on_error
+        return self.policy.on_exit if self._succeeded else self.policy.on_error
 
     @property
     def _upper(self) -> str:
@@ -102,6 +113,8 @@ class CowRun:
         return self.workspace.upper
 
     def _commit(self) -> str | None:
+        from ..cow import commit  # (loaded once there is something to apply)
+
         directory = self.workspace.directory
         report = commit(self._upper, directory, self.workspace.since_ns)
         applied = _pairs(report.applied)
@@ -123,6 +136,8 @@ class CowRun:
                 f"(`sandlock workspace diff {self.workspace.id}`, `commit --force` to apply them)")
 
     def _abort(self) -> str | None:
+        from ..cow import changes, format_changes
+
         found = changes(self._upper, self.workspace.directory)
         self.outcome = WorkspaceOutcome("abort", _pairs(found))
         self.workspace.remove()
@@ -134,10 +149,13 @@ class CowRun:
             return "\n".join((head + (":" if lines else ""), *lines))
         if not found:
             return None
+        decided = "--on-exit" if self._succeeded else "--on-error"
         return (f"sandlock: workspace: discarded {len(found)} change{'s' * (len(found) != 1)} "
-                f"to {directory} (--on-error {self.policy.on_error})")
+                f"to {directory} ({decided} abort)")
 
     def _keep(self) -> str | None:
+        from ..cow import changes
+
         found = changes(self._upper, self.workspace.directory)
         self._keep_layer()
         self.workspace.mark(KEPT)
@@ -203,11 +221,6 @@ def _pairs(found: object) -> tuple[tuple[str, str], ...]:
     return tuple((change.kind, change.path) for change in found)  # type: ignore[attr-defined]
 
 
-def _wait_for_namespaces(keeper_pid: int) -> None:
-    """The keeper holds the sandbox's mount namespace: once it is reaped, the overlay
-    is unmounted and its layer is a plain directory again (~3.5 ms, an RCU grace
-    period, paid only by runs with a workdir)."""
-    try:
-        os.waitpid(keeper_pid, 0)
-    except ChildProcessError:
-        pass  # already reaped
+def _empty(directory: str) -> bool:
+    with os.scandir(directory) as listing:
+        return next(listing, None) is None
