@@ -6,6 +6,8 @@ mitmproxy is imported only inside the proxy's own process (``_server``), started
 runs that have HTTP rules.
 """
 
+from ._credentials import AuthRule, header_value, parse_auth_rule
 from ._rules import HttpDecision, HttpRule, HttpRules, normalise_path, parse_rule
 
-__all__ = ["HttpDecision", "HttpRule", "HttpRules", "normalise_path", "parse_rule"]
+__all__ = ["AuthRule", "HttpDecision", "HttpRule", "HttpRules", "header_value", "normalise_path",
+           "parse_auth_rule", "parse_rule"]

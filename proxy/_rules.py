@@ -15,6 +15,10 @@ from ipaddress import ip_address
 
 from .._record import record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._credentials import AuthRule
+
 ANY = "*"
 DEFAULT_PATH = "/*"
 ALLOW_FLAG = "--http-allow"
@@ -277,14 +281,19 @@ class TlsDecision:
 @record
 class HttpRules:
     """The run's HTTP rules. Deny rules win; with any allow rule, a request must match
-    one; with deny rules only, everything else is allowed."""
+    one; with deny rules only, everything else is allowed. ``auth``: which allowed
+    requests get a credential (``_credentials``); they allow nothing themselves."""
 
     allow: tuple[HttpRule, ...] = ()
     deny: tuple[HttpRule, ...] = ()
+    auth: tuple[AuthRule, ...] = ()
 
     @classmethod
-    def parse(cls, allow: tuple[str, ...], deny: tuple[str, ...]) -> HttpRules:
-        return cls(tuple(map(parse_rule, allow)), tuple(map(parse_rule, deny)))
+    def parse(cls, allow: tuple[str, ...], deny: tuple[str, ...], auth: tuple[str, ...] = ()) -> HttpRules:
+        from ._credentials import parse_auth_rule  # it builds on this module
+
+        return cls(tuple(map(parse_rule, allow)), tuple(map(parse_rule, deny)),
+                   tuple(map(parse_auth_rule, auth)))
 
     def __bool__(self) -> bool:
         return bool(self.allow or self.deny)
@@ -319,6 +328,13 @@ class HttpRules:
                 return HttpDecision(True, _reason(ALLOW_FLAG, rule)), rule
         return HttpDecision(False, f"no {ALLOW_FLAG} rule matches"), None
 
+    def auth_for(self, method: str, host: str, target: str) -> AuthRule | None:
+        """The ``--http-auth`` rule whose credential an allowed request gets, if any."""
+        if not self.auth:
+            return None
+        from ._credentials import first_auth
+        return first_auth(self.auth, method, host, target)
+
     # --- what the network engine and the proxy ask about hosts ---------------------
 
     def concrete_hosts(self) -> frozenset[str]:
@@ -339,7 +355,7 @@ class HttpRules:
         """Could any HTTPS connection of this run be decrypted (so a CA is needed)?"""
         if inspect != "auto":
             return inspect == "on"
-        if self.deny:
+        if self.deny or self.auth:
             return True
         return not all(rule.any_request_to_host for rule in self.allow)
 
@@ -368,8 +384,8 @@ class HttpRules:
         """True when every request to ``host`` would be allowed, whatever its method and
         path: HTTPS to it needs no inspection."""
         host = normalise_host(host)
-        if any(host_matches(rule.host, host) for rule in self.deny):
-            return False
+        if any(host_matches(rule.host, host) for rule in (*self.deny, *(a.match for a in self.auth))):
+            return False  # requests to be checked, or to get a credential
         if not self.allow:
             return True
         return any(rule.any_request_to_host and host_matches(rule.host, host)
