@@ -50,6 +50,10 @@ class ProxyConfig:
     run_dir: str = ""  # private per-run directory for the command's trust bundle
     ports: tuple[int, ...] = ()  # the upstream TCP ports it may connect to (--http-port)
     best_effort: bool = False  # confine the proxy with what the kernel has
+    auth: tuple[str, ...] = ()  # --http-auth rule texts
+    # credential name -> secret: sent over the control channel only; never in a repr
+    secrets: dict = field(factory=dict, repr=False)
+    auth_plain: bool = False  # credentials may go over plain HTTP too
 
 
 def encode(kind: str, **payload: object) -> bytes:
@@ -108,7 +112,23 @@ def config_from(message: dict) -> ProxyConfig:
         ca=dict(raw["ca"]), run_dir=str(raw["run_dir"]),
         ports=tuple(int(port) for port in raw.get("ports", ())),
         best_effort=bool(raw.get("best_effort", False)),
+        auth=_strings(raw.get("auth", ()), "auth"), secrets=_secrets(raw.get("secrets", {})),
+        auth_plain=raw.get("auth_plain", False) is True,
     )
+
+
+def _strings(value: object, what: str) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"config: {what} must be a list of strings")
+    return tuple(value)
+
+
+def _secrets(value: object) -> dict[str, str]:
+    """Names and values are checked for type only: an error shows neither value."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in value.items()):
+        raise ValueError("config: secrets must map credential names to strings")
+    return dict(value)
 
 
 def _address(value: object) -> tuple[str, int]:
