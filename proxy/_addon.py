@@ -16,6 +16,7 @@ from mitmproxy import connection, http, tcp, tls, websocket  # noqa: F401 - hook
 from mitmproxy.proxy import server_hooks
 
 from .._record import record
+from ._credentials import AUTH_FLAG, AuthRule, header_value, plain_refusal
 from ._protocol import Route
 from ._routes import RouteTable
 from ._rules import PASS, REFUSE, HttpRules, TlsDecision, normalise_host
@@ -35,10 +36,12 @@ class Refusal:
 
 
 class Enforcer:
-    """``report(**fields)`` tells sandlock about a decision (for notices and --audit)."""
+    """``report(**fields)`` tells sandlock about a decision (for notices and --audit).
+    ``secrets``: credential name -> secret, for the rules' ``auth`` (``_credentials``)."""
 
     def __init__(self, rules: HttpRules, inspect: str, can_inspect: bool, routes: RouteTable,
-                 report: Report, report_allowed: bool) -> None:
+                 report: Report, report_allowed: bool, secrets: dict[str, str] | None = None,
+                 auth_plain: bool = False) -> None:
         self._rules = rules
         self._inspect = inspect
         self._can_inspect = can_inspect
@@ -46,6 +49,10 @@ class Enforcer:
         self._report = report
         self._report_allowed = report_allowed
         self._refused: dict[str, str] = {}  # client connection id -> why
+        self._auth_plain = auth_plain
+        # Each rule's header value, made once; a str is the value, a Refusal why there is
+        # none (fail closed: a request that should carry a credential is denied).
+        self._values = {rule.text: _value(rule, secrets or {}) for rule in rules.auth}
 
     # --- TLS: decided on the ClientHello ------------------------------------------------
 
@@ -103,9 +110,28 @@ class Enforcer:
         if not decision.allowed:
             self._deny(flow, route, host, Refusal(FORBIDDEN, decision.reason))
             return
+        rule = self._rules.auth_for(flow.request.method, host, flow.request.path)
+        if rule is not None:
+            refusal = self._authorise(flow, rule)
+            if refusal is not None:
+                self._deny(flow, route, host, refusal, credential=rule.credential)
+                return
         flow.request.stream = True  # bodies are never buffered whole
         if self._report_allowed:
-            self._audit(route, flow.request.method, host, flow.request.path, True, decision.reason)
+            self._audit(route, flow.request.method, host, flow.request.path, True, decision.reason,
+                        credential=rule.credential if rule else "")
+
+    def _authorise(self, flow: http.HTTPFlow, rule: AuthRule) -> Refusal | None:
+        """Set ``rule``'s header on this request (whatever the command sent under that
+        name is dropped), or say why not. Decided per request: nothing is kept per
+        connection, so a keep-alive or HTTP/2 connection gets it only where it matches."""
+        if not (flow.client_conn.tls and flow.server_conn.tls) and not self._auth_plain:
+            return Refusal(FORBIDDEN, plain_refusal(rule))
+        value = self._values[rule.text]
+        if isinstance(value, Refusal):
+            return value
+        flow.request.headers[rule.header] = value  # replaces every value, any case
+        return None
 
     def _request_host(self, flow: http.HTTPFlow, route: Route | None) -> tuple[str, Refusal | None]:
         """The one host this request names, or why it does not name an allowed one."""
@@ -148,7 +174,8 @@ class Enforcer:
 
     # --- reporting -------------------------------------------------------------------------
 
-    def _deny(self, flow: http.HTTPFlow, route: Route | None, host: str, refusal: Refusal) -> None:
+    def _deny(self, flow: http.HTTPFlow, route: Route | None, host: str, refusal: Refusal,
+              credential: str = "") -> None:
         request = flow.request
         flow.metadata[DENIED] = True
         request.headers.pop("expect", None)  # no "100 Continue": the body is not wanted
@@ -160,17 +187,32 @@ class Enforcer:
             {"Content-Type": "text/plain; charset=utf-8", DENIED_HEADER: _header_safe(refusal.reason),
              "Connection": "close"},
         )
-        self._audit(route, request.method, host or request.host, request.path, False, refusal.reason)
+        self._audit(route, request.method, host or request.host, request.path, False, refusal.reason,
+                    credential=credential)
 
     def _audit(self, route: Route | None, method: str, host: str, path: str, allowed: bool,
-               reason: str) -> None:
+               reason: str, credential: str = "") -> None:
+        """``credential``: the NAME of the credential the request got (or would have)."""
         if allowed and not self._report_allowed:
             return
+        extra = {"credential": credential} if credential else {}
         self._report(
             pid=route.pid if route else 0,
             destination=f"{route.destination[0]}:{route.destination[1]}" if route else "",
             method=method, host=host, path=path.split("?", 1)[0], allowed=allowed, reason=reason,
+            **extra,
         )
+
+
+def _value(rule: AuthRule, secrets: dict[str, str]) -> str | Refusal:
+    """The header value of ``rule``, or the refusal of its requests (never the secret)."""
+    secret = secrets.get(rule.credential)
+    if secret is None:
+        return Refusal(FORBIDDEN, f"{AUTH_FLAG} {rule.text}: credential {rule.credential!r} is missing")
+    try:
+        return header_value(rule, secret)
+    except ValueError as exc:
+        return Refusal(FORBIDDEN, f"{AUTH_FLAG} {rule.text}: {exc}")
 
 
 def _names(route: Route, host: str) -> bool:

@@ -46,8 +46,8 @@ def main(argv: list[str]) -> int:
     import asyncio  # only now: the command may be waiting for the trust message above
 
     try:
-        asyncio.run(_serve(config, HttpRules.parse(config.allow, config.deny), authority, control,
-                           routes, listeners))
+        rules = HttpRules.parse(config.allow, config.deny, config.auth)
+        asyncio.run(_serve(config, rules, authority, control, routes, listeners))
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # noqa: BLE001 - one line for the user; connections now fail closed
@@ -66,7 +66,7 @@ async def _serve(config, rules, authority, control, routes, listeners) -> None:
 
     certstore = _mitm.certstore_from_pem(authority.mitmproxy_pem) if authority.mitmproxy_pem else None
     enforcer = Enforcer(rules, config.inspect, certstore is not None, routes, report,
-                        config.audit_allowed)
+                        config.audit_allowed, config.secrets, config.auth_plain)
     upstream = _mitm.upstream_trust_file(_system_bundle(), config.upstream_ca)
     await _mitm.serve(enforcer, routes, listeners, certstore, upstream,
                       lambda: _send(control, _protocol.encode(_protocol.LISTENING)))

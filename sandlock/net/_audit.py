@@ -54,7 +54,7 @@ class Audit:
         allowed = bool(event.get("allowed"))
         method, host, path = (str(event.get(key, "")) for key in ("method", "host", "path"))
         reason = str(event.get("reason", ""))
-        self._log(allowed, {
+        record = {
             "pid": event.get("pid", 0),
             "syscall": "http",
             "protocol": "http",
@@ -64,7 +64,10 @@ class Audit:
             "path": path,
             "verdict": "allow" if allowed else "deny",
             "reason": reason,
-        }, f"sandlock: denied {method} {host}{path} ({reason})")
+        }
+        if event.get("credential"):  # the NAME of the credential the proxy added (--http-auth)
+            record["credential"] = str(event["credential"])
+        self._log(allowed, record, f"sandlock: denied {method} {host}{path} ({reason})")
 
     def _incident(self, message: str, restarted: bool) -> None:
         """Not a decision about the command: sandlock's own proxy failed."""
