@@ -2,11 +2,12 @@
 
 ``Upstream("127.0.0.2")`` serves every method: it answers ``<name> <METHOD> <path>``
 (``name`` tells which server answered), counts the body bytes it received, and keeps
-a log of (method, path, host header, body bytes). ``tls=`` a trustme CA makes it
-HTTPS with a certificate for the given names. A directory can be served as files
-under /files/ (or another prefix: ``files_at``; a directory's index.html for its path),
-and a directory of git repositories through ``git http-backend`` (``git=``: git's smart
-HTTP protocol, on every path).
+a log of (method, path, host header, body bytes) and one of each request's headers
+(``headers_log``). ``tls=`` a trustme CA makes it HTTPS with a certificate for the
+given names. A directory can be served as files under /files/ (or another prefix:
+``files_at``; a directory's index.html for its path), and a directory of git
+repositories through ``git http-backend`` (``git=``: git's smart HTTP protocol, on
+every path).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if kept is not None:
                     kept.append(chunk)
         self.server.log.append((self.command, self.path, self.headers.get("Host"), received))
+        self.server.headers_log.append(list(self.headers.items()))
         prefix = self.server.files_at
         if self.path.startswith(prefix) and self.server.files and self.command in ("GET", "HEAD"):
             return self._file(self.path[len(prefix):].split("?")[0])
@@ -126,6 +128,7 @@ class _Server(ThreadingHTTPServer):
         self.files_at = files_at
         self.git = git
         self.log: list[tuple[str, str, str | None, int]] = []
+        self.headers_log: list[list[tuple[str, str]]] = []  # each request's headers, as received
         self._context = context
         super().__init__(address, _Handler)
 
@@ -152,6 +155,10 @@ class Upstream:
     @property
     def log(self) -> list[tuple[str, str, str | None, int]]:
         return self.server.log
+
+    @property
+    def headers_log(self) -> list[list[tuple[str, str]]]:
+        return self.server.headers_log
 
     def paths(self) -> list[str]:
         return [path for _, path, _, _ in self.log]
