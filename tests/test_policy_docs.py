@@ -29,7 +29,7 @@ import pytest
 
 from conftest import SANDLOCK, UNWIDENED, sandlock
 from httpservers import Upstream, free_port_on
-from sandlock.policy._schema import BY_SECTION, KEYS
+from sandlock.policy._schema import BY_SECTION, KEYS, TABLE_SECTIONS
 from sandlock.policy._toml import _scalar
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,8 @@ def documented_keys() -> dict[tuple[str, str], list[str]]:
             section = heading.group(1) if heading else None
         elif section and line.startswith("| `"):
             cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
-            rows[(section, cells[0].strip("`"))] = cells
+            whole = section in TABLE_SECTIONS and cells[0] == "`NAME`"  # the section is the table
+            rows[(section, "" if whole else cells[0].strip("`"))] = cells
     return rows
 
 

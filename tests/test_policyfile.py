@@ -117,6 +117,16 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "max_open_files": (["--max-open-files", "256"], "[limits]\nmax_open_files = 256"),
         "max_file_size": (["--max-file-size", "50M"], "[limits]\nmax_file_size = 52428800"),
         "max_output": (["--max-output", "1M"], '[limits]\nmax_output = "1024K"'),
+        "credentials": (["--credential", "api=env:API_KEY", "--credential", f"db=file:{work}/pw"],
+                        f'[credentials]\napi = "env:API_KEY"\ndb = "file:{work}/pw"'),
+        "http_auth": (["--http-allow", "GET a.test/*", "--credential", "api=env:K",
+                       "--http-auth", "GET a.test/v1/* bearer api"],
+                      '[http]\nallow = ["GET a.test/*"]\nauth = ["GET a.test/v1/* bearer api"]\n'
+                      '[credentials]\napi = "env:K"'),
+        "http_auth_plain": (["--http-auth-plain"], "[http]\nauth_plain = true"),
+        "credential_env": (["--credential", "api=env:K", "--credential-env", "OPENAI_API_KEY=api"],
+                           '[credentials]\napi = "env:K"\n[process]\n'
+                           'credential_env = { OPENAI_API_KEY = "api" }'),
         "workdir": (["--workdir", str(work)], f'[workspace]\ndir = "{work}"'),
         "on_exit": (["--workdir", str(work), "--on-exit", "keep"],
                     f'[workspace]\ndir = "{work}"\non_exit = "keep"'),
@@ -172,7 +182,7 @@ def test_relative_paths_are_the_files_directory_and_tilde_is_home(tmp_path):
     ("[http]\nallow_bind = ['80']\n", "p.toml:2: unknown key 'allow_bind' in [http]: it belongs "
                                       "in [network]"),
     ("[process]\nfoo = 1\n", "p.toml:2: unknown key 'foo' in [process] (expected one of: env, "
-                             "clean_env, cwd, timeout)"),
+                             "clean_env, cwd, timeout, credential_env)"),
     ('allow = ["x"]\n', "p.toml:1: 'allow' belongs in a section: [network] or [http]"),
     ("descripton = 'x'\n", "p.toml:1: unknown top-level key 'descripton': did you mean "
                            "'description'?"),

@@ -57,6 +57,8 @@ GROUPS = {
     "http": "HTTP(S) through sandlock's proxy (see docs/http.md)",
     "confinement": "confinement",
     "process": "process",
+    "credentials": "credentials the command never holds, added by the proxy (see "
+                   "docs/credentials.md)",
     "limits": "resource limits, for the sandbox as a whole (see docs/usage.md)",
     "workspace": "copy-on-write workspace (see docs/workspace.md)",
 }
@@ -123,6 +125,20 @@ POLICY_OPTIONS = (
                    help="do not point the command's TLS clients at the sandbox CA"),
     _policy_option("http", "http_ca_out", metavar="PATH",
                    help="write the sandbox CA certificate (never its key) to PATH"),
+    _policy_option("credentials", "credentials", action="append", metavar="NAME=SOURCE",
+                   help="a secret sandlock reads at start: SOURCE is env:VAR (VAR is then "
+                   "removed from COMMAND's environment) or file:PATH (denied to COMMAND) "
+                   "(repeatable)"),
+    _policy_option("credentials", "http_auth", action="append", metavar="RULE",
+                   help="'METHODS HOST[/PATH] SCHEME NAME': on requests the HTTP rules let "
+                   "through, set credential NAME's header; SCHEME: bearer, basic (NAME holds "
+                   "user:password) or header:Header-Name (repeatable)"),
+    _policy_option("credentials", "credential_env", action="append", metavar="VAR=NAME",
+                   help="give COMMAND the variable VAR holding a placeholder for credential "
+                   "NAME, for clients that will not start without one (repeatable)"),
+    _policy_option("credentials", "http_auth_plain", action="store_true",
+                   help="also add credentials to plain-HTTP requests (sent in clear: refused "
+                   "by default)"),
     _policy_option("confinement", "allow_ipc", action="store_true",
                    help="allow abstract unix sockets and signals to processes outside"),
     _policy_option("confinement", "isolate_ipc", action="store_true",

@@ -250,8 +250,10 @@ def _grants(
     # sandlock uses: --env XDG_DATA_HOME=... or --clean-env must not move the deny.
     protected = [path for home, _ in homes for environ in (env, os.environ)
                  for path in _fspolicy.protected_paths(home, environ)]
-    # A CA key the user brings (--http-key) is as secret as sandlock's own.
-    deny = [*policy.fs_denied, *protected, *filter(None, (policy.http_key,))]
+    # A CA key the user brings (--http-key) and the files secrets come from
+    # (--credential NAME=file:PATH) are as secret as sandlock's own.
+    deny = [*policy.fs_denied, *protected, *filter(None, (policy.http_key,)),
+            *policy.credential_files]
     # The copy-on-write workspace is written, whatever else is (its writes are captured).
     workdir = [policy.workdir] if policy.workdir else []
     if policy.uses_default_workspace:

@@ -52,7 +52,7 @@ def compile_policy(policy: Policy) -> NetPolicy:
         deny=tuple(map(parse_deny, policy.net_deny)),
         bind_ports=bind,
         unix_paths=policy.unix_allow,
-        http=HttpRules.parse(policy.http_allow, policy.http_deny),
+        http=HttpRules.parse(policy.http_allow, policy.http_deny, policy.http_auth),
         http_ports=frozenset(policy.http_ports),
     )
 

@@ -29,9 +29,11 @@ __all__ = ["HttpRun", "ProxyUnavailable", "Route"]
 
 
 class HttpRun:
-    def __init__(self, policy: Policy, env: Mapping[str, str], *, audited: bool) -> None:
-        """``env``: the command's environment (trust variables are added to ``env_updates``)."""
-        self.rules = HttpRules.parse(policy.http_allow, policy.http_deny)
+    def __init__(self, policy: Policy, env: Mapping[str, str], *, audited: bool,
+                 secrets: Mapping[str, str] | None = None) -> None:
+        """``env``: the command's environment (trust variables are added to ``env_updates``);
+        ``secrets``: the credentials' values, for the proxy process only."""
+        self.rules = HttpRules.parse(policy.http_allow, policy.http_deny, policy.http_auth)
         self.inspects = self.rules.needs_inspection(policy.https_inspect)
         self.run_dir: str | None = None
         self.proxy: ProxyProcess | None = None
@@ -54,6 +56,7 @@ class HttpRun:
             allow=policy.http_allow, deny=policy.http_deny, inspect=policy.https_inspect,
             upstream_ca=policy.upstream_ca, audit_allowed=audited, ca=ca,
             run_dir=self.run_dir or "", ports=policy.http_ports, best_effort=policy.best_effort,
+            auth=policy.http_auth, secrets=dict(secrets or {}), auth_plain=policy.http_auth_plain,
         )
         try:
             self.proxy = ProxyProcess(config, self._on_event, self._on_incident,

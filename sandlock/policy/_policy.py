@@ -14,6 +14,8 @@ from ._values import Environment
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..limits import Size
 
 DEFAULT_HTTP_PORTS = (80, 443)
@@ -92,6 +94,15 @@ class Policy:
     http_key: str | None = _flag("--http-key", "ca.key", path=True, default=None)
     ca_env: bool = _flag("--no-ca-env", "ca.env", default=True)
     http_ca_out: str | None = _flag("--http-ca-out", "ca.out", path=True, default=None)
+    # Credentials the command never holds (docs/credentials.md): their sources (NAME ->
+    # "env:VAR" | "file:PATH", the [credentials] table), the rules that attach them to
+    # requests after the HTTP rules (``METHODS HOST[/PATH] SCHEME NAME``), the command's
+    # variables holding placeholders instead (VAR -> NAME).
+    credentials: Environment = _flag("--credential", "credentials", default=Environment())
+    http_auth: tuple[str, ...] = _flag("--http-auth", "http.auth", default=())
+    http_auth_plain: bool = _flag("--http-auth-plain", "http.auth_plain", default=False)
+    credential_env: Environment = _flag("--credential-env", "process.credential_env",
+                                        default=Environment())
     # Limits: what the sandbox as a whole may consume (docs/usage.md, "Resource limits").
     max_memory: Size | None = _flag("--max-memory", "limits.max_memory", default=None)
     max_processes: int = _flag("--max-processes", "limits.max_processes",
@@ -128,6 +139,7 @@ class Policy:
                               "(choose an allowlist or a denylist)")
         self._check_mode()
         self._check_workspace()
+        self._check_credentials()
         if (self.http_ca is None) != (self.http_key is None):
             missing = "http_key" if self.http_key is None else "http_ca"
             raise PolicyError(missing, "--http-ca and --http-key go together (give both)")
@@ -159,6 +171,19 @@ class Policy:
             raise PolicyError("mode", "read-only cannot be combined with --workdir (a "
                               "workspace is for writing)")
 
+    def _check_credentials(self) -> None:
+        if not (self.credentials or self.http_auth or self.credential_env):
+            return
+        from ._credentials import check_references
+
+        check_references(self.credentials, self.http_auth, self.credential_env)
+        if self.http_auth and not (self.http_allow or self.http_deny):
+            raise PolicyError("http_auth", "attaches a credential to requests the HTTP rules "
+                              "let through, and there are none: add --http-allow rules")
+        if self.http_auth and self.https_inspect == "off":
+            raise PolicyError("http_auth", "a credential is added inside HTTPS, which needs "
+                              "inspection: --https-inspect off forbids it")
+
     @property
     def uses_default_workspace(self) -> bool:
         return not self.fs_readable and not self.fs_writable
@@ -177,12 +202,37 @@ class Policy:
         return (*self.net_allow, *self.net_allow_hosts, *connect)
 
     @property
+    def credential_files(self) -> tuple[str, ...]:
+        """The files secrets are read from (``file:PATH``): denied in every policy."""
+        return tuple(source[5:] for source in self.credentials.values()
+                     if source is not None and source.startswith("file:"))
+
+    @property
+    def credential_variables(self) -> tuple[str, ...]:
+        """sandlock's variables secrets are read from (``env:VAR``): never the command's."""
+        return tuple(source[4:] for source in self.credentials.values()
+                     if source is not None and source.startswith("env:"))
+
+    @property
     def has_http_rules(self) -> bool:
         return bool(self.http_allow or self.http_deny)
 
 
 # name -> Field (``.default``, ``.metadata``: flag, key, path), in declaration order.
 FIELDS = {f.name: f for f in Policy.__record_fields__}  # type: ignore[attr-defined]
+
+def _credentials_check(function: str) -> Callable[[str, object], object]:
+    """A field checked by ``_credentials``, which only policies with credentials load."""
+
+    def normalise(name: str, value: object) -> object:
+        if not value:  # (empty: a mapping or a list of rules, as given)
+            return () if function == "auth_rules" else check.environment(name, value)
+        from . import _credentials
+
+        return getattr(_credentials, function)(name, value)
+
+    return normalise
+
 
 # Each field's check (``_values``): run in this order by Policy, one at a time by
 # check_field (a policy file's line).
@@ -220,6 +270,10 @@ _CHECKS = {
     "http_key": check.existing_file,
     "ca_env": check.boolean,
     "http_ca_out": check.output_file,
+    "credentials": _credentials_check("sources"),
+    "http_auth": _credentials_check("auth_rules"),
+    "http_auth_plain": check.boolean,
+    "credential_env": _credentials_check("placeholders"),
     "max_memory": check.size,
     "max_processes": check.process_count,
     "max_cpu": check.cpu_share,

@@ -15,8 +15,10 @@ from .._record import record
 from ._policy import FIELDS
 
 # Sections in the order a written policy shows them (docs/policy.md follows it).
-SECTIONS = ("filesystem", "network", "http", "ca", "process", "limits", "workspace",
-            "confinement")
+SECTIONS = ("filesystem", "network", "http", "ca", "credentials", "process", "limits",
+            "workspace", "confinement")
+# Sections that are one field's table as a whole ([credentials] NAME = "env:VAR").
+TABLE_SECTIONS = ("credentials",)
 DESCRIPTION = "description"  # the one top-level key: a line for `sandlock profile list`
 
 
@@ -95,7 +97,7 @@ class Key:
 
 def _key_of(field: object) -> Key:
     section, _, name = field.metadata["key"].partition(".")
-    if section not in SECTIONS or not name:
+    if section not in SECTIONS or not (name or section in TABLE_SECTIONS):
         raise AssertionError(f"Policy.{field.name}: key {field.metadata['key']!r} has no section")
     return Key(field.name, section, name, field.metadata["flag"], _KINDS[field.type],
                field.metadata["path"], field.initial())

@@ -135,6 +135,7 @@ class PolicyTester:
     def __init__(self, policy: Policy) -> None:
         self._rules = compile_policy(policy)
         self._inspect = policy.https_inspect
+        self._auth_plain = policy.http_auth_plain
         self._can_inspect = self._rules.http.needs_inspection(policy.https_inspect)
         self._static = DnsSettings.from_policy(policy).static_pins
         self._placeholder = _placeholder(self._rules, self._static)
@@ -182,7 +183,14 @@ class PolicyTester:
             handling = {PASS: "; HTTPS passed through, not inspected",
                         INSPECT: "; HTTPS inspected"}[tls.action]
         decision = http.decide(probe.method, probe.host, probe.target)
-        return Outcome(decision.allowed, decision.reason + handling)
+        rule = http.auth_for(probe.method, probe.host, probe.target) if decision.allowed else None
+        if rule is None:
+            return Outcome(decision.allowed, decision.reason + handling)
+        if not probe.tls and not self._auth_plain:  # as the proxy answers it: 403
+            return Outcome(False, f"--http-auth {rule.text}: a credential goes over TLS only "
+                           "(plain HTTP refused; --http-auth-plain allows it)")
+        return Outcome(True, f"{decision.reason}{handling}; carries credential "
+                       f"{rule.credential!r} in {rule.header} (--http-auth {rule.text})")
 
     def _not_http(self, probe: Probe) -> str:
         if (probe.method is not None and self._rules.http

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._policy import Policy
-from ._schema import BY_SECTION, DESCRIPTION, ENV, SECTIONS, SIZE, Key
+from ._schema import BY_SECTION, DESCRIPTION, ENV, SECTIONS, SIZE, TABLE_SECTIONS, Key
 
 LINE_WIDTH = 88  # longer arrays are written one item per line
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
@@ -32,6 +32,11 @@ def dumps(policy: Policy, *, description: str | None = None,
 
 
 def _section(policy: Policy, section: str) -> list[str]:
+    if section in TABLE_SECTIONS:  # the section is one field's table: NAME = "value"
+        (key,) = BY_SECTION[section].values()
+        table = getattr(policy, key.field)
+        return [f"[{section}]", *(f"{name} = {_string(value)}" for name, value in table.items())] \
+            if table else []
     entries = [f"{key.name} = {_value(key, getattr(policy, key.field))}"
                for key in BY_SECTION[section].values()
                if getattr(policy, key.field) != key.default]

@@ -33,7 +33,20 @@ def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dic
                                   "(--env NAME passes it from there)")
             value = os.environ[name]
         env[name] = value
+    if policy.credentials:
+        _hide_secrets(policy, env)
     return env
+
+
+def _hide_secrets(policy: Policy, env: dict[str, str]) -> None:
+    """The variables secrets come from never reach the command (--clean-env or not,
+    --env NAME or not); the placeholders it was promised stand in for them."""
+    from ..policy import placeholder_for
+
+    for variable in policy.credential_variables:
+        env.pop(variable, None)
+    for variable, credential in policy.credential_env.items():
+        env[variable] = placeholder_for(credential)
 
 
 def check_argv(argv: Sequence[str]) -> list[str]:

@@ -334,13 +334,19 @@ def start_workspace(policy: Policy, dry_run: bool, audit: AuditLog | None) -> Co
 
 
 def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRun | None:
-    """The proxy for a run with HTTP rules (its trust variables go into ``env``)."""
+    """The proxy for a run with HTTP rules (its trust variables go into ``env``); the
+    credentials' secrets are read here, once, and go to the proxy process only."""
+    secrets = None
+    if policy.credentials:  # (read even if no rule uses them: a missing one is an error)
+        from ..policy import read_secrets
+
+        secrets = read_secrets(policy.credentials)
     if not policy.has_http_rules:
         return None  # the proxy package is never imported by other runs
     from ..net import HttpRun
 
     try:
-        http = HttpRun(policy, env, audited=audited)
+        http = HttpRun(policy, env, audited=audited, secrets=secrets)
     except OSError as exc:
         raise SetupError(f"the HTTP proxy could not start: {exc}") from None
     env.update(http.env_updates)
