@@ -16,7 +16,7 @@ from mitmproxy import connection, http, tcp, tls, websocket  # noqa: F401 - hook
 from mitmproxy.proxy import server_hooks
 
 from .._record import record
-from ._credentials import AUTH_FLAG, AuthRule, header_value, plain_refusal
+from ._credentials import AUTH_FLAG, AuthRule, first_auth, header_value, plain_refusal
 from ._protocol import Route
 from ._routes import RouteTable
 from ._rules import PASS, REFUSE, HttpRules, TlsDecision, normalise_host
@@ -110,7 +110,8 @@ class Enforcer:
         if not decision.allowed:
             self._deny(flow, route, host, Refusal(FORBIDDEN, decision.reason))
             return
-        rule = self._rules.auth_for(flow.request.method, host, flow.request.path)
+        auth = self._rules.auth  # HttpRules.auth_for, without its import on each request
+        rule = first_auth(auth, flow.request.method, host, flow.request.path) if auth else None
         if rule is not None:
             refusal = self._authorise(flow, rule)
             if refusal is not None:

@@ -12,7 +12,7 @@ Secrets never appear in what this module says: errors name the credential, not i
 from __future__ import annotations
 
 from .._record import record
-from ._rules import HttpRule, normalise_host, parse_rule, readings
+from ._rules import HttpRule, host_matches, normalise_host, parse_rule, readings
 
 BEARER, BASIC, HEADER = "bearer", "basic", "header"
 AUTHORIZATION = "Authorization"
@@ -40,6 +40,11 @@ class AuthRule:
     scheme: str  # BEARER | BASIC | HEADER
     header: str
     credential: str  # the credential's NAME
+
+    def covers(self, method: str, host: str) -> bool:
+        """Could a request with this method to this host match (whatever its path)?"""
+        methods = self.match.methods
+        return (methods is None or method in methods) and host_matches(self.match.host, host)
 
     def matches(self, method: str, host: str, paths: tuple[str, ...]) -> bool:
         """``method`` upper-case, ``host`` normalised, ``paths``: every reading."""
@@ -98,11 +103,14 @@ def header_value(rule: AuthRule, secret: str) -> str:
 def first_auth(rules: tuple[AuthRule, ...], method: str, host: str, target: str) -> AuthRule | None:
     """The first rule matching the request on every path it could mean (None for a
     malformed one): a credential goes only where each reading of the path is covered."""
+    method, host = method.upper(), normalise_host(host)
+    candidates = [rule for rule in rules if rule.covers(method, host)]
+    if not candidates:  # the common case, and cheap: the path is not read again
+        return None
     paths = readings(target)
     if paths is None:
         return None
-    method, host = method.upper(), normalise_host(host)
-    return next((rule for rule in rules if rule.matches(method, host, paths)), None)
+    return next((rule for rule in candidates if rule.matches(method, host, paths)), None)
 
 
 def plain_refusal(rule: AuthRule) -> str:

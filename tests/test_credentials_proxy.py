@@ -35,8 +35,10 @@ AUTH = (
     "* api.test/key/* header:X-Api-Key apikey",
     "* api.test/basic/* basic login",
     "* api.test/missing/* bearer nothere",
+    "* api.test/bad/* header:X-Token bad",
 )
-SECRETS = {"openai": SECRET, "apikey": KEY, "login": LOGIN}
+BAD = "tok\r\nX-Injected: 1"  # would end the header and add another
+SECRETS = {"openai": SECRET, "apikey": KEY, "login": LOGIN, "bad": BAD}
 
 
 # --- the rules -------------------------------------------------------------------------
@@ -278,11 +280,15 @@ def test_custom_header_and_basic(proxied, tls_upstream, ports, sandbox_ca):
     assert _received(tls_upstream, "Authorization") == [[], [basic]]
 
 
-def test_a_credential_that_is_missing_fails_closed(proxied, tls_upstream, ports, sandbox_ca):
+def test_a_credential_missing_or_unsendable_fails_closed(proxied, tls_upstream, ports, sandbox_ca):
     connection = SteeredHTTPS(proxied, ports[0], sandbox_ca[1])
-    status, body = _get(connection, "/missing/a")
+    missing = _get(connection, "/missing/a")
+    connection = SteeredHTTPS(proxied, ports[0], sandbox_ca[1])  # a denial closes the connection
+    bad = _get(connection, "/bad/a")
     connection.close()
-    assert status == 403 and "credential 'nothere' is missing" in body
+    assert missing[0] == 403 and "credential 'nothere' is missing" in missing[1]
+    assert bad[0] == 403 and "credential 'bad': only printable ASCII" in bad[1]
+    assert "tok" not in bad[1] and "Injected" not in bad[1]
     assert tls_upstream.paths() == []
 
 
@@ -328,7 +334,7 @@ def test_plain_http_is_refused_a_credential(proxied, upstreams, ports):
     status, body = _get(connection, "/v1/chat")
     assert status == 403
     assert ("--http-auth GET,POST api.test/v1/* bearer openai: a credential is sent over TLS "
-            "only (plain HTTP refused)") in body
+            "only (plain HTTP refused)") in body and SECRET not in body
     connection = http.client.HTTPConnection("api.test", ports[1])
     connection.sock = proxied.connect((API, ports[1]))
     assert _get(connection, "/public")[0] == 200  # no credential: plain HTTP as before
@@ -359,7 +365,7 @@ def test_reports_name_the_credential_never_the_secret(proxied, ports, sandbox_ca
     assert [(e["path"], e["allowed"], e.get("credential")) for e in events] == [
         ("/v1/report", True, "openai"), ("/nothing", True, None)]
     everything = repr(proxied.events)
-    for secret in (SECRET, KEY, LOGIN, base64.b64encode(LOGIN.encode()).decode()):
+    for secret in (SECRET, KEY, LOGIN, base64.b64encode(LOGIN.encode()).decode(), "tok\\r"):
         assert secret not in everything
 
 
