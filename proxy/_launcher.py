@@ -46,10 +46,12 @@ class ProxyProcess:
 
     def __init__(self, config: ProxyConfig, on_event: Callable[[dict], None],
                  on_incident: Callable[[str, bool], None] | None = None,
-                 forkserver: str | None = None) -> None:
-        """``forkserver``: the directory of the user's proxy fork server (``_spawn``)."""
+                 forkserver: str | None = None, hidden: tuple[str, ...] = ()) -> None:
+        """``forkserver``: the directory of the user's proxy fork server (``_spawn``);
+        ``hidden``: sandlock's variables the proxy must not inherit (``spawn_proxy``)."""
         self._config = config
         self._forkserver = forkserver
+        self._hidden = hidden
         self._on_event = on_event
         self.on_incident = on_incident or (lambda message, restarted: None)
         self.on_restart: Callable[[dict[int, tuple[str, int]]], None] = lambda addresses: None
@@ -67,7 +69,7 @@ class ProxyProcess:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             fds = [theirs.fileno(), *(s.fileno() for s in listeners.values())]
-            process = spawn_proxy(fds, self._forkserver)
+            process = spawn_proxy(fds, self._forkserver, self._hidden)
         finally:
             theirs.close()
             for listener in listeners.values():

@@ -102,22 +102,26 @@ if TYPE_CHECKING:
     Proxy = ForkedProxy | subprocess.Popen
 
 
-def spawn_proxy(fds: list[int], forkserver: str | None) -> Proxy:
+def spawn_proxy(fds: list[int], forkserver: str | None, hidden: tuple[str, ...] = ()) -> Proxy:
     """The proxy process serving ``fds`` (control channel, then listeners).
-    ``forkserver``: the fork server's directory (None: none for this run)."""
-    if forkserver is not None and os.environ.get(FORKSERVER_VARIABLE) != "0":
-        forked = _ask_forkserver(forkserver, fds)
+    ``forkserver``: the fork server's directory (None: none for this run); ``hidden``:
+    variables of sandlock's environment no process started here may inherit (the
+    sources of credentials: the proxy gets their values in its configuration, and a
+    fork server, which outlives the run, must never hold one)."""
+    env = {name: value for name, value in os.environ.items() if name not in hidden}
+    if forkserver is not None and env.get(FORKSERVER_VARIABLE) != "0":
+        forked = _ask_forkserver(forkserver, fds, env)
         if forked is not None:
             return forked
-    return _start_interpreter("sandlock.proxy._server", list(map(str, fds)), fds)
+    return _start_interpreter("sandlock.proxy._server", list(map(str, fds)), fds, env)
 
 
-def _ask_forkserver(directory: str, fds: list[int]) -> ForkedProxy | None:
+def _ask_forkserver(directory: str, fds: list[int], env: dict[str, str]) -> ForkedProxy | None:
     path = os.path.join(directory, SOCKET_NAME)
     token = read_token(directory)
     if token is None or len(os.fsencode(path)) > _SUN_PATH_MAX:
-        return _start_forkserver(directory)
-    request = json.dumps({"token": token, "env": dict(os.environ)}).encode()
+        return _start_forkserver(directory, env)
+    request = json.dumps({"token": token, "env": env}).encode()
     if len(request) > MAX_REQUEST:
         return None
     channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
@@ -130,11 +134,11 @@ def _ask_forkserver(directory: str, fds: list[int]) -> ForkedProxy | None:
         reply = channel.recv(64)
     except OSError:
         channel.close()
-        return _start_forkserver(directory)
+        return _start_forkserver(directory, env)
     if reply == b"accepted":
         return ForkedProxy(channel)
     channel.close()
-    return _start_forkserver(directory)  # "stale": that one is exiting
+    return _start_forkserver(directory, env)  # "stale": that one is exiting
 
 
 def _peer_uid(channel: socket.socket) -> int:
@@ -142,7 +146,7 @@ def _peer_uid(channel: socket.socket) -> int:
     return struct.unpack("3i", channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, size))[1]
 
 
-def _start_forkserver(directory: str) -> None:
+def _start_forkserver(directory: str, env: dict[str, str]) -> None:
     """In the background, unless one is running or starting (it holds the lock)."""
     lock = open_lock(directory)
     if lock is None:
@@ -155,7 +159,7 @@ def _start_forkserver(directory: str) -> None:
         os.close(lock)
     try:
         # No stderr: it outlives this run, whose stderr may be a pipe someone reads to EOF.
-        _start_interpreter("sandlock.proxy._forkserver", [directory], [], detached=True)
+        _start_interpreter("sandlock.proxy._forkserver", [directory], [], env, detached=True)
     except OSError:
         pass
     return None
@@ -187,15 +191,14 @@ def _no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
-def _start_interpreter(module: str, args: list[str], fds: list[int],
+def _start_interpreter(module: str, args: list[str], fds: list[int], env: dict[str, str],
                        detached: bool = False) -> subprocess.Popen:
     """``detached``: no stderr either (it outlives the run)."""
     import subprocess  # only here: a run served by the fork server never loads it
 
     # The package this process runs from, wherever that is (installed or a checkout).
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
+    env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))}
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],
         pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

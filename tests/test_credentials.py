@@ -13,6 +13,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -353,3 +354,34 @@ def test_unprivileged(as_nobody, servers, port, ca, world_tmp):
     assert completed.returncode == 0, completed.stderr
     assert api.authorization() == {"/v1/nobody": f"Bearer {SECRET}"}
     assert SECRET not in completed.stdout + completed.stderr
+
+
+def test_no_proxy_or_fork_server_inherits_the_source_variable(servers, port, ca, tmp_path):
+    """The proxy gets the secret in its configuration only; the fork server, which
+    outlives the run, never holds it. Looked at from outside, as root, mid-run."""
+    api, _ = servers
+    command = [*SANDLOCK, "run", "--resolve", f"api.test={API}", "--http-port", str(port),
+               "--upstream-ca", ca[1], "--http-allow", "* api.test/*",
+               "--credential", f"api=env:{SOURCE}", "--http-auth", "* api.test/v1/* bearer api",
+               "--", "sh", "-c", f"curl -sS https://api.test:{port}/v1/mid; sleep 3"]
+    env = {**os.environ, SOURCE: SECRET, "XDG_DATA_HOME": str(tmp_path / "data")}
+    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not api.requests:
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        proxies = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"sandlock.proxy" not in f.read():
+                        continue
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    proxies.append((pid, SECRET.encode() in f.read()))
+            except OSError:
+                continue
+    finally:
+        process.wait(30)
+    assert proxies and not any(holds for _, holds in proxies), proxies
+    assert api.authorization() == {"/v1/mid": f"Bearer {SECRET}"}

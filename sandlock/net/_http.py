@@ -60,7 +60,8 @@ class HttpRun:
         )
         try:
             self.proxy = ProxyProcess(config, self._on_event, self._on_incident,
-                                      forkserver=_forkserver_directory(env))
+                                      forkserver=_forkserver_directory(env),
+                                      hidden=policy.credential_variables)
         except BaseException:
             self._remove_run_dir()
             raise
