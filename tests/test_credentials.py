@@ -307,6 +307,8 @@ def test_bad_credentials_are_usage_errors_naming_what_is_wrong(tmp_path):
         (["--credential", f"api=env:{SOURCE}", "--http-auth", "GET api.test/* bearer api",
           "--https-inspect", "off"], "needs inspection"),
         (["--credential-env", "KEY=nope"], "no credential 'nope'"),
+        (["--credential", f"api=env:{SOURCE}", "--http-auth", "GET api.test/* basic api"],
+         "user:password"),
     ]
     for options, message in cases:
         result = sandlock("run", *base, *options, "--", "true", env={**os.environ, SOURCE: SECRET})

@@ -12,7 +12,7 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from ._credentials import placeholder_for, read_secrets
+    from ._credentials import check_sendable, placeholder_for, read_secrets
     from ._file import PolicyFile, load as load_policy_file
     from ._learn import applied as apply_learned, learn, observing as observing_policy, read_audit
     from ._policy import (
@@ -59,6 +59,7 @@ _EXPORTS = {
     "profile_path": "_profiles:path_of",
     "profiles_directory": "_profiles:directory",
     "read_audit": "_learn",
+    "check_sendable": "_credentials",
     "placeholder_for": "_credentials",
     "read_secrets": "_credentials",
 }

@@ -99,6 +99,19 @@ def read_secrets(credentials: Mapping[str, str | None],
     return secrets
 
 
+def check_sendable(auth: tuple[str, ...], secrets: Mapping[str, str]) -> None:
+    """Each rule's header can be made of its secret (basic needs user:password, a
+    header value printable text): found at start, not at the first request."""
+    from ..proxy import header_value, parse_auth_rule
+
+    for text in auth:
+        rule = parse_auth_rule(text)
+        try:
+            header_value(rule, secrets[rule.credential])
+        except ValueError as exc:  # (its message names the credential, never the value)
+            raise PolicyError("http_auth", f"{text!r}: {exc}") from None
+
+
 def placeholder_for(credential: str) -> str:
     """A fresh, meaningless value standing for ``credential`` in the command's
     environment: clients that insist on a key start, and it opens nothing."""

@@ -338,9 +338,10 @@ def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRu
     credentials' secrets are read here, once, and go to the proxy process only."""
     secrets = None
     if policy.credentials:  # (read even if no rule uses them: a missing one is an error)
-        from ..policy import read_secrets
+        from ..policy import check_sendable, read_secrets
 
         secrets = read_secrets(policy.credentials)
+        check_sendable(policy.http_auth, secrets)
     if not policy.has_http_rules:
         return None  # the proxy package is never imported by other runs
     from ..net import HttpRun
