@@ -42,17 +42,16 @@ class CowRun:
         self.audit = audit
         root = workspace_store(os.environ, home)
         _check_directory(policy.workdir, root)
-        self.workspace = Workspace.create(root, policy.workdir,
-                                          policy.max_disk and int(policy.max_disk))
+        self.max_disk = None if policy.max_disk is None else int(policy.max_disk)
+        self.workspace = Workspace.create(root, policy.workdir, self.max_disk)
         self.layer_fd = -1  # (with --max-disk: the tmpfs the command wrote to)
         self.outcome: WorkspaceOutcome | None = None
         self._succeeded = False  # (the run's, once finished)
 
     @property
     def overlay(self) -> Overlay:
-        max_disk = self.policy.max_disk
-        return Overlay(self.workspace.directory, self.workspace.layer,
-                       None if max_disk is None else int(max_disk), self.dry_run)
+        return Overlay(self.workspace.directory, self.workspace.layer, self.max_disk,
+                       self.dry_run)
 
     def close(self) -> None:
         """The command could not start: nothing to keep."""
