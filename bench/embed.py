@@ -53,6 +53,25 @@ def _elapsed(action) -> float:
     return time.perf_counter() - started
 
 
+STREAK = 20
+
+
+def _streaks(running: Sandbox, rounds: int) -> dict[str, float]:
+    """Round trips made back to back (an RL loop's calls, a tool server's), each kind in
+    streaks of STREAK, streaks of the two kinds interleaved: the median per round trip.
+    (Interleaved one by one with fresh sandboxes, a call also pays for the teardown of
+    the previous sandbox running on the other CPU.)"""
+    cases = {
+        "`subprocess.run(['/bin/true'])`, back to back": lambda: subprocess.run(["/bin/true"]),
+        "`sb.call(f)` in a running sandbox, back to back": lambda: running.call(nothing),
+    }
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, action in cases.items():
+            times[name] += [_elapsed(action) for _ in range(STREAK)]
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -75,6 +94,7 @@ def main() -> int:
         for _ in range(args.rounds):
             for name, action in cases.items():
                 times[name].append(_elapsed(action))
+        streaks = _streaks(running, args.rounds)
     print(f"{args.rounds} rounds, {os.cpu_count()} CPUs\n")
     print("| round trip | median | p90 |")
     print("| --- | --- | --- |")
@@ -82,6 +102,10 @@ def main() -> int:
         values.sort()
         print(f"| {name} | {statistics.median(values) * 1e3:.2f} ms "
               f"| {values[int(len(values) * 0.9)] * 1e3:.2f} ms |")
+    print("\nIn streaks (20 in a row, the two kinds interleaved by streak), per round trip:\n")
+    print("| round trip | median |\n| --- | --- |")
+    for name, value in streaks.items():
+        print(f"| {name} | {value * 1e3:.2f} ms |")
     init()
     print(f"\nbare `os.fork()` of this process, {args.items} items, each child reading one and "
           f"exiting, reaped in a batch: {_bare_forks(args.clones):.0f}/s")
