@@ -72,6 +72,18 @@ def unprivileged(argv: Sequence[str]) -> list[str]:
             "--clear-groups", "--", *argv]
 
 
+@pytest.fixture(scope="module")
+def upstream_ca(tmp_path_factory):
+    """A trustme CA for a module's TLS upstreams, and its certificate's file (for
+    --upstream-ca, or a client's trust)."""
+    import trustme  # (only modules with TLS upstreams pay for it)
+
+    ca = trustme.CA()
+    path = tmp_path_factory.mktemp("upstream") / "ca.pem"
+    ca.cert_pem.write_to_path(str(path))
+    return ca, str(path)
+
+
 @pytest.fixture(scope="session")
 def as_nobody():
     """Returns `unprivileged`; skips (or, in CI, fails) where uid 65534 cannot run sandlock."""

@@ -7,7 +7,7 @@ a log of (method, path, host header, body bytes) and one of each request's heade
 given names. A directory can be served as files under /files/ (or another prefix:
 ``files_at``; a directory's index.html for its path), and a directory of git
 repositories through ``git http-backend`` (``git=``: git's smart HTTP protocol, on
-every path).
+every path). A path holding ``/redirect?to=URL`` is answered 302 to URL.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ class _Handler(BaseHTTPRequestHandler):
                     kept.append(chunk)
         self.server.log.append((self.command, self.path, self.headers.get("Host"), received))
         self.server.headers_log.append(list(self.headers.items()))
+        if "/redirect?to=" in self.path:
+            return self._redirect(self.path.split("/redirect?to=", 1)[1])
         prefix = self.server.files_at
         if self.path.startswith(prefix) and self.server.files and self.command in ("GET", "HEAD"):
             return self._file(self.path[len(prefix):].split("?")[0])
@@ -105,6 +107,12 @@ class _Handler(BaseHTTPRequestHandler):
         while size > 0:
             self.wfile.write(block[:size])
             size -= len(block)
+
+    def _redirect(self, location: str) -> None:
+        self.send_response(302)
+        self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def _reply(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
         self.send_response(status)

@@ -9,78 +9,28 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import ssl
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import trustme
 from conftest import SANDLOCK, sandlock
-from httpservers import free_port_on
+from httpservers import Upstream, free_port_on
 
 API, OTHER = "127.0.0.2", "127.0.0.3"
 SECRET = "s3cret-7f1c9a4e-never-in-the-sandbox"
 SOURCE = "SANDLOCK_TEST_API_KEY"  # sandlock's variable the secret comes from
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    """Records (path, headers) of each request; /redirect?to=URL answers 302."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _any(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
-        self.server.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
-        if "/redirect?to=" in self.path:
-            self.send_response(302)
-            self.send_header("Location", self.path.split("=", 1)[1])
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        body = f"{self.server.name} {self.path}\n".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _any
+def requests(upstream: Upstream) -> list[tuple[str, dict[str, str]]]:
+    """(path, headers by lower-case name) of each request ``upstream`` received."""
+    return [(path, {name.lower(): value for name, value in headers})
+            for path, headers in zip(upstream.paths(), upstream.headers_log)]
 
 
-class Recorder(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, host: str, port: int, name: str, ca: trustme.CA) -> None:
-        self.name = name
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ca.issue_cert(f"{name}.test").configure_cert(self._context)
-        super().__init__((host, port), _Recorder)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    def get_request(self):
-        connection, peer = super().get_request()
-        return self._context.wrap_socket(connection, server_side=True,
-                                         do_handshake_on_connect=False), peer
-
-    def authorization(self) -> dict[str, str | None]:
-        """path -> the Authorization header it arrived with."""
-        return {path: headers.get("authorization") for path, headers in self.requests}
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory):
-    authority = trustme.CA()
-    path = tmp_path_factory.mktemp("upstream") / "ca.pem"
-    authority.cert_pem.write_to_path(str(path))
-    return authority, str(path)
+def authorization(upstream: Upstream) -> dict[str, str | None]:
+    """path -> the Authorization header it arrived with."""
+    return {path: headers.get("authorization") for path, headers in requests(upstream)}
 
 
 @pytest.fixture(scope="module")
@@ -89,16 +39,14 @@ def port():
 
 
 @pytest.fixture
-def servers(port, ca):
-    api, other = Recorder(API, port, "api", ca[0]), Recorder(OTHER, port, "other", ca[0])
-    yield api, other
-    for server in (api, other):
-        server.shutdown()
-        server.server_close()
+def servers(port, upstream_ca):
+    with Upstream(API, port, name="api", tls=upstream_ca[0], tls_names=("api.test",)) as api, \
+            Upstream(OTHER, port, name="other", tls=upstream_ca[0], tls_names=("other.test",)) as other:
+        yield api, other
 
 
 @pytest.fixture
-def run(port, ca, tmp_path):
+def run(port, upstream_ca, tmp_path):
     """`sandlock run` with both hosts pinned, the upstream CA trusted, the secret in
     sandlock's environment, an audit log; the usual credential rules unless replaced."""
     audit = tmp_path / "audit.jsonl"
@@ -114,7 +62,7 @@ def run(port, ca, tmp_path):
                      "--http-auth", "* api.test/v1/* bearer api",
                      "--credential-env", "OPENAI_API_KEY=api")
         result = sandlock("run", "--resolve", f"api.test={API}", "--resolve", f"other.test={OTHER}",
-                          "--http-port", str(port), "--upstream-ca", ca[1], "--audit", str(audit),
+                          "--http-port", str(port), "--upstream-ca", upstream_ca[1], "--audit", str(audit),
                           *rules, *options, "--", *cmd, env=environment,
                           **{"cwd": tmp_path, **kwargs})
         logs = result.stdout + result.stderr + (audit.read_text() if audit.exists() else "")
@@ -139,11 +87,11 @@ def test_curl_matching_requests_carry_the_secret_others_never(run, servers, port
               f"curl -sS -H 'Authorization: Bearer forged' {base}/v1/forged")
     result = run(cmd=["sh", "-c", script])
     assert result.returncode == 0, result.stderr
-    assert api.authorization() == {"/v1/models": f"Bearer {SECRET}", "/public": None,
+    assert authorization(api) == {"/v1/models": f"Bearer {SECRET}", "/public": None,
                                    "/v1/forged": f"Bearer {SECRET}"}  # replaced, not added
-    (path, headers), = other.requests
+    (path, headers), = requests(other)
     assert headers["authorization"].startswith("Bearer sandlock-placeholder-api-")
-    assert SECRET not in json.dumps(other.requests)
+    assert SECRET not in json.dumps(requests(other))
     records = [json.loads(line) for line in run.audit.read_text().splitlines()]
     carried = [r for r in records if r.get("credential") == "api"]
     assert [r["path"] for r in carried] == ["/v1/models", "/v1/forged"]
@@ -164,7 +112,7 @@ def test_python_urllib_and_one_keep_alive_connection(run, servers, port):
     api, _ = servers
     result = run(cmd=[sys.executable, "-c", PY_CLIENT, str(port)])
     assert result.returncode == 0, result.stderr
-    seen = api.authorization()
+    seen = authorization(api)
     assert seen["/v1/a"] == seen["/v1/keep-1"] == seen["/v1/keep-3"] == f"Bearer {SECRET}"
     assert seen["/public/keep-2"].startswith("Bearer sandlock-placeholder-")  # the child's own
 
@@ -178,7 +126,7 @@ def test_node_fetch(run, servers, port):
             " console.log(await r.text()); } })()")
     result = run(cmd=["node", "-e", code])
     assert result.returncode == 0, result.stderr
-    seen = api.authorization()
+    seen = authorization(api)
     assert seen["/v1/n1"] == f"Bearer {SECRET}"
     assert seen["/n2"].startswith("Bearer sandlock-placeholder-")
 
@@ -188,7 +136,7 @@ def test_http2_requests_on_one_connection_each_decided(run, servers, port):
     base = f"https://api.test:{port}"
     result = run(cmd=curl("--http2", f"{base}/v1/h1", f"{base}/h2", f"{base}/v1/h3"))
     assert result.returncode == 0, result.stderr
-    assert api.authorization() == {"/v1/h1": f"Bearer {SECRET}", "/h2": None,
+    assert authorization(api) == {"/v1/h1": f"Bearer {SECRET}", "/h2": None,
                                    "/v1/h3": f"Bearer {SECRET}"}
 
 
@@ -198,8 +146,8 @@ def test_a_redirect_to_another_host_never_carries_the_secret(run, servers, port)
     result = run(cmd=curl("-L", "--location-trusted", "-H", "Authorization: Bearer child",
                           f"https://api.test:{port}/v1/redirect?to={target}"))
     assert result.returncode == 0, result.stderr
-    assert api.requests[0][1]["authorization"] == f"Bearer {SECRET}"
-    assert other.authorization() == {"/v1/landing": "Bearer child"}  # what curl itself sent
+    assert requests(api)[0][1]["authorization"] == f"Bearer {SECRET}"
+    assert authorization(other) == {"/v1/landing": "Bearer child"}  # what curl itself sent
 
 
 def test_denied_requests_never_reach_the_upstream_and_carry_nothing(run, servers, port):
@@ -208,7 +156,7 @@ def test_denied_requests_never_reach_the_upstream_and_carry_nothing(run, servers
              "--http-auth", "* api.test/v1/* bearer api")
     result = run(cmd=curl("-i", "-X", "POST", f"https://api.test:{port}/v1/write"), rules=rules)
     assert "403" in result.stdout.splitlines()[0]
-    assert api.requests == []
+    assert requests(api) == []
 
 
 def test_basic_and_custom_header_schemes(run, servers, port, tmp_path):
@@ -225,15 +173,13 @@ def test_basic_and_custom_header_schemes(run, servers, port, tmp_path):
     assert "user:pa55" not in result.stdout  # the file source is denied to the command
     import base64
 
-    headers = dict(api.requests)
+    headers = dict(requests(api))
     assert headers["/basic/x"]["authorization"] == "Basic " + base64.b64encode(b"user:pa55").decode()
     assert headers["/custom/y"]["x-api-key"] == SECRET
 
 
 def test_plain_http_is_refused_unless_allowed(run):
     """On a plain-HTTP port a matching request is refused: it must not even leave."""
-    from httpservers import Upstream
-
     with Upstream(API, 0, name="api") as upstream:
         rules = ("--http-allow", "* api.test/*", "--credential", f"api=env:{SOURCE}",
                  "--http-auth", "* api.test/v1/* bearer api", "--http-port", str(upstream.port))
@@ -368,10 +314,10 @@ def test_print_policy_and_policy_test_show_sources_and_names_never_values(tmp_pa
     assert SECRET not in tested.stdout + tested.stderr
 
 
-def test_unprivileged(as_nobody, servers, port, ca, world_tmp):
+def test_unprivileged(as_nobody, servers, port, upstream_ca, world_tmp):
     api, _ = servers
     trusted = world_tmp / "ca.pem"
-    shutil.copy(ca[1], trusted)
+    shutil.copy(upstream_ca[1], trusted)
     os.chmod(trusted, 0o644)
     argv = as_nobody([*SANDLOCK, "run", "--resolve", f"api.test={API}", "--http-port", str(port),
                       "--upstream-ca", str(trusted), "--http-allow", "* api.test/*",
@@ -380,23 +326,24 @@ def test_unprivileged(as_nobody, servers, port, ca, world_tmp):
     completed = subprocess.run(argv, capture_output=True, text=True, cwd=world_tmp, timeout=60,
                                env={**os.environ, SOURCE: SECRET, "XDG_DATA_HOME": str(world_tmp)})
     assert completed.returncode == 0, completed.stderr
-    assert api.authorization() == {"/v1/nobody": f"Bearer {SECRET}"}
+    assert authorization(api) == {"/v1/nobody": f"Bearer {SECRET}"}
     assert SECRET not in completed.stdout + completed.stderr
 
 
-def test_no_proxy_or_fork_server_inherits_the_source_variable(servers, port, ca, tmp_path):
+def test_no_proxy_or_fork_server_inherits_the_source_variable(servers, port, upstream_ca,
+                                                               tmp_path):
     """The proxy gets the secret in its configuration only; the fork server, which
     outlives the run, never holds it. Looked at from outside, as root, mid-run."""
     api, _ = servers
     command = [*SANDLOCK, "run", "--resolve", f"api.test={API}", "--http-port", str(port),
-               "--upstream-ca", ca[1], "--http-allow", "* api.test/*",
+               "--upstream-ca", upstream_ca[1], "--http-allow", "* api.test/*",
                "--credential", f"api=env:{SOURCE}", "--http-auth", "* api.test/v1/* bearer api",
                "--", "sh", "-c", f"curl -sS https://api.test:{port}/v1/mid; sleep 3"]
     env = {**os.environ, SOURCE: SECRET, "XDG_DATA_HOME": str(tmp_path / "data")}
     process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        while not api.requests:
+        while not api.log:
             assert time.monotonic() < deadline and process.poll() is None
             time.sleep(0.05)
         proxies = []
@@ -412,4 +359,4 @@ def test_no_proxy_or_fork_server_inherits_the_source_variable(servers, port, ca,
     finally:
         process.wait(30)
     assert proxies and not any(holds for _, holds in proxies), proxies
-    assert api.authorization() == {"/v1/mid": f"Bearer {SECRET}"}
+    assert authorization(api) == {"/v1/mid": f"Bearer {SECRET}"}

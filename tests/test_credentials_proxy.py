@@ -20,7 +20,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-import trustme
 from httpservers import Upstream, free_port_on
 
 from sandlock.proxy import HttpRules, header_value, parse_auth_rule
@@ -170,14 +169,6 @@ class Proxied:
 
     def close(self) -> None:
         self.proxy.close()
-
-
-@pytest.fixture(scope="module")
-def upstream_ca(tmp_path_factory):
-    ca = trustme.CA()
-    path = tmp_path_factory.mktemp("upstream") / "ca.pem"
-    ca.cert_pem.write_to_path(str(path))
-    return ca, str(path)
 
 
 @pytest.fixture(scope="module")

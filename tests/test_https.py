@@ -21,14 +21,6 @@ API, OTHER = "127.0.0.2", "127.0.0.3"
 
 
 @pytest.fixture(scope="module")
-def upstream_ca(tmp_path_factory):
-    ca = trustme.CA()
-    path = tmp_path_factory.mktemp("upstream") / "ca.pem"
-    ca.cert_pem.write_to_path(str(path))
-    return ca, str(path)
-
-
-@pytest.fixture(scope="module")
 def port():
     return free_port_on(API, OTHER)
 
