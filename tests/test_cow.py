@@ -5,10 +5,10 @@ with what it must be, and with the same commands run without a sandbox."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from conftest import SANDLOCK, sandlock
+from test_cow_commit import overlay_xattrs
+from test_cow_commit import tree as entries
 
 from sandlock import Policy, Sandbox
 
@@ -56,23 +58,14 @@ def populate(root: Path) -> Path:
     return root
 
 
-def tree(root: Path, *, times: bool = True) -> dict[str, tuple]:
-    """Path -> (type, mode, content hash or link target[, mtime]) of every entry."""
-    found = {}
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            if os.path.islink(path):
-                what = ("l", 0, os.readlink(path))
-            elif os.path.isdir(path):
-                what = ("d", st.st_mode & 0o7777, None)
-            else:
-                what = ("f", st.st_mode & 0o7777, hashlib.sha256(Path(path).read_bytes()).hexdigest())
-            mtime = st.st_mtime_ns if times and not os.path.islink(path) else None
-            found[os.path.relpath(path, root)] = (*what, mtime)
+def tree(root: Path, *, times: bool = True) -> dict[str, list]:
+    """Every entry of ``root`` (``test_cow_commit.tree``) and, with ``times``, root's own
+    mode and mtime too (an entry made and removed again still shows there)."""
+    found = entries(str(root), times=times)
     if times:
-        found["."] = ("d", os.stat(root).st_mode & 0o7777, None, os.stat(root).st_mtime_ns)
+        st = os.stat(root)
+        found["."] = [stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), None, None, None,
+                      st.st_mtime_ns]
     return found
 
 
@@ -102,10 +95,7 @@ def test_commit_applies_every_kind_of_change_as_a_plain_run_makes_it(tmp_path, s
     assert result.returncode == 0, result.stderr
     assert tree(confined, times=False) == tree(plain, times=False)
     assert os.stat(confined / "mtime.txt").st_mtime == os.stat(plain / "mtime.txt").st_mtime
-    for directory, dirs, files in os.walk(confined):  # overlayfs's marks stay in its layer
-        for name in dirs + files:
-            assert not [x for x in os.listxattr(os.path.join(directory, name), follow_symlinks=False)
-                        if x.startswith("user.overlay.")], name
+    assert overlay_xattrs(str(confined)) == []  # overlayfs's marks stay in its layer
     assert "committed" in result.stderr
     assert workspaces(state) == []  # nothing left behind
 

@@ -26,9 +26,9 @@ from sandlock.cow._commit import commit
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-def tree(root: str) -> dict[str, list]:
+def tree(root: str, *, times: bool = True) -> dict[str, list]:
     """Every entry under ``root`` (not root itself), without following symlinks:
-    path -> [type, mode, size, sha256, link target, mtime]."""
+    path -> [type, mode, size, sha256, link target, mtime (None without ``times``)]."""
     found: dict[str, list] = {}
     for top, dirs, files in os.walk(root):
         for name in dirs + files:
@@ -41,7 +41,8 @@ def tree(root: str) -> dict[str, list]:
                 digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
             elif stat.S_ISLNK(st.st_mode):
                 link = os.readlink(path)
-            found[rel] = [kind, stat.S_IMODE(st.st_mode), size, digest, link, st.st_mtime_ns]
+            found[rel] = [kind, stat.S_IMODE(st.st_mode), size, digest, link,
+                          st.st_mtime_ns if times else None]
     return found
 
 
