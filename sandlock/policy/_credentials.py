@@ -82,6 +82,21 @@ def check_references(credentials: Mapping[str, str | None], auth: tuple[str, ...
                               f"{credential!r} (--credential {credential}=env:VAR defines one)")
 
 
+def source_variables(credentials: Mapping[str, str | None]) -> tuple[str, ...]:
+    """The variables of sandlock's environment the secrets come from (``env:VAR``)."""
+    return _sourced(credentials, ENV)
+
+
+def source_files(credentials: Mapping[str, str | None]) -> tuple[str, ...]:
+    """The files the secrets come from (``file:PATH``)."""
+    return _sourced(credentials, FILE)
+
+
+def _sourced(credentials: Mapping[str, str | None], kind: str) -> tuple[str, ...]:
+    return tuple(source[len(kind):] for source in credentials.values()
+                 if source is not None and source.startswith(kind))
+
+
 def read_secrets(credentials: Mapping[str, str | None],
                  environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """NAME -> secret, read once, at launch. A missing or empty source is a PolicyError

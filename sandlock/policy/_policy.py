@@ -204,14 +204,20 @@ class Policy:
     @property
     def credential_files(self) -> tuple[str, ...]:
         """The files secrets are read from (``file:PATH``): denied in every policy."""
-        return tuple(source[5:] for source in self.credentials.values()
-                     if source is not None and source.startswith("file:"))
+        if not self.credentials:
+            return ()  # (every run asks: only policies with credentials load the module)
+        from ._credentials import source_files
+
+        return source_files(self.credentials)
 
     @property
     def credential_variables(self) -> tuple[str, ...]:
         """sandlock's variables secrets are read from (``env:VAR``): never the command's."""
-        return tuple(source[4:] for source in self.credentials.values()
-                     if source is not None and source.startswith("env:"))
+        if not self.credentials:
+            return ()
+        from ._credentials import source_variables
+
+        return source_variables(self.credentials)
 
     @property
     def has_http_rules(self) -> bool:
