@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         sandlock_runtime_dir,
         workspace_store,
     )
-    from ._isolation import Isolation, Overlay
+    from ._isolation import SCRATCH, Isolation, Overlay
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
     from ._workspace import unreachable, widening
 
@@ -35,6 +35,7 @@ _EXPORTS = {
     "OPEN_CALLS": "_confinement",
     "Isolation": "_isolation",
     "Overlay": "_isolation",
+    "SCRATCH": "_isolation",
     "keeper_scope": "_confinement",
     "EnclosedConfinement": "_static",
     "SelfConfinement": "_static",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from .._record import record
-from ..confinement import Overlay, workspace_store
+from ..confinement import SCRATCH, Overlay, workspace_store
 from ..cow import CONFLICTS, KEPT, Workspace, WorkspaceError
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
@@ -211,7 +211,7 @@ def _check_directory(directory: str, root: str) -> None:
     if real_root == directory or real_root.startswith(directory.rstrip("/") + "/"):
         raise WorkspaceError(f"--workdir {directory}: it contains the workspace store {root} "
                              "(XDG_STATE_HOME moves the store)")
-    if directory in ("/tmp", "/var/tmp", "/dev/shm"):
+    if directory in SCRATCH:
         raise WorkspaceError(f"--workdir {directory}: a scratch directory is private to each "
                              "run already (choose a directory beneath it, or a project)")
 
