@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -215,6 +217,27 @@ def test_a_workspace_under_tmp_survives_the_run(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (workspace / "src" / "kept.txt").read_text() == "mine"
     assert (workspace / "src" / "made.txt").read_text() == "new\n"
+
+
+def test_a_read_grant_under_tmp_stays_read_only_under_the_scratch_write_grant(tmp_path):
+    """A host directory in /tmp granted for reading is bound back into the run's own
+    /tmp, whose write grant would reach it through the mount (Landlock looks up the
+    tree, across mounts): it is mounted read-only, and a write grant inside it is
+    made writable again."""
+    granted = Path(tempfile.mkdtemp(prefix="sandlock-test-read-", dir="/tmp"))
+    try:
+        (granted / "data").write_text("host\n")
+        (granted / "out").mkdir()
+        env = {"SANDLOCK_FS_READ": f"{os.environ['SANDLOCK_FS_READ']}:{granted}",
+               "SANDLOCK_FS_WRITE": f"{os.environ['SANDLOCK_FS_WRITE']}:{granted / 'out'}"}
+        result = shell(f"cat {granted}/data; echo changed > {granted}/data || echo refused; "
+                       f"touch {granted}/new || echo refused; echo made > {granted}/out/file",
+                       cwd=tmp_path, env=env)
+        assert result.stdout == "host\nrefused\nrefused\n", result.stderr
+        assert (granted / "data").read_text() == "host\n" and not (granted / "new").exists()
+        assert (granted / "out" / "file").read_text() == "made\n"
+    finally:
+        shutil.rmtree(granted)
 
 
 def test_two_sandboxes_do_not_share_their_tmp(tmp_path):

@@ -45,14 +45,10 @@ _O_DIRECTORY_PATH = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 class Overlay:
     """The copy-on-write workspace to mount: ``directory`` (absolute, real) seen
     through an overlay whose upper and work directories are in ``layer``; with
-    ``max_disk``, ``layer`` is first covered by a tmpfs of that many bytes; with
-    ``dry_run``, nothing else of the host's is written (a write grant on the private
-    /tmp would otherwise reach the host's directories bound back beneath it)."""
+    ``max_disk``, ``layer`` is first covered by a tmpfs of that many bytes."""
 
-    def __init__(self, directory: str, layer: str, max_disk: int | None,
-                 dry_run: bool = False) -> None:
+    def __init__(self, directory: str, layer: str, max_disk: int | None) -> None:
         self.directory, self.layer, self.max_disk = directory, layer, max_disk
-        self.dry_run = dry_run  # the host's directories bound back in are read-only
 
     def mount(self) -> int:
         """Before any other mount (the paths are still the host's). Returns a
@@ -85,9 +81,14 @@ class Isolation:
 
     def __init__(self, private: tuple[str, ...], restored: tuple[str, ...],
                  protection: _autorun.Protection, reanchored: tuple[tuple[str, int], ...],
-                 temporary: tuple[str, ...] = (), overlay: Overlay | None = None) -> None:
+                 temporary: tuple[str, ...] = (), overlay: Overlay | None = None,
+                 read_only: tuple[str, ...] = (), rewritable: tuple[str, ...] = ()) -> None:
         self.private = private  # scratch directories replaced by a tmpfs
         self.restored = restored  # granted paths beneath them, bound back in
+        # Of those, the ones no write grant covers, mounted read-only (else the write
+        # grant of the scratch directory above them would reach the host's files), and
+        # the write grants inside those, made writable again.
+        self.read_only, self.rewritable = read_only, rewritable
         self.temporary = temporary  # $TMPDIR & co. beneath them, made again, empty
         self.protection = protection
         self.reanchored = reanchored  # (path, Landlock access) to add again
@@ -118,9 +119,14 @@ class Isolation:
         temporary = tuple(path for path in dict.fromkeys(temporary) if os.path.isabs(path)
                           and any(path != scratch and _within(path, scratch) for scratch in private)
                           and not any(_within(path, grant) for grant in restored))
+        written = [os.path.realpath(path) for path in writable
+                   if path not in private and os.path.exists(path)]
+        read_only = tuple(path for path in restored if not any(_within(path, w) for w in written))
+        rewritable = tuple(w for w in dict.fromkeys(written)
+                           if any(w != path and _within(w, path) for path in read_only))
         return cls(private, restored, protection,
                    tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
-                   temporary, overlay)
+                   temporary, overlay, read_only, rewritable)
 
     @staticmethod
     def enter_user_namespace() -> None:
@@ -153,8 +159,11 @@ class Isolation:
         for path, copy in kept:
             _make_mount_point(path, os.path.isdir(f"/proc/self/fd/{copy}"))
             mounts.attach(copy, path)
-            if self.overlay is not None and self.overlay.dry_run and path != self.overlay.directory:
-                mounts.make_read_only(path)  # a dry run writes nothing of the host's but DIR
+        for path in self.read_only:
+            mounts.make_read_only(path)
+        for path in self.rewritable:  # (a bind copies the read-only flag of its source)
+            mounts.bind(path, path)
+            mounts.make_writable(path)
         for path in self.temporary:  # where the command's TMPDIR points, empty, its own
             os.makedirs(path, 0o700, exist_ok=True)
         for directory in self.protection.pinned:

@@ -90,7 +90,18 @@ def make_read_only(mount_point: str) -> None:
     """Make the mount at ``mount_point`` read-only, and only that: mount_setattr keeps
     the flags the kernel locked on it (nosuid, nodev...), which a remount would have
     to repeat exactly."""
-    attr = _MountAttr(attr_set=_MOUNT_ATTR_RDONLY)
+    _set_read_only(mount_point, True)
+
+
+def make_writable(mount_point: str) -> None:
+    """Undo ``make_read_only`` on the mount at ``mount_point`` (a bind inherits the
+    read-only flag of the mount it was taken from)."""
+    _set_read_only(mount_point, False)
+
+
+def _set_read_only(mount_point: str, read_only: bool) -> None:
+    attr = _MountAttr(attr_set=_MOUNT_ATTR_RDONLY) if read_only else \
+        _MountAttr(attr_clr=_MOUNT_ATTR_RDONLY)
     syscall(nr("mount_setattr"), _AT_FDCWD, os.fsencode(mount_point), 0,
             ctypes.byref(attr), ctypes.sizeof(attr))
 

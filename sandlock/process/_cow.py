@@ -50,8 +50,7 @@ class CowRun:
 
     @property
     def overlay(self) -> Overlay:
-        return Overlay(self.workspace.directory, self.workspace.layer, self.max_disk,
-                       self.dry_run)
+        return Overlay(self.workspace.directory, self.workspace.layer, self.max_disk)
 
     def close(self) -> None:
         """The command could not start: nothing to keep."""
