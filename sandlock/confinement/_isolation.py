@@ -119,11 +119,7 @@ class Isolation:
         temporary = tuple(path for path in dict.fromkeys(temporary) if os.path.isabs(path)
                           and any(path != scratch and _within(path, scratch) for scratch in private)
                           and not any(_within(path, grant) for grant in restored))
-        written = [os.path.realpath(path) for path in writable
-                   if path not in private and os.path.exists(path)]
-        read_only = tuple(path for path in restored if not any(_within(path, w) for w in written))
-        rewritable = tuple(w for w in dict.fromkeys(written)
-                           if any(w != path and _within(w, path) for path in read_only))
+        read_only, rewritable = _read_only(restored, writable, private) if restored else ((), ())
         return cls(private, restored, protection,
                    tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
                    temporary, overlay, read_only, rewritable)
@@ -201,6 +197,16 @@ def _make_mount_point(path: str, directory: bool) -> None:
         os.mkdir(path)
     else:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+
+
+def _read_only(restored: tuple[str, ...], writable: Iterable[str], private: tuple[str, ...],
+               ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the restored paths no write grant covers, the write grants inside those)."""
+    written = list(dict.fromkeys(os.path.realpath(path) for path in writable
+                                 if path not in private and os.path.exists(path)))
+    read_only = tuple(path for path in restored if not any(_within(path, w) for w in written))
+    rewritable = tuple(w for w in written if any(w != path and _within(w, path) for path in read_only))
+    return read_only, rewritable
 
 
 def _restorations(private: tuple[str, ...], granted: Iterable[str]) -> tuple[str, ...]:
