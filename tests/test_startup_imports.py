@@ -70,9 +70,24 @@ def _modules_of(argv: list[str], cwd) -> dict[str, set[str]]:
     return seen
 
 
+def _bare() -> set[str]:
+    return set(subprocess.run([sys.executable, "-c", "import sys; print(*sys.modules)"],
+                              capture_output=True, text=True, check=True).stdout.split())
+
+
 def test_a_default_run_imports_nothing_it_does_not_need(tmp_path):
-    bare = subprocess.run([sys.executable, "-c", "import sys; print(*sys.modules)"],
-                          capture_output=True, text=True, check=True).stdout.split()
     seen = _modules_of(["run", "--", "/bin/true"], tmp_path)
-    assert seen["exec"] - set(bare) - ALLOWED == set(), "new modules on the start path"
+    assert seen["exec"] - _bare() - ALLOWED == set(), "new modules on the start path"
     assert {m for m in seen["exit"] if m in NEVER or m.split(".")[0] in NEVER} == set()
+
+
+# Network rules are read and checked before the command starts: their grammar only (the
+# engine, with ipaddress, is built after exec when --resolve pins every name).
+NETWORK_GRAMMAR = {"sandlock.net._spec", "sandlock.net._inet", "sandlock.net._ports"}
+
+
+def test_a_run_with_network_rules_loads_only_their_grammar_before_exec(tmp_path):
+    seen = _modules_of(["run", "--net-allow", "example.test:443", "--net-allow", "10.0.0.0/8:80",
+                        "--net-allow", "[2001:db8::/32]:443", "--resolve", "example.test=127.0.0.1",
+                        "--", "/bin/true"], tmp_path)
+    assert seen["exec"] - _bare() - ALLOWED - NETWORK_GRAMMAR == set()

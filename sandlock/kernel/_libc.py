@@ -100,3 +100,19 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return result
+
+
+_ADDRESS_BYTES = {2: 4, 10: 16}  # AF_INET, AF_INET6
+
+
+def inet_pton(family: int, text: str) -> bytes | None:
+    """The C library's reading of an IP address of ``family`` (AF_INET or AF_INET6), or
+    None when ``text`` is not one. Through ctypes rather than ``_socket``: the policy
+    checks read addresses before the command starts, where loading ``_socket`` costs
+    ~0.3 ms."""
+    if not text.isascii() or "\0" in text:
+        return None
+    packed = ctypes.create_string_buffer(16)
+    if _libc.inet_pton(family, text.encode(), packed) != 1:
+        return None
+    return packed.raw[: _ADDRESS_BYTES[family]]

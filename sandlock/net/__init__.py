@@ -30,6 +30,10 @@ if TYPE_CHECKING:
         parse_deny,
         parse_dns_server,
         parse_resolve,
+        read_allow,
+        read_deny,
+        read_dns_server,
+        read_resolve,
         resolved_names,
     )
 
@@ -57,6 +61,10 @@ _EXPORTS = {
     "parse_dns_server": "_spec",
     "parse_ports": "_ports",
     "parse_resolve": "_spec",
+    "read_allow": "_spec",
+    "read_deny": "_spec",
+    "read_dns_server": "_spec",
+    "read_resolve": "_spec",
     "resolved_names": "_spec",
 }
 

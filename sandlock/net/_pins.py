@@ -8,8 +8,10 @@ the network verdict (reverse lookup: which names does this address stand for).
 
 from __future__ import annotations
 
-import _thread  # threading's Lock without threading (~1 ms): policy checks load this
+import _thread  # threading's Lock without threading (~1 ms)
 from ipaddress import IPv4Address, IPv6Address
+
+from ._spec import normalise_name
 
 IPAddress = IPv4Address | IPv6Address
 
@@ -48,8 +50,3 @@ class PinTable:
     def snapshot(self) -> dict[str, tuple[IPAddress, ...]]:
         with self._lock:
             return dict(self._addresses)
-
-
-def normalise_name(name: str) -> str:
-    """Hostnames compare case-insensitively and without the trailing dot."""
-    return name.rstrip(".").lower()

@@ -18,25 +18,38 @@ of ports and ``LO-HI`` ranges; no PORTS means every port. No scheme means TCP an
 
 from __future__ import annotations
 
-from ipaddress import (
-    IPv4Address,
-    IPv4Network,
-    IPv6Address,
-    IPv6Network,
-    ip_address,
-    ip_network,
-)
-
 from .._record import record
+from ._inet import (
+    Cidr,
+    Inet,
+    embedded_ipv4,
+    is_number,
+    read_address,
+    read_inet,
+    read_network,
+    to_address,
+    to_network,
+)
+from ._ports import ALL_PORTS, PortSet, parse_port, parse_ports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: policy checks load this module
 if TYPE_CHECKING:
     from collections.abc import Iterable
-from ._pins import normalise_name
-from ._ports import ALL_PORTS, PortSet, parse_port, parse_ports
+    from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
-IPAddress = IPv4Address | IPv6Address
-IPNetwork = IPv4Network | IPv6Network
+    IPAddress = IPv4Address | IPv6Address
+    IPNetwork = IPv4Network | IPv6Network
+
+
+def __getattr__(name: str) -> object:
+    """``IPAddress`` and ``IPNetwork`` for the engine's modules, which import them at
+    run time: the ipaddress module is loaded only when they are asked for."""
+    if name in ("IPAddress", "IPNetwork"):
+        import ipaddress
+
+        kind = "Address" if name == "IPAddress" else "Network"
+        return getattr(ipaddress, f"IPv4{kind}") | getattr(ipaddress, f"IPv6{kind}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 TCP, UDP, ICMP = "tcp", "udp", "icmp"
 DEFAULT_PROTOCOLS = frozenset({TCP, UDP})
@@ -45,9 +58,6 @@ _SCHEMES = {TCP: frozenset({TCP}), UDP: frozenset({UDP}), ICMP: frozenset({ICMP}
 DNS_DEFAULT_PORT = 53
 _MAX_NAME = 253
 _MAX_LABEL = 63
-# Endpoints are compared unmapped (see unmapped), so a rule inside this prefix could
-# never match anything: such rules are refused with the IPv4 spelling as a hint.
-_IPV4_MAPPED = IPv6Network("::ffff:0:0/96")
 
 
 @record
@@ -70,6 +80,22 @@ class NetRule:
 
 
 @record
+class RuleText:
+    """A rule as ``read_allow``/``read_deny`` read it: a NetRule whose network is the
+    ``_inet`` integers (``cidr``) rather than an ipaddress object."""
+
+    text: str
+    protocols: frozenset[str]
+    host: str | None
+    cidr: Cidr | None
+    ports: PortSet
+
+    @property
+    def any_host(self) -> bool:
+        return self.host is None and self.cidr is None
+
+
+@record
 class ResolveEntry:
     """--resolve HOST=IP[,IP...]: HOST pinned to these addresses, without DNS."""
 
@@ -85,18 +111,14 @@ class DnsServer:
     port: int = DNS_DEFAULT_PORT
 
 
-_NAT64_PREFIX = 0x0064FF9B << 96  # 64:ff9b::/96, the well-known NAT64 prefix
-
-
 def unmapped(address: IPAddress) -> IPAddress:
     """The IPv4 address an IPv6 address stands for, where it carries one: IPv4-mapped
     (``::ffff:a.b.c.d``) and NAT64 (``64:ff9b::a.b.c.d``, which reaches that IPv4 host
     wherever a NAT64 gateway exists); any other address as it is."""
-    if isinstance(address, IPv6Address):
-        if address.ipv4_mapped is not None:
-            return address.ipv4_mapped
-        if int(address) >> 32 == _NAT64_PREFIX >> 32:
-            return IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.version == 6:
+        ipv4 = embedded_ipv4((6, int(address)))
+        if ipv4 is not None:
+            return to_address(ipv4)
     return address
 
 
@@ -105,22 +127,37 @@ def unmapped(address: IPAddress) -> IPAddress:
 
 def parse_allow(text: str) -> NetRule:
     """A --net-allow rule."""
-    return _parse_rule(text, hostnames=True)
+    return _rule(read_allow(text))
 
 
 def parse_deny(text: str) -> NetRule:
     """A --net-deny rule: like --net-allow, but the target must be an address, CIDR or *."""
-    return _parse_rule(text, hostnames=False)
+    return _rule(read_deny(text))
 
 
-def _parse_rule(text: str, hostnames: bool) -> NetRule:
+def read_allow(text: str) -> RuleText:
+    """A --net-allow rule read and checked, its network left as integers (policy checks
+    run before the command starts: see ``_inet``)."""
+    return _read_rule(text, hostnames=True)
+
+
+def read_deny(text: str) -> RuleText:
+    return _read_rule(text, hostnames=False)
+
+
+def _rule(read: RuleText) -> NetRule:
+    network = None if read.cidr is None else to_network(read.cidr)
+    return NetRule(read.text, read.protocols, read.host, network, read.ports)
+
+
+def _read_rule(text: str, hostnames: bool) -> RuleText:
     if not text.strip():
         raise ValueError("empty rule")
     protocols, rest = _split_scheme(text)
     if not rest:
         raise ValueError(f"no target after the scheme in {text!r} (write {text}* for any host)")
     target, ports_text = _split_target(rest)
-    host, network = _parse_target(target)
+    host, cidr = _parse_target(target)
     if host is not None and not hostnames:
         raise ValueError(
             f"hostnames are not accepted in --net-deny ({host!r}): "
@@ -132,7 +169,7 @@ def _parse_rule(text: str, hostnames: bool) -> NetRule:
         raise ValueError(f"icmp:// takes no ports, got ':{ports_text}' in {text!r}")
     else:
         ports = parse_ports(ports_text)
-    return NetRule(text, protocols, host, network, ports)
+    return RuleText(text, protocols, host, cidr, ports)
 
 
 def _split_scheme(text: str) -> tuple[frozenset[str], str]:
@@ -189,12 +226,9 @@ def _unbracketed_ipv6(text: str) -> str:
 def _is_ipv6_literal(text: str) -> bool:
     """An IPv6 address, or one followed by a numeric prefix length (checked later)."""
     address, slash, prefix = text.partition("/")
-    if slash and not _is_number(prefix):
+    if slash and not is_number(prefix):
         return False
-    try:
-        return isinstance(ip_address(address), IPv6Address)
-    except ValueError:
-        return False
+    return read_inet(address.partition("%")[0], 6) is not None  # a zone is refused later
 
 
 def _is_port_list(text: str) -> bool:
@@ -205,7 +239,7 @@ def _is_port_list(text: str) -> bool:
     return True
 
 
-def _parse_target(target: str) -> tuple[str | None, IPNetwork | None]:
+def _parse_target(target: str) -> tuple[str | None, Cidr | None]:
     """TARGET -> (hostname, None), (None, network) or (None, None) for any host."""
     if target in ("", "*"):
         return None, None
@@ -213,74 +247,18 @@ def _parse_target(target: str) -> tuple[str | None, IPNetwork | None]:
         inner = target[1:-1]
         if ":" not in inner:
             raise ValueError(f"{target!r}: brackets are only for IPv6 addresses")
-        return None, _network(inner, 6, "[{}]")
+        return None, read_network(inner, 6, "[{}]")
     if ":" in target:  # an unbracketed IPv6 literal let through by _split_target
-        return None, _network(target, 6, "{}")
+        return None, read_network(target, 6, "{}")
     if "/" in target or _last_label_is_numeric(target):
-        return None, _network(target, 4, "{}")
+        return None, read_network(target, 4, "{}")
     return _hostname(target), None
-
-
-def _network(text: str, version: int, spelling: str) -> IPNetwork:
-    """An address or CIDR of IP ``version``; ``spelling`` ("[{}]" or "{}") is how the
-    user wrote it, for messages and suggestions."""
-    address_text, slash, prefix_text = text.partition("/")
-    address = _address(address_text, version)
-    bits = address.max_prefixlen
-    shown = spelling.format(text)
-    if not slash:
-        prefix = bits
-    elif not _is_number(prefix_text):
-        raise ValueError(f"invalid prefix length {'/' + prefix_text!r} in {shown!r}")
-    elif len(prefix_text.lstrip("0")) > 3 or int(prefix_text) > bits:
-        raise ValueError(
-            f"prefix length /{prefix_text} is too long for IPv{version} (at most /{bits}) "
-            f"in {shown!r}"
-        )
-    else:
-        prefix = int(prefix_text)
-    network = ip_network((address, prefix), strict=False)
-    if network.network_address != address:
-        raise ValueError(f"{shown!r} has host bits set: did you mean {spelling.format(network)}?")
-    _check_reachable(shown, network, bool(slash))
-    return network
-
-
-def _check_reachable(shown: str, network: IPNetwork, cidr: bool) -> None:
-    """Refuse targets that endpoints, once canonical, can never be (see _netpolicy)."""
-    if network.num_addresses == 1 and network.network_address.is_unspecified:
-        loopback = "127.0.0.1" if network.version == 4 else "[::1]"
-        raise ValueError(
-            f"{shown!r} is the unspecified address; connecting to it reaches this host: "
-            f"write {loopback}"
-        )
-    if isinstance(network, IPv6Network) and network.subnet_of(_IPV4_MAPPED):
-        ipv4 = IPv4Network((network.network_address.ipv4_mapped, network.prefixlen - 96))
-        plain = ipv4 if cidr else ipv4.network_address
-        raise ValueError(f"{shown!r} is an IPv4-mapped IPv6 address: write {plain}")
-
-
-def _address(text: str, version: int | None = None) -> IPAddress:
-    if "%" in text:
-        raise ValueError(f"{text!r}: zone indexes ('%...') are not supported")
-    try:
-        address = ip_address(text)
-    except ValueError:
-        address = None
-    if address is None or version not in (None, address.version):
-        kind = f"IPv{version}" if version else "IP"
-        raise ValueError(f"{text!r} is not a valid {kind} address")
-    return address
 
 
 def _last_label_is_numeric(name: str) -> bool:
     # No top-level domain is numeric, so such a target is meant as an IPv4 address
     # (and refusing it as a name also stops inet_aton spellings such as 0x7f.1).
-    return _is_number(name.removesuffix(".").rpartition(".")[2])
-
-
-def _is_number(text: str) -> bool:
-    return text.isascii() and text.isdigit()
+    return is_number(name.removesuffix(".").rpartition(".")[2])
 
 
 # --- hostnames ------------------------------------------------------------------------
@@ -302,6 +280,11 @@ def _hostname(text: str) -> str:
     return normalise_name(name)
 
 
+def normalise_name(name: str) -> str:
+    """Hostnames compare case-insensitively and without the trailing dot."""
+    return name.rstrip(".").lower()
+
+
 def _check_label(label: str, name: str) -> None:
     if not label:
         raise ValueError(f"empty label in hostname {name!r}")
@@ -320,6 +303,12 @@ def _check_label(label: str, name: str) -> None:
 
 def parse_resolve(text: str) -> ResolveEntry:
     """``HOST=IP[,IP...]``; IPv6 addresses without brackets; duplicates dropped."""
+    host, addresses = read_resolve(text)
+    return ResolveEntry(host, tuple(map(to_address, addresses)))
+
+
+def read_resolve(text: str) -> tuple[str, tuple[Inet, ...]]:
+    """--resolve read and checked: the host and its addresses as ``_inet`` integers."""
     host_text, sep, addresses_text = text.partition("=")
     if not sep:
         raise ValueError(f"{text!r}: expected HOST=IP[,IP...]")
@@ -331,23 +320,32 @@ def parse_resolve(text: str) -> ResolveEntry:
     items = addresses_text.split(",")
     if "" in items:
         raise ValueError(f"empty item in address list {addresses_text!r}")
-    addresses = tuple(dict.fromkeys(_resolve_address(item) for item in items))
-    return ResolveEntry(host, addresses)
+    return host, tuple(dict.fromkeys(_resolve_address(item) for item in items))
 
 
 def resolved_names(entries: Iterable[str]) -> frozenset[str]:
     """The host names --resolve ``entries`` pin: DNS is never asked for them."""
-    return frozenset(parse_resolve(entry).host for entry in entries)
+    return frozenset(read_resolve(entry)[0] for entry in entries)
 
 
-def _resolve_address(text: str) -> IPAddress:
+def _resolve_address(text: str) -> Inet:
     if text.startswith("["):
         raise ValueError(f"{text!r}: write IPv6 addresses without brackets here")
-    return unmapped(_address(text))
+    return _unmapped(read_address(text))
+
+
+def _unmapped(address: Inet) -> Inet:
+    return embedded_ipv4(address) or address
 
 
 def parse_dns_server(text: str) -> DnsServer:
     """``IP[:PORT]``; an IPv6 address needs brackets when a port is given."""
+    address, port = read_dns_server(text)
+    return DnsServer(to_address(address), port)
+
+
+def read_dns_server(text: str) -> tuple[Inet, int]:
+    """--dns-server read and checked: its address as ``_inet`` integers, and its port."""
     if not text:
         raise ValueError("empty address")
     target, port_text = _split_target(text)
@@ -357,13 +355,13 @@ def parse_dns_server(text: str) -> DnsServer:
     if "/" in inner:
         raise ValueError(f"{target!r}: expected one address, not a network")
     try:
-        address = unmapped(_address(inner))
+        address = _unmapped(read_address(inner))
     except ValueError:
         raise ValueError(
             f"{target!r} is not an IP address (sandlock cannot resolve the name of its own "
             "DNS server)"
         ) from None
-    if address.is_unspecified:
+    if address[1] == 0:
         raise ValueError(f"{target!r} is the unspecified address, not a server")
     port = DNS_DEFAULT_PORT if port_text is None else parse_port(port_text)
-    return DnsServer(address, port)
+    return address, port

@@ -258,11 +258,11 @@ def port_specs(name: str, value: object) -> tuple[str, ...]:
 def hosts(name: str, value: object) -> tuple[str, ...]:
     """Hosts reached on every port (--net-allow-host): a name or an address, no scheme,
     no ports, not '*'."""
-    checked = specs("parse_allow")(name, value)
+    checked = specs("read_allow")(name, value)
     from .. import net
 
     for host in checked:
-        rule = net.parse_allow(host)
+        rule = net.read_allow(host)
         if "://" in host or rule.any_host or not rule.ports.all:
             raise PolicyError(name, f"{host!r}: expected a host name or address alone "
                               "(ports and schemes go in --net-allow)")

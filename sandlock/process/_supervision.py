@@ -337,9 +337,9 @@ def _pins_names(policy: Policy) -> bool:
     checks loaded the grammar, not the engine)."""
     if not (policy.net_allow_specs or policy.has_http_rules):
         return False
-    from ..net import parse_allow, resolved_names
+    from ..net import read_allow, resolved_names
 
-    names = {rule.host for rule in map(parse_allow, policy.net_allow_specs)
+    names = {rule.host for rule in map(read_allow, policy.net_allow_specs)
              if rule.host is not None}
     if policy.has_http_rules:  # (the rule grammar imports re: only for these runs)
         from ..proxy import HttpRules
