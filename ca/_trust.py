@@ -8,7 +8,6 @@ run, and returns the variables that point each kind of client at them.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 from .._record import record
 from ._errors import CAError
@@ -16,6 +15,7 @@ from ._errors import CAError
 TYPE_CHECKING = False  # typing costs ~5 ms: an inspecting run's parent writes trust files
 
 if TYPE_CHECKING:  # cryptography (~40 ms): not for trust_environment, used before a fork
+    from collections.abc import Mapping  # (collections ~1 ms)
     from pathlib import Path  # (pathlib ~2 ms: only the public results are Paths)
 
     from ._authority import CertificateAuthority

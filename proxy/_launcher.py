@@ -3,7 +3,9 @@
 The listening sockets are made here, before the process exists: their addresses are
 known at once, and a connection steered to them before the proxy accepts simply waits
 in the backlog (the first request waits for the proxy, nothing fails). The process is
-fed its configuration over a SOCK_SEQPACKET pair; it ends when that pair closes
+started by the first connection steered to it (a command that makes no HTTP request
+never costs one), or at once when the command waits for the CA it makes. It is fed
+its configuration over a SOCK_SEQPACKET pair; it ends when that pair closes
 (sandlock gone), and sandlock kills it when the run ends. It never sees the command:
 it only learns routes. If it dies during the run, it is said and another is started
 with the same rules and CA (new listeners: the dead one's are refused meanwhile).
@@ -11,12 +13,15 @@ with the same rules and CA (new listeners: the dead one's are refused meanwhile)
 
 from __future__ import annotations
 
+# _socket and _thread: socket's enums and selectors, and threading, cost ~5 ms before
+# the command starts.
+import _socket
+import _thread
 import errno
-import socket
 import sys
-import threading
 import time
 
+from .._latch import Latch
 from .._record import replace
 from . import _protocol
 from ._protocol import ProxyConfig, Route
@@ -25,6 +30,7 @@ from ._spawn import spawn_proxy
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from socket import socket
 
     from ._spawn import Proxy
 
@@ -46,43 +52,67 @@ class ProxyProcess:
 
     def __init__(self, config: ProxyConfig, on_event: Callable[[dict], None],
                  on_incident: Callable[[str, bool], None] | None = None,
-                 forkserver: str | None = None, hidden: tuple[str, ...] = ()) -> None:
+                 forkserver: str | None = None, hidden: tuple[str, ...] = (),
+                 eager: bool = False) -> None:
         """``forkserver``: the directory of the user's proxy fork server (``_spawn``);
-        ``hidden``: sandlock's variables the proxy must not inherit (``spawn_proxy``)."""
+        ``hidden``: sandlock's variables the proxy must not inherit (``spawn_proxy``);
+        ``eager``: start the process at once (it makes the CA the command waits for),
+        not at the first connection steered to it."""
         self._config = config
         self._forkserver = forkserver
         self._hidden = hidden
         self._on_event = on_event
         self.on_incident = on_incident or (lambda message, restarted: None)
         self.on_restart: Callable[[dict[int, tuple[str, int]]], None] = lambda addresses: None
-        self._trust = threading.Event()
+        self._trust = Latch()
         self.trust_error: str | None = None
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._closing = False
         self._deaths: list[float] = []
-        self._start(config)
+        self._listen()
+        if eager:
+            self._serve()
 
-    def _start(self, config: ProxyConfig) -> None:
-        """Listeners, process, configuration, reader: a proxy that serves."""
+    def _listen(self) -> None:
+        """The listeners and the control channel. A connection steered to a listener
+        waits in its backlog until a process serves it."""
         listeners = _listening_sockets()
-        addresses = {version: s.getsockname()[:2] for version, s in listeners.items()}
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            fds = [theirs.fileno(), *(s.fileno() for s in listeners.values())]
-            process = spawn_proxy(fds, self._forkserver, self._hidden)
-        finally:
-            theirs.close()
-            for listener in listeners.values():
-                listener.close()  # the proxy holds them now: if it dies, connects are refused
-        ours.sendall(_protocol.config_message(config))
-        ours.setblocking(False)  # routes come from the supervisor: see route()
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         with self._lock:
-            self._control, self._process, self.addresses = ours, process, addresses
-            if self._closing:  # closed while this one was starting
-                process.kill()
-        self._reader = threading.Thread(target=self._read, args=(ours, process), daemon=True,
-                                        name="sandlock-proxy-events")
-        self._reader.start()
+            self.addresses = {version: s.getsockname()[:2] for version, s in listeners.items()}
+            self._control, self._process, self._reader = ours, None, None
+            self._handover: list[socket] | None = [theirs, *listeners.values()]
+
+    def _serve(self) -> None:
+        """The process, started once: at the first connection steered to the proxy (a
+        run that makes no HTTP request starts none: ~10 ms of a 2-CPU machine's start-up
+        go to forking one), or at once when it is ``eager``."""
+        with self._lock:
+            if self._process is not None:
+                return
+            if self._closing or self._handover is None:
+                raise ProxyUnavailable(errno.ECONNREFUSED, "the HTTP proxy is not running")
+            handover, self._handover = self._handover, None
+            try:
+                self._process = self._spawn(handover)
+                return
+            except OSError as exc:
+                failure = exc
+            finally:
+                for sock in handover:
+                    sock.close()  # the proxy holds them now: if it dies, connects are refused
+        self.on_incident(f"the HTTP proxy could not start ({failure.strerror}): "
+                         "HTTP stays refused for the rest of the run", False)
+        raise ProxyUnavailable(failure.errno, failure.strerror)
+
+    def _spawn(self, handover: list[socket]) -> Proxy:
+        process = spawn_proxy([s.fileno() for s in handover], self._forkserver, self._hidden)
+        control = self._control
+        control.sendall(_protocol.config_message(self._config))
+        control.setblocking(False)  # routes come from the supervisor: see route()
+        self._reader = Latch()  # set when its reader has read everything
+        _thread.start_new_thread(self._read, (control, process, self._reader))
+        return process
 
     # --- used by the network engine ---------------------------------------------------
 
@@ -98,6 +128,7 @@ class ProxyProcess:
         The proxy reads routes on a thread of its own from its first moments; a full
         channel means it is stuck, so the wait is short (this runs on the supervisor)."""
         message = _protocol.route_message(route)
+        self._serve()
         control = self._control
         try:
             try:
@@ -123,27 +154,39 @@ class ProxyProcess:
         Decisions it already reported are still read: they sit in the socket buffer."""
         with self._lock:
             self._closing = True
-            process, reader = self._process, self._reader
-        process.kill()
-        # What it sent is read, then EOF: without waiting for its exit, which frees
-        # an interpreter's memory first (ms), and which its reaper thread waits for.
-        try:
-            self._control.shutdown(socket.SHUT_RD)
-        except OSError:
-            pass
-        reader.join(_STOP_TIMEOUT)
+            process, reader, handover = self._process, self._reader, self._handover or []
+        for sock in handover:  # never started
+            sock.close()
+        if process is not None:
+            process.kill()
+            # What it sent is read, then EOF: without waiting for its exit, which frees
+            # an interpreter's memory first (ms), and which its reaper thread waits for.
+            try:
+                self._control.shutdown(_socket.SHUT_RD)
+            except OSError:
+                pass
+            reader.wait(_STOP_TIMEOUT)
         self._control.close()
         # Not waited for: subprocess reaps a Popen dropped before its process ended.
         self._process = None
 
     # --- events from the proxy ----------------------------------------------------------
 
-    def _read(self, control: socket.socket, process: Proxy) -> None:
-        for message in _protocol.receive(control):
+    def _read(self, control: socket, process: Proxy, read: Latch) -> None:
+        try:
+            self._events(control)
+        finally:
+            read.set()
+        self._ended(control, process)
+
+    def _events(self, control: socket) -> None:
+        for message in _protocol.receive(control, _protocol.from_proxy):
             try:
                 self._dispatch(message)
             except (ValueError, KeyError, TypeError) as exc:
                 print(f"sandlock: warning: proxy message ignored: {exc}", file=sys.stderr)
+
+    def _ended(self, control: socket, process: Proxy) -> None:
         if not self._trust.is_set():
             self.trust_error = "the proxy exited before the sandbox CA was ready"
             self._trust.set()
@@ -152,7 +195,7 @@ class ProxyProcess:
                 return
         self._died(control, process)
 
-    def _died(self, control: socket.socket, process: Proxy) -> None:
+    def _died(self, control: socket, process: Proxy) -> None:
         """The proxy died during the run: say so, and start another with the same rules
         and CA; until it listens, connections to the proxy are refused (fail closed). A
         proxy that keeps dying is not restarted for ever."""
@@ -168,11 +211,15 @@ class ProxyProcess:
         self.on_incident(f"the HTTP proxy {how}; restarting it (HTTP is refused meanwhile)",
                          True)
         try:
-            self._start(self._config)
+            self._listen()
         except OSError as exc:
             self.on_incident(f"the HTTP proxy could not be restarted ({exc.strerror}): "
                              "HTTP stays refused for the rest of the run", False)
             return
+        try:
+            self._serve()
+        except ProxyUnavailable:
+            return  # closing, or said by _serve
         self.on_restart(self.addresses)
 
     def _dispatch(self, message: dict) -> None:
@@ -200,20 +247,20 @@ def _how_it_ended(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
-def _listening_sockets() -> dict[int, socket.socket]:
-    listeners = {4: _listen(socket.AF_INET, "127.0.0.1")}
+def _listening_sockets() -> dict[int, socket]:
+    listeners = {4: _listen(_socket.AF_INET, "127.0.0.1")}
     try:
-        listeners[6] = _listen(socket.AF_INET6, "::1")
+        listeners[6] = _listen(_socket.AF_INET6, "::1")
     except OSError:
         pass  # no IPv6 loopback: IPv6 sockets use the v4-mapped route
     return listeners
 
 
-def _listen(family: int, host: str) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def _listen(family: int, host: str) -> socket:
+    sock = _socket.socket(family, _socket.SOCK_STREAM)
     try:
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        if family == _socket.AF_INET6:
+            sock.setsockopt(_socket.IPPROTO_IPV6, _socket.IPV6_V6ONLY, 1)
         sock.bind((host, 0))
         sock.listen(_BACKLOG)
     except OSError:

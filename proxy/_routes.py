@@ -44,7 +44,7 @@ class RouteTable:
         threading.Thread(target=self._read, daemon=True, name="sandlock-routes").start()
 
     def _read(self) -> None:
-        for message in _protocol.receive(self._control):
+        for message in _protocol.receive(self._control, _protocol.from_sandlock):
             try:
                 if message["kind"] == _protocol.ROUTE:
                     self._add(_protocol.route_from(message))

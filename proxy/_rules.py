@@ -11,8 +11,6 @@ the request is allowed only if all of them are: deny when in doubt.
 
 from __future__ import annotations
 
-from ipaddress import ip_address
-
 from .._record import record
 
 TYPE_CHECKING = False
@@ -24,8 +22,7 @@ DEFAULT_PATH = "/*"
 ALLOW_FLAG = "--http-allow"
 DENY_FLAG = "--http-deny"
 
-# Character sets, not regular expressions: `re` (with `enum`) costs ~3 ms to import,
-# and every supervised run loads these rules.
+# Character sets, not regular expressions: `re` (with `enum`) costs ~3 ms to import.
 _UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _METHOD_CHARS = _UPPER | frozenset("0123456789_-")  # RFC 9110 tokens in practice; no odd bytes
 _LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -127,13 +124,16 @@ def _host_pattern(text: str) -> str:
         return "*." + _hostname(text[2:], text)
     if "*" in text:
         raise ValueError(f"{text!r}: '*' is only allowed as a whole first label ('*.example.com')")
+    if not text.replace(".", "").isdigit():  # else IPv4, if anything (no TLD is numeric)
+        return _hostname(text, text)
     try:
-        return str(ip_address(text))
+        return _ip_literal(text, text)
     except ValueError:
         return _hostname(text, text)
 
 
 def _ip_literal(address: str, text: str) -> str:
+    from ipaddress import ip_address  # (with functools and collections, ~3 ms): IPs only
     try:
         return str(ip_address(address))
     except ValueError:

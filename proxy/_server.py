@@ -28,21 +28,21 @@ def main(argv: list[str]) -> int:
     control_fd, *listener_fds = map(int, argv)
     control = socket.socket(fileno=control_fd)
     listeners = [socket.socket(fileno=fd) for fd in listener_fds]
-    config = _protocol.config_from(_protocol.decode(control.recv(_protocol.MAX_MESSAGE)))
+    config = _protocol.config_from(_protocol.from_sandlock(control.recv(_protocol.MAX_MESSAGE)))
     from ._authority import prepare
 
     authority = prepare(config)  # reads a persistent or user CA, writes the trust bundle
     try:
         _confine(config)  # before any thread: Landlock binds the threads made after it
     except Exception as exc:  # noqa: BLE001 - reported to sandlock, which fails the run
-        _send(control, _protocol.encode(_protocol.TRUST, error=f"HTTP proxy: {exc}"))
+        _send(control, _protocol.to_sandlock(_protocol.TRUST, error=f"HTTP proxy: {exc}"))
         return 1
     routes = RouteTable(control)
     routes.start()
     # The CA goes back to sandlock too (over this channel, never to disk): a proxy that
     # replaces this one, should it die, serves the certificates the command trusts.
     pem = authority.mitmproxy_pem.decode() if authority.mitmproxy_pem else None
-    _send(control, _protocol.encode(_protocol.TRUST, error=authority.error, ca=pem))
+    _send(control, _protocol.to_sandlock(_protocol.TRUST, error=authority.error, ca=pem))
     import asyncio  # only now: the command may be waiting for the trust message above
 
     try:
@@ -62,14 +62,14 @@ async def _serve(config, rules, authority, control, routes, listeners) -> None:
     from ._addon import Enforcer
 
     def report(**fields: object) -> None:
-        _send(control, _protocol.encode(_protocol.AUDIT, **fields))
+        _send(control, _protocol.to_sandlock(_protocol.AUDIT, **fields))
 
     certstore = _mitm.certstore_from_pem(authority.mitmproxy_pem) if authority.mitmproxy_pem else None
     enforcer = Enforcer(rules, config.inspect, certstore is not None, routes, report,
                         config.audit_allowed, config.secrets, config.auth_plain)
     upstream = _mitm.upstream_trust_file(_system_bundle(), config.upstream_ca)
     await _mitm.serve(enforcer, routes, listeners, certstore, upstream,
-                      lambda: _send(control, _protocol.encode(_protocol.LISTENING)))
+                      lambda: _send(control, _protocol.to_sandlock(_protocol.LISTENING)))
 
 
 def _confine(config) -> None:

@@ -6,18 +6,21 @@ one. ``SANDLOCK_PROXY_FORKSERVER=0`` keeps to fresh interpreters. See ``_forkser
 
 from __future__ import annotations
 
-import _signal as signal  # signal without its enum wrappers
+# Before the command starts: _signal, _socket and _thread rather than the modules over
+# them (their enums, selectors and threading cost ~4 ms), marshal rather than json.
+import _signal as signal
+import _socket
+import _thread
 import fcntl
-import json
+import marshal
 import os
-import socket
 import struct
 import sys
-import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from socket import socket
 
 # The fork server's files, in its directory (see _forkserver).
 SOCKET_NAME, TOKEN_NAME, LOCK_NAME = "proxy.sock", "proxy.token", "proxy.lock"
@@ -33,9 +36,9 @@ class ForkedProxy:
     killed through a pidfd, its exit status reported by the server. Its pid comes a
     moment after the request was accepted (the fork is not waited for)."""
 
-    def __init__(self, channel: socket.socket) -> None:
+    def __init__(self, channel: socket) -> None:
         self._channel = channel
-        self._lock = threading.Lock()  # the run's end (kill) may meet the reader thread (wait)
+        self._lock = _thread.allocate_lock()  # the run's end (kill) may meet the reader thread (wait)
         self._pidfd: int | None = None
         self._started: bool | None = None  # unknown until the server's second reply
         self.pid = 0
@@ -50,7 +53,7 @@ class ForkedProxy:
         if self._started is None:
             self._channel.settimeout(_REPLY_TIMEOUT)
             try:
-                reply, fds, _, _ = socket.recv_fds(self._channel, 64, 1)
+                reply, fds = _receive_fds(self._channel, 64)
             except OSError:
                 reply, fds = b"", []
             self._started = reply.startswith(b"ok ") and len(fds) == 1
@@ -121,16 +124,16 @@ def _ask_forkserver(directory: str, fds: list[int], env: dict[str, str]) -> Fork
     token = read_token(directory)
     if token is None or len(os.fsencode(path)) > _SUN_PATH_MAX:
         return _start_forkserver(directory, env)
-    request = json.dumps({"token": token, "env": env}).encode()
+    request = marshal.dumps({"token": token, "env": env})
     if len(request) > MAX_REQUEST:
         return None
-    channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    channel = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
     try:
         channel.settimeout(_REPLY_TIMEOUT)
         channel.connect(path)
         if _peer_uid(channel) != os.getuid():
             raise ConnectionRefusedError  # not this user's server: it gets nothing
-        socket.send_fds(channel, [request], [2, *fds])
+        _send_fds(channel, request, [2, *fds])
         reply = channel.recv(64)
     except OSError:
         channel.close()
@@ -141,9 +144,24 @@ def _ask_forkserver(directory: str, fds: list[int], env: dict[str, str]) -> Fork
     return _start_forkserver(directory, env)  # "stale": that one is exiting
 
 
-def _peer_uid(channel: socket.socket) -> int:
+def _peer_uid(channel: socket) -> int:
     size = struct.calcsize("3i")
-    return struct.unpack("3i", channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, size))[1]
+    return struct.unpack("3i", channel.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, size))[1]
+
+
+def _send_fds(channel: socket, data: bytes, fds: list[int]) -> None:
+    rights = struct.pack(f"{len(fds)}i", *fds)
+    channel.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+
+
+def _receive_fds(channel: socket, size: int) -> tuple[bytes, list[int]]:
+    """A message and the descriptors passed with it (at most one is expected)."""
+    data, ancillary, _, _ = channel.recvmsg(size, _socket.CMSG_SPACE(4 * 4))
+    fds: list[int] = []
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(payload) // 4}i", payload[: len(payload) // 4 * 4])
+    return data, fds
 
 
 def _start_forkserver(directory: str, env: dict[str, str]) -> None:

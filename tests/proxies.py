@@ -54,6 +54,13 @@ def proxy_of(sandlock_pid: int, directory: str = FORKSERVER_DIR) -> int | None:
     return max(candidates)[1] if candidates else None
 
 
+def connecting(then: str = "") -> list[str]:
+    """A command that connects to example.test:80 (which the proxy serves: it starts at a
+    run's first connection steered to it), then runs the Python statement ``then``."""
+    return ["/usr/bin/python3", "-c",
+            f"import socket, time; c = socket.create_connection(('example.test', 80)); {then}"]
+
+
 def warm_forkserver(directory: str = FORKSERVER_DIR, env: dict | None = None) -> int:
     """Make sure the fork server is up and serving (an HTTP run starts it); its pid."""
     token = os.path.join(directory, "proxy.token")
@@ -61,7 +68,7 @@ def warm_forkserver(directory: str = FORKSERVER_DIR, env: dict | None = None) ->
     while not os.path.exists(token) or forkserver_pid(directory) is None:
         assert time.monotonic() < deadline, "the proxy fork server did not start"
         subprocess.run([*SANDLOCK, "run", "-q", "--http-allow", "GET example.test/*", "--resolve",
-                        "example.test=127.0.0.1", "--", "true"], check=True, env=env,
+                        "example.test=127.0.0.1", "--", *connecting()], check=True, env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
         time.sleep(0.2)
     return forkserver_pid(directory)

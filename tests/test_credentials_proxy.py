@@ -24,7 +24,7 @@ from httpservers import Upstream, free_port_on
 
 from sandlock.proxy import HttpRules, header_value, parse_auth_rule
 from sandlock.proxy._launcher import ProxyProcess
-from sandlock.proxy._protocol import ProxyConfig, Route, config_from, config_message, decode
+from sandlock.proxy._protocol import ProxyConfig, Route, config_from, config_message, from_sandlock
 from sandlock.proxy._rules import INSPECT, PASS, REFUSE
 
 API = "127.0.0.2"
@@ -130,7 +130,7 @@ def test_the_config_carries_secrets_but_never_shows_them():
     config = ProxyConfig(allow=("* api.test",), deny=(), inspect="auto", auth=AUTH,
                          secrets=dict(SECRETS), auth_plain=True)
     assert SECRET not in repr(config) and "s3cret" not in str(config)
-    assert config_from(decode(config_message(config))) == config
+    assert config_from(from_sandlock(config_message(config))) == config
     with pytest.raises(ValueError) as error:
         config_from({"config": {**_raw(config), "secrets": {"openai": 1234567}}})
     assert "1234567" not in str(error.value)
@@ -139,7 +139,7 @@ def test_the_config_carries_secrets_but_never_shows_them():
 
 
 def _raw(config: ProxyConfig) -> dict:
-    return decode(config_message(config))["config"]
+    return from_sandlock(config_message(config))["config"]
 
 
 # --- the real proxy ----------------------------------------------------------------------

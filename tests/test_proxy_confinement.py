@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SANDLOCK
-from proxies import MODES, proxy_of, warm_forkserver
+from proxies import MODES, connecting, proxy_of, warm_forkserver
 
 PROBE = r"""
 import json, os, socket, subprocess, sys
@@ -82,7 +82,8 @@ def test_the_real_proxy_process_runs_confined(tmp_path, mode):
     if mode == "forked":
         warm_forkserver()
     process = subprocess.Popen([*SANDLOCK, "run", "-q", "--http-allow", "GET example.test/*",
-                                "--", "sleep", "30"], cwd=tmp_path, env=env)
+                                "--resolve", "example.test=127.0.0.1", "--",
+                                *connecting("time.sleep(30)")], cwd=tmp_path, env=env)
     try:
         status = None
         for _ in range(200):

@@ -76,6 +76,34 @@ def wait_gone(pid: int, seconds: float = 15) -> bool:
     return False
 
 
+def test_a_command_that_makes_no_request_starts_no_proxy(runtime, api, port, tmp_path):
+    """The proxy starts at the first connection steered to it: a run whose command makes
+    none forks nothing and starts no fork server (docs/http.md)."""
+    env, directory = runtime
+    ready = tmp_path / "ready"
+    process = subprocess.Popen([*SANDLOCK, "run", *run_options(port), "--", "sh", "-c",
+                                f"touch {ready}; read line; {' '.join(curl(port))}; sleep 30"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                               cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert time.monotonic() < deadline, "the command did not start"
+            time.sleep(0.05)
+        time.sleep(0.5)  # a proxy started with the command would be there by now
+        before = proxy_of(process.pid, directory)
+        server_before = os.path.exists(os.path.join(directory, "proxy.token"))
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        answer = process.stdout.readline()
+        after = proxy_of(process.pid, directory)
+    finally:
+        process.kill()
+        process.wait()
+    assert before is None and not server_before
+    assert answer == "api GET /x\n" and after is not None
+
+
 def test_later_runs_get_their_proxy_from_the_fork_server(runtime, api, port, tmp_path):
     env, directory = runtime
     first = subprocess.run([*SANDLOCK, "run", *run_options(port), "--", *curl(port, "/first")],

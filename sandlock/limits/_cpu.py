@@ -17,6 +17,7 @@ import _thread
 import os
 import time
 
+from .._latch import Latch
 from ._freeze import sandbox_pids, signal_all
 
 TICK = 0.01
@@ -33,10 +34,8 @@ class CpuThrottle:
         self._proc_fd = proc_fd
         self._seen: dict[str, int] = {}  # pid -> its CPU time (clock ticks) last tick
         self._stopped: set[str] = set()
-        self._end = _thread.allocate_lock()
-        self._end.acquire()  # released by stop()
-        self._over = _thread.allocate_lock()
-        self._over.acquire()  # released when the thread ends
+        self._end = Latch()
+        self._over = Latch()  # set when the thread ends
         self.holds = 0  # times the sandbox was stopped for having spent its budget
         self.held = 0.0  # seconds it spent stopped
         # A paused sandbox (a long-lived one's pause()) is not the throttle's to continue.
@@ -59,8 +58,8 @@ class CpuThrottle:
             self._stopped = set()
 
     def stop(self) -> None:
-        self._end.release()
-        self._over.acquire(timeout=5)
+        self._end.set()
+        self._over.wait(5)
         os.close(self._proc_fd)
 
     def _run(self) -> None:
@@ -68,7 +67,7 @@ class CpuThrottle:
         last = time.monotonic()
         held_since = None
         try:
-            while not self._end.acquire(timeout=TICK):
+            while not self._end.wait(TICK):
                 now = time.monotonic()
                 budget = min(budget + self._rate * (now - last), self._rate * PERIOD)
                 last = now
@@ -86,7 +85,7 @@ class CpuThrottle:
             if held_since is not None:
                 self._continue()
                 self.held += time.monotonic() - held_since
-            self._over.release()
+            self._over.set()
 
     def _hold(self) -> None:
         with self._signalling:

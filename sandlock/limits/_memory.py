@@ -15,6 +15,7 @@ from __future__ import annotations
 import _thread
 import os
 
+from .._latch import Latch
 from ._freeze import sandbox_pids
 
 TYPE_CHECKING = False
@@ -34,30 +35,28 @@ class MemoryWatch:
         self.limit = limit
         self._proc_fd = proc_fd
         self._on_exceeded = on_exceeded
-        self._stop = _thread.allocate_lock()
-        self._stop.acquire()  # released by stop()
-        self._over = _thread.allocate_lock()
-        self._over.acquire()  # released when the thread ends
+        self._stop = Latch()
+        self._over = Latch()  # set when the thread ends
         self.peak = 0
 
     def start(self) -> None:
         _thread.start_new_thread(self._watch, ())
 
     def stop(self) -> None:
-        self._stop.release()
-        self._over.acquire(timeout=5)
+        self._stop.set()
+        self._over.wait(5)
         os.close(self._proc_fd)
 
     def _watch(self) -> None:
         try:
-            while not self._stop.acquire(timeout=INTERVAL):
+            while not self._stop.wait(INTERVAL):
                 used = self.usage()
                 self.peak = max(self.peak, used)
                 if used > self.limit:
                     self._on_exceeded(used)
                     return
         finally:
-            self._over.release()
+            self._over.set()
 
     def usage(self) -> int:
         """Bytes in use now: the cheap sum, or the proportional one past the limit."""

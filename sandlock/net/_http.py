@@ -10,9 +10,8 @@ writes it and the command is held until it has.
 
 from __future__ import annotations
 
+import _thread  # threading's Lock without threading (~1 ms before the command starts)
 import os
-import threading
-from collections.abc import Callable, Mapping
 
 from .._errors import SetupError
 from ..proxy import HttpRules
@@ -21,6 +20,8 @@ from ..proxy._protocol import ProxyConfig, Route
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from ..policy import Policy
 
 TRUST_TIMEOUT = 30.0  # generating an EC CA takes ~50 ms; this only bounds a stuck proxy
@@ -40,7 +41,7 @@ class HttpRun:
         self.env_updates: dict[str, str] = {}
         self._events: list[dict] = []
         self._sink: Callable[[dict], None] | None = None
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._trusted = False  # the trust files are written
         ca: dict = {}
         if self.inspects:
@@ -59,9 +60,11 @@ class HttpRun:
             auth=policy.http_auth, secrets=dict(secrets or {}), auth_plain=policy.http_auth_plain,
         )
         try:
+            # Started at the first request, unless the command must wait for it to make the CA.
             self.proxy = ProxyProcess(config, self._on_event, self._on_incident,
                                       forkserver=_forkserver_directory(env),
-                                      hidden=policy.credential_variables)
+                                      hidden=policy.credential_variables,
+                                      eager=self.inspects and not self._trusted)
         except BaseException:
             self._remove_run_dir()
             raise
