@@ -285,7 +285,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     ports = [_free_port(), _free_port()]
-    with tempfile.TemporaryDirectory() as certdir:
+    # In the current directory, which the default workspace grants: the sandbox has a
+    # /tmp of its own, where the clients would not find the CA.
+    with tempfile.TemporaryDirectory(dir=os.getcwd(), prefix=".bench-proxy-") as certdir:
         make_certs(certdir)
         server = subprocess.Popen([PY, __file__, "--serve", str(ports[0]), str(ports[1]), certdir],
                                   stdout=subprocess.PIPE, text=True)
