@@ -113,3 +113,71 @@ def test_the_api_says_it_too(capfd, tmp_path):
         [sys.executable, "-c", GROW, "heap"])
     assert result.exit_code == 137
     assert "sandlock: memory limit 64M exceeded" in capfd.readouterr().err
+
+
+# The sandbox's private /tmp, /var/tmp and /dev/shm are tmpfs: their files are memory.
+FILL = r"""
+import sys, time
+chunk = b"x" * (1 << 20)
+try:
+    with open(sys.argv[1], "wb") as f:
+        for _ in range(int(sys.argv[2])):
+            f.write(chunk)
+except OSError as exc:
+    print("refused:", exc.strerror, flush=True)
+    raise SystemExit(0)
+print("wrote", sys.argv[2], flush=True)
+if len(sys.argv) > 3:  # then this much memory of its own
+    block = bytearray(int(sys.argv[3]) << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    time.sleep(0.5)
+    print("survived")
+"""
+
+
+@pytest.mark.parametrize("directory", ["/tmp", "/var/tmp", "/dev/shm"])
+def test_files_in_the_private_scratch_directories_count_as_memory(directory, tmp_path):
+    result = sandlock("run", "-m", "128M", "--", sys.executable, "-c", FILL,
+                      f"{directory}/file", "90", "60", cwd=tmp_path)
+    assert result.stdout == "wrote 90\n" and result.returncode == 137, result.stderr
+    assert "sandlock: memory limit 128M exceeded (" in result.stderr
+
+
+def test_a_scratch_directory_holds_no_more_than_the_limit(tmp_path):
+    """Past the limit a write fails (ENOSPC), whatever the memory watch has seen yet."""
+    result = sandlock("run", "-m", "64M", "--", sys.executable, "-c", FILL, "/var/tmp/big",
+                      "100", cwd=tmp_path)
+    assert "wrote" not in result.stdout, result.stderr
+    assert result.stdout == "refused: No space left on device\n" or result.returncode == 137
+
+
+def test_scratch_files_and_memory_count_together(tmp_path):
+    """Three directories, each under the limit; together over it."""
+    result = sandlock("run", "-m", "96M", "--", "sh", "-c",
+                      f"{sys.executable} -c '{FILL}' /tmp/a 40 && "
+                      f"{sys.executable} -c '{FILL}' /dev/shm/b 40 && "
+                      f"{sys.executable} -c '{FILL}' /var/tmp/c 40 && sleep 1 && echo survived",
+                      cwd=tmp_path)
+    assert "survived" not in result.stdout and result.returncode == 137, \
+        (result.stdout, result.stderr)
+
+
+def test_a_mapped_scratch_file_counts_once(tmp_path):
+    """100 MiB of /dev/shm, mapped and touched: shared memory and a file, 100 MiB."""
+    script = ("import mmap, os, time\n"
+              "fd = os.open('/dev/shm/segment', os.O_RDWR | os.O_CREAT, 0o600)\n"
+              "os.ftruncate(fd, 100 << 20)\n"
+              "m = mmap.mmap(fd, 100 << 20)\n"
+              "for i in range(0, 100 << 20, 4096): m[i] = 1\n"
+              "time.sleep(0.3)\n"
+              "print('mapped')\n")
+    result = sandlock("run", "-m", "150M", "--", sys.executable, "-c", script, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, "mapped\n"), result.stderr
+
+
+def test_scratch_files_count_for_an_unprivileged_user(as_nobody):
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "-m", "128M", "--", sys.executable,
+                                       "-c", FILL, "/tmp/file", "90", "60"]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert result.stdout == "wrote 90\n" and result.returncode == 137, result.stderr

@@ -197,7 +197,7 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
         protect_autorun=not policy.allow_autorun_writes, unscanned=filesystem.caches,
         # a TMPDIR of the host's /tmp (a per-user one) is made again in the sandbox's
         temporary=[env[name] for name in ("TMPDIR", "TMP", "TEMP") if env.get(name)],
-        overlay=overlay)
+        overlay=overlay, scratch_size=None if policy.max_memory is None else int(policy.max_memory))
 
 
 def _seccomp_program(policy: Policy, count_processes: bool,

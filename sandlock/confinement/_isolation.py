@@ -82,8 +82,12 @@ class Isolation:
     def __init__(self, private: tuple[str, ...], restored: tuple[str, ...],
                  protection: _autorun.Protection, reanchored: tuple[tuple[str, int], ...],
                  temporary: tuple[str, ...] = (), overlay: Overlay | None = None,
-                 read_only: tuple[str, ...] = (), rewritable: tuple[str, ...] = ()) -> None:
+                 read_only: tuple[str, ...] = (), rewritable: tuple[str, ...] = (),
+                 scratch_size: int | None = None) -> None:
         self.private = private  # scratch directories replaced by a tmpfs
+        # Under a memory limit their files are memory: none holds more than the limit
+        # (past it, ENOSPC), and the memory watch counts them with the processes'.
+        self.scratch_size = scratch_size
         self.restored = restored  # granted paths beneath them, bound back in
         # Of those, the ones no write grant covers, mounted read-only (else the write
         # grant of the scratch directory above them would reach the host's files), and
@@ -99,13 +103,14 @@ class Isolation:
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
              rules: Iterable[tuple[str, int]], writable: Iterable[str], homes: Iterable[str],
              protect_autorun: bool, unscanned: Iterable[str] = (),
-             temporary: Iterable[str] = (), overlay: Overlay | None = None) -> Isolation:
+             temporary: Iterable[str] = (), overlay: Overlay | None = None,
+             scratch_size: int | None = None) -> Isolation:
         """``private``: scratch paths to replace; ``granted``: what the command may
         reach (those beneath a private path are bound back: a workspace in /tmp,
         --unix-allow sockets...); ``rules``: the compiled Landlock rules; ``writable``:
         the write grants (for autorun files), ``unscanned`` those not searched;
         ``temporary``: the command's temporary directories ($TMPDIR...); ``overlay``:
-        the copy-on-write workspace."""
+        the copy-on-write workspace; ``scratch_size``: the memory limit, if any."""
         private = tuple(private)
         rules = tuple(rules)
         # Only paths written beneath a scratch directory are resolved (a link from
@@ -122,7 +127,7 @@ class Isolation:
         read_only, rewritable = _read_only(restored, writable, private) if restored else ((), ())
         return cls(private, restored, protection,
                    tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
-                   temporary, overlay, read_only, rewritable)
+                   temporary, overlay, read_only, rewritable, scratch_size)
 
     @staticmethod
     def enter_user_namespace() -> None:
@@ -150,8 +155,7 @@ class Isolation:
             self.layer_fd = self.overlay.mount()
         # Detached copies of what goes back in, taken while it is still in view.
         kept = [(path, mounts.detached_copy(path)) for path in self.restored]
-        for scratch in self.private:
-            mounts.mount_tmpfs(scratch, _SCRATCH_OPTIONS)
+        self._mount_scratch()
         for path, copy in kept:
             _make_mount_point(path, os.path.isdir(f"/proc/self/fd/{copy}"))
             mounts.attach(copy, path)
@@ -174,6 +178,14 @@ class Isolation:
             except FileNotFoundError:
                 pass  # not in the new tree: nothing to grant
         return host_proc
+
+
+    def _mount_scratch(self) -> None:
+        options = _SCRATCH_OPTIONS
+        if self.scratch_size is not None:
+            options += b",size=%d" % self.scratch_size
+        for scratch in self.private:
+            mounts.mount_tmpfs(scratch, options)
 
 
 def _mount_proc() -> None:

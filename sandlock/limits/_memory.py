@@ -2,10 +2,13 @@
 INTERVAL by a thread of sandlock's; past the limit the sandbox is killed.
 
 "Really use": resident anonymous and shared-memory pages and swap, not address space
-(node, Go and the JVM reserve gigabytes they never touch). Each process's status gives
-its counters cheaply; their sum counts a page shared after a fork once per process,
-so when it passes the limit the proportional set sizes (smaps_rollup: a shared page
-split between its users) decide. Files are not memory (page cache is reclaimable).
+(node, Go and the JVM reserve gigabytes they never touch), and the files in the
+sandbox's private /tmp, /var/tmp and /dev/shm, which are tmpfs: memory too. Each
+process's status gives its counters cheaply; their sum counts a page shared after a
+fork once per process, and a mapped scratch file twice (as shared memory and as a
+file), so when it passes the limit the proportional set sizes (smaps_rollup: a shared
+page split between its users) decide, with the larger of shared memory and scratch
+files in place of their sum. Other files are not memory (page cache is reclaimable).
 Processes are those of the sandbox's own /proc, wherever they went; sandlock's init
 (pid 1 there) is not the command's.
 """
@@ -24,17 +27,21 @@ if TYPE_CHECKING:
 
 INTERVAL = 0.01  # seconds between samples
 _CHEAP = (b"RssAnon:", b"RssShmem:", b"VmSwap:")  # /proc/PID/status, kB
-_PRECISE = (b"Pss_Anon:", b"Pss_Shmem:", b"SwapPss:")  # /proc/PID/smaps_rollup, kB
+_PRECISE_PRIVATE = (b"Pss_Anon:", b"SwapPss:")  # /proc/PID/smaps_rollup, kB
+_PRECISE_SHARED = (b"Pss_Shmem:",)
 
 
 class MemoryWatch:
     """Calls ``on_exceeded(bytes used)`` once when the sandbox uses more than ``limit``
-    bytes; ``proc_fd``: the sandbox's /proc (owned from now on)."""
+    bytes; ``proc_fd``: the sandbox's /proc; ``scratch``: descriptors on its private
+    tmpfs directories (all owned from now on)."""
 
-    def __init__(self, limit: int, proc_fd: int, on_exceeded: Callable[[int], None]) -> None:
+    def __init__(self, limit: int, proc_fd: int, on_exceeded: Callable[[int], None],
+                 scratch: tuple[int, ...] = ()) -> None:
         self.limit = limit
         self._proc_fd = proc_fd
         self._on_exceeded = on_exceeded
+        self._scratch = _one_per_file_system(scratch)
         self._stop = Latch()
         self._over = Latch()  # set when the thread ends
         self.peak = 0
@@ -45,7 +52,8 @@ class MemoryWatch:
     def stop(self) -> None:
         self._stop.set()
         self._over.wait(5)
-        os.close(self._proc_fd)
+        for fd in (self._proc_fd, *self._scratch):
+            os.close(fd)
 
     def _watch(self) -> None:
         try:
@@ -61,10 +69,32 @@ class MemoryWatch:
     def usage(self) -> int:
         """Bytes in use now: the cheap sum, or the proportional one past the limit."""
         pids = sandbox_pids(self._proc_fd)
-        cheap = sum(_counters(pid, "status", _CHEAP, self._proc_fd) for pid in pids)
+        files = sum(map(_used, self._scratch))
+        cheap = files + sum(_counters(pid, "status", _CHEAP, self._proc_fd) for pid in pids)
         if cheap <= self.limit:
             return cheap
-        return sum(_counters(pid, "smaps_rollup", _PRECISE, self._proc_fd) for pid in pids)
+        private = sum(_counters(pid, "smaps_rollup", _PRECISE_PRIVATE, self._proc_fd)
+                      for pid in pids)
+        shared = sum(_counters(pid, "smaps_rollup", _PRECISE_SHARED, self._proc_fd)
+                     for pid in pids)
+        return private + max(shared, files)
+
+
+def _one_per_file_system(fds: tuple[int, ...]) -> list[int]:
+    found: dict[int, int] = {}
+    for fd in fds:
+        device = os.fstat(fd).st_dev
+        if device in found:
+            os.close(fd)
+        else:
+            found[device] = fd
+    return list(found.values())
+
+
+def _used(fd: int) -> int:
+    """Bytes the files of the file system of ``fd`` take."""
+    stats = os.fstatvfs(fd)
+    return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
 
 
 def _counters(pid: str, name: str, fields: tuple[bytes, ...], proc_fd: int) -> int:

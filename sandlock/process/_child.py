@@ -55,6 +55,7 @@ class ChildSpec:
     pass_fds: tuple[int, ...] = ()
     limits: KernelLimits | None = None  # CPUs before confinement, rlimits before exec
     hand_proc: bool = False  # hand sandlock the sandbox's /proc with the listener
+    hand_scratch: bool = False  # and its private scratch directories (memory watch)
     # Run in the confined process instead of exec (a call, a long-lived sandbox's
     # resident process): given the host's /proc (O_PATH, or -1), returns an exit status.
     function: Callable[[int], int] | None = None
@@ -92,9 +93,10 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
         # The sandbox's own procfs (init mounted it), where sandlock counts and watches
         # its processes; opened before Landlock, which a policy may make stricter.
         proc = _open_proc() if spec.hand_proc else -1
+        scratch = _open_scratch(spec.confinement) if spec.hand_scratch else ()
         listener = spec.confinement.apply()
         if listener >= 0:  # (none where sandlock runs in a sandbox: _enclosed)
-            _hand_over(listener, spec.handoff, host_pid or os.getpid(), proc, layer)
+            _hand_over(listener, spec.handoff, host_pid or os.getpid(), (proc, layer, *scratch))
         if spec.limits:
             spec.limits.apply_rlimits()
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
@@ -170,10 +172,11 @@ def _enter_process_group(tty_fd: int | None) -> None:
         set_foreground(tty_fd, os.getpgrp())
 
 
-def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int, proc: int,
-               layer: int) -> None:
-    """Let sandlock duplicate our seccomp listener (and ``proc``, the sandbox's /proc,
-    and ``layer``, a workspace's tmpfs; each -1 when there is none), and wait until it has.
+def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int,
+               more: tuple[int, ...]) -> None:
+    """Let sandlock duplicate our seccomp listener and ``more``: the sandbox's /proc, a
+    workspace's tmpfs (each -1 when there is none), then the private scratch
+    directories (the memory watch counts their files); and wait until it has.
 
     The listener is close-on-exec: exec before sandlock holds a copy and every
     supervised call would fail with ENOSYS. Plain write/read are not intercepted.
@@ -184,12 +187,19 @@ def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int, proc: i
     # The keeper's non-dumpable flag was inherited; pidfd_getfd needs us dumpable
     # (we are already inside our Landlock domain: nothing in the sandbox can exploit it).
     prctl(PR_SET_DUMPABLE, 1)
-    os.write(to_sandlock, b"%d %d %d %d" % (pid, listener, proc, layer))
+    os.write(to_sandlock, b" ".join(b"%d" % fd for fd in (pid, listener, *more)))
     if os.read(from_sandlock, 1) != b"g":
         raise RuntimeError("sandlock did not take the seccomp listener")
-    for fd in (listener, proc, layer):
+    for fd in (listener, *more):
         if fd >= 0:
             os.close(fd)
+
+
+def _open_scratch(confinement: Confinement) -> tuple[int, ...]:
+    """O_PATH descriptors on the sandbox's private tmpfs directories (init mounted them)."""
+    isolation = confinement.isolation
+    return tuple(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                 for path in (isolation.private if isolation else ()))
 
 
 def _open_proc() -> int:

@@ -46,6 +46,7 @@ class SandboxedProcess:
         self.audit: AuditLog | None = None  # the run's audit log, if it keeps one
         self.pauser: Watches | None = None  # a long-lived sandbox's pause and resume
         self.workspace_layer = -1  # a --max-disk workspace's tmpfs, taken from the command
+        self.scratch: tuple[int, ...] = ()  # its private tmpfs directories, likewise
         self.workspace: WorkspaceOutcome | None = None  # with a workdir, once it has ended
         # A long-lived sandbox's resident is killed when its block ends: how the block
         # ended (0, or 1 for an exception) stands for its exit status.
@@ -203,24 +204,28 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     while not process.pid and process.returncode is None:
         process._read_reports()
     if adopt_listener:
-        process.workspace_layer = _take_listener(to_sandlock, from_sandlock, adopt_listener)
+        process.workspace_layer, process.scratch = _take_listener(to_sandlock, from_sandlock,
+                                                                  adopt_listener)
     process.start_error = describe_start_error(spec.argv[0], _read_all(error_r))
     return process
 
 
 def _take_listener(from_child: int, to_child: int,
-                   adopt: Callable[[int, int, int], Callable[[], None]]) -> int:
-    """Returns our copy of the workspace's tmpfs layer, if the command handed one."""
+                   adopt: Callable[[int, int, int], Callable[[], None]]
+                   ) -> tuple[int, tuple[int, ...]]:
+    """Returns our copies of the workspace's tmpfs layer (-1: none) and of the private
+    scratch directories, if the command handed them."""
     then = None
-    layer_fd = -1
+    layer_fd, scratch = -1, ()
     try:
-        message = os.read(from_child, 64)
+        message = os.read(from_child, 128)
         if message:  # empty: the command failed before installing its filter
-            pid, fd, proc, layer = map(int, message.split())
-            if layer >= 0:
+            pid, fd, proc, layer, *scratch_fds = map(int, message.split())
+            if layer >= 0 or scratch_fds:
                 from ..kernel import take_fd
 
-                layer_fd = take_fd(pid, layer)
+                layer_fd = take_fd(pid, layer) if layer >= 0 else -1
+                scratch = tuple(take_fd(pid, number) for number in scratch_fds)
             then = adopt(pid, fd, proc)
             os.write(to_child, b"g")
     finally:
@@ -228,7 +233,7 @@ def _take_listener(from_child: int, to_child: int,
         os.close(to_child)
         if then is not None:
             then()  # the listener is the engine's from here on, whatever happened
-    return layer_fd
+    return layer_fd, scratch
 
 
 def _read_all(fd: int) -> bytes:

@@ -254,8 +254,9 @@ class Sandbox:
         supervision = Supervision(policy, confinement, audit, self.quiet, http,
                                   pausable=resident, policy_fn=self.policy_fn)
         try:
-            process = spawn(spec.replace(hand_proc=supervision.wants_proc), terminal,
-                            supervision.take_listener)
+            process = spawn(spec.replace(hand_proc=supervision.wants_proc,
+                                         hand_scratch=supervision.wants_scratch),
+                            terminal, supervision.take_listener)
         except BaseException:
             supervision.close()
             for resource in (cow, audit):
@@ -269,7 +270,7 @@ class Sandbox:
         if cow is not None:
             cow.follow(process)
         if supervision.watches is not None:
-            supervision.watches.watch(process.kill)
+            supervision.watches.watch(process.kill, process.scratch)
         return finish_launch(self, process, audit)
 
     def run(

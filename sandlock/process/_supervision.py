@@ -66,6 +66,10 @@ class Supervision:
             self._runtime = RuntimePolicy(policy_fn, audit, quiet, self._tighten_processes,
                                           self.watches.lower_memory)
         self.wants_proc = self._counts_processes or self._watched or self._pausable
+        # The private scratch directories' files are memory: for a memory limit, now or
+        # set by policy_fn later.
+        self.wants_scratch = (confinement.isolation is not None
+                              and (policy.max_memory is not None or policy_fn is not None))
         self._lock = _thread.allocate_lock()
         self._network: Network | None = None
         self._network_failed = False

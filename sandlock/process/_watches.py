@@ -19,6 +19,7 @@ class Watches:
     def __init__(self, policy: Policy, hit: Callable[..., None]) -> None:
         """``hit(limit, value, verdict, reason, **details)``: a limit was hit."""
         self._policy = policy
+        self._scratch: tuple[int, ...] = ()
         self._hit = hit
         self._lock = _thread.allocate_lock()
         self._watch_fd = self._pause_fd = -1
@@ -37,13 +38,18 @@ class Watches:
             self._pause_fd = os.dup(proc_fd)
         self._keep = later
 
-    def watch(self, kill: Callable[[], None]) -> None:
-        """Once the command runs: the limits (past the memory limit, ``kill``)."""
+    def watch(self, kill: Callable[[], None], scratch: tuple[int, ...] = ()) -> None:
+        """Once the command runs: the limits (past the memory limit, ``kill``);
+        ``scratch``: descriptors on the sandbox's private tmpfs directories, whose
+        files are memory (owned from now on)."""
         if self._watch_fd < 0:
+            for fd in scratch:
+                os.close(fd)
             return
         policy = self._policy
         with self._lock:
             self._kill = kill
+            self._scratch = scratch
             if policy.max_memory is not None:
                 self._watch_memory(int(policy.max_memory), str(policy.max_memory), "--max-memory")
             if self._pending_memory is not None:
@@ -79,7 +85,8 @@ class Watches:
             self._hit("max_memory", shown, "kill", f"memory limit {shown} exceeded "
                       f"({_mib(used)} in use): killed the sandbox ({source})", used=used)
 
-        self._memory = MemoryWatch(limit, os.dup(self._watch_fd), exceeded)
+        self._memory = MemoryWatch(limit, os.dup(self._watch_fd), exceeded,
+                                   tuple(map(os.dup, self._scratch)))
         self._memory.start()
 
     def pause(self) -> bool:
@@ -104,10 +111,11 @@ class Watches:
         for watch in (self._memory, self.cpu):
             if watch is not None:
                 watch.stop()
-        for fd in (self._watch_fd, self._pause_fd):
+        for fd in (self._watch_fd, self._pause_fd, *self._scratch):
             if fd >= 0:
                 os.close(fd)
         self._watch_fd = self._pause_fd = -1
+        self._scratch = ()
 
 
 def _mib(size: int) -> str:
