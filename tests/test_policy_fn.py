@@ -260,6 +260,22 @@ def test_restrict_max_memory_from_the_callback(capfd):
     assert "memory limit 64M exceeded" in capfd.readouterr().err
 
 
+def test_a_memory_limit_set_later_counts_the_scratch_files_too(capfd, tmp_path):
+    """The private /tmp's files are memory, for a limit the callback sets as well."""
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.argv[-1:] == ("filler",):
+            ctx.restrict_max_memory("64M")
+        return 0
+
+    code = ("import time\nchunk = b'x' * (1 << 20)\nwith open('/tmp/fill', 'wb') as f:\n"
+            "    for _ in range(90):\n        f.write(chunk)\n        time.sleep(0.005)\n"
+            "time.sleep(0.5)\nprint('survived')")
+    result = Sandbox(Policy(cwd=str(tmp_path)), policy_fn=decide).run([PY, "-c", code, "filler"],
+                                                                    timeout=60)
+    assert result.exit_code == 137 and b"survived" not in result.stdout
+    assert "memory limit 64M exceeded" in capfd.readouterr().err
+
+
 def test_exec_by_descriptor_and_from_a_thread():
     """fexecve (execveat on a descriptor) names the file the descriptor is; an exec by
     a thread that is not the process's first one is checked (and refused) alike."""
