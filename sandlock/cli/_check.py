@@ -32,8 +32,8 @@ def _limits(features: list) -> None:
     notify = available.get("seccomp user notification", False)
     cpus = os.sched_getaffinity(0)
     rows = (
-        ("--max-memory", namespaces, "summed every 10 ms in the sandbox's own /proc (needs "
-                                     "its PID namespace)"),
+        ("--max-memory", namespaces, "summed every 10 ms in the sandbox's own /proc, with "
+                                     "its private /tmp's files (needs its namespaces)"),
         ("--max-processes", namespaces and notify, "fork-like calls supervised, processes "
                                                    "counted in the sandbox's own /proc"),
         ("--max-open-files", True, "RLIMIT_NOFILE, hard"),
