@@ -276,6 +276,22 @@ def test_a_memory_limit_set_later_counts_the_scratch_files_too(capfd, tmp_path):
     assert "memory limit 64M exceeded" in capfd.readouterr().err
 
 
+def test_a_search_along_path_shows_only_the_exec_that_runs(tmp_path):
+    """execvp tries each PATH directory: the names that are not there fail at once, as
+    the kernel fails them (no hold, no event); the one that runs is seen once."""
+    recorder = Recorder()
+    path = f"{tmp_path}/none:/nonexistent/bin:/usr/local/bin:/usr/bin:/bin"
+    script = "import os; os.execvp('echo', ['echo', 'found'])"
+    result = Sandbox(Policy(env={"PATH": path}, cwd=str(tmp_path)), policy_fn=recorder).run(
+        [PY, "-c", script])
+    assert (result.exit_code, result.stdout) == (0, b"found\n"), result.stderr
+    echoes = [event for event in recorder.of("execve") if event.argv[:1] == ("echo",)]
+    assert [event.path for event in echoes] == [os.path.normpath(shutil.which("echo", path=path))]
+    missing = Sandbox(Policy(cwd=str(tmp_path)), policy_fn=recorder).run(
+        [PY, "-c", "import os; os.execv('/nonexistent/tool', ['tool'])"])
+    assert missing.exit_code == 1 and b"FileNotFoundError" in missing.stderr
+
+
 def test_exec_by_descriptor_and_from_a_thread():
     """fexecve (execveat on a descriptor) names the file the descriptor is; an exec by
     a thread that is not the process's first one is checked (and refused) alike."""

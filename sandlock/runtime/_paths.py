@@ -14,6 +14,7 @@ beneath it, found by walking up from the file.
 from __future__ import annotations
 
 import _thread
+import errno
 import os
 
 from .._record import record
@@ -131,6 +132,23 @@ class DeniedPaths:
             return True  # deeper than any real tree: refuse rather than guess
         finally:
             os.close(current)
+
+
+def lookup_error(tid: int, call: PathCall) -> int:
+    """ENOENT or ENOTDIR if ``call``'s path is not there for thread ``tid`` (looked up
+    as it would be: its root, its working directory or descriptor); 0 if it is, and
+    whenever that cannot be said."""
+    try:
+        root = os.open(f"/proc/{tid}/root", _O_PATH | os.O_DIRECTORY)
+    except OSError:
+        return 0
+    try:
+        os.close(_openat2_in_root(root, call.absolute(tid)))
+        return 0
+    except OSError as exc:
+        return exc.errno if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 0
+    finally:
+        os.close(root)
 
 
 def _in_root(root: int, path: str) -> int | None:

@@ -22,7 +22,7 @@ from ..kernel import Gone, ptrace, tasks
 from ._callback import Callback
 from ._context import Context
 from ._events import NETWORK, PROCESS, Answer, Event
-from ._exec import read_exec
+from ._exec import absent, read_exec
 from ._exits import ExitWatch
 from ._freezer import ExecHold, Unfreezable
 from ._live import LiveRules
@@ -89,7 +89,13 @@ class RuntimePolicy:
     # --- exec ----------------------------------------------------------------------
 
     def exec(self, listener: Listener, notification: Notification) -> None:
-        """Hand an exec to the tracer; the calling thread waits in the kernel."""
+        """Hand an exec to the tracer; the calling thread waits in the kernel. One of a
+        file that is not there fails at once, as the kernel would fail it."""
+        missing = absent(notification.pid, self._numbers.names[notification.nr],
+                         notification.args)
+        if missing:
+            listener.reply(notification.id, error=missing)
+            return
         self._tracer.submit(lambda: self._check_exec(listener, notification))
 
     def _check_exec(self, listener: Listener, notification: Notification) -> None:
