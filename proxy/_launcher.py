@@ -108,7 +108,11 @@ class ProxyProcess:
     def _spawn(self, handover: list[socket]) -> Proxy:
         process = spawn_proxy([s.fileno() for s in handover], self._forkserver, self._hidden)
         control = self._control
-        control.sendall(_protocol.config_message(self._config))
+        try:
+            control.sendall(_protocol.config_message(self._config))
+        except OSError:
+            process.kill()  # it will never have its configuration
+            raise
         control.setblocking(False)  # routes come from the supervisor: see route()
         self._reader = Latch()  # set when its reader has read everything
         _thread.start_new_thread(self._read, (control, process, self._reader))

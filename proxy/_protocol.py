@@ -11,7 +11,8 @@ Messages are one dict each: ``{"kind": ..., ...}``, read by code that checks typ
 receipt. sandlock's are marshal'd: the proxy trusts the process that made it, and
 marshal costs sandlock no import before the command starts (json, with re, ~3 ms). The
 proxy's are JSON: sandlock reads what a process handling hostile traffic says, so it
-reads them with a parser that builds only plain values and cannot crash on any input.
+reads them with a parser that builds only plain values, and any input it refuses is
+skipped.
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ def to_sandlock(kind: str, **payload: object) -> bytes:
 def from_proxy(data: bytes) -> dict:
     import json  # on sandlock's reader thread, after the command started
 
-    return _checked(json.loads(data))
+    try:
+        return _checked(json.loads(data))
+    except RecursionError:  # nested past the interpreter's limit: not a message of ours
+        raise ValueError("malformed control message: nested too deep") from None
 
 
 def _checked(message: object) -> dict:

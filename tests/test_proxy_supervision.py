@@ -122,3 +122,18 @@ def test_a_replaced_proxy_serves_the_ca_the_command_trusts(port, tmp_path):
     out, err = _run_and_kill_the_proxy(port, str(tmp_path / "audit.jsonl"), kills=1,
                                        tls=(ca, str(ca_file)), data_home=str(tmp_path / "data"))
     assert out.split() == ["first", "200", "then", "False", "200", "403"], err
+
+
+def test_what_a_compromised_proxy_sends_is_skipped_not_fatal():
+    """sandlock parses its proxy's messages as JSON (plain values only); anything else,
+    nesting past the interpreter's limit included, is refused as malformed."""
+    from sandlock.proxy._protocol import from_proxy, from_sandlock, to_proxy
+
+    for data in (b"[" * 200_000, b"{}", b'{"kind": 1}', b"\xff", to_proxy("audit")):
+        with pytest.raises(ValueError):
+            from_proxy(data)
+    assert from_proxy(b'{"kind": "audit", "x": [1]}') == {"kind": "audit", "x": [1]}
+    assert from_sandlock(to_proxy("route", peer=("127.0.0.1", 5))) == {
+        "kind": "route", "peer": ("127.0.0.1", 5)}
+    with pytest.raises(ValueError):
+        from_sandlock(b"\x00garbage")
