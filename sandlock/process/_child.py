@@ -196,10 +196,16 @@ def _hand_over(listener: int, handoff: tuple[int, int] | None, pid: int,
 
 
 def _open_scratch(confinement: Confinement) -> tuple[int, ...]:
-    """O_PATH descriptors on the sandbox's private tmpfs directories (init mounted them)."""
+    """O_PATH descriptors on the sandbox's private tmpfs directories (init mounted them;
+    one that cannot be opened is not counted, and the run goes on)."""
     isolation = confinement.isolation
-    return tuple(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                 for path in (isolation.private if isolation else ()))
+    fds = []
+    for path in isolation.private if isolation else ():
+        try:
+            fds.append(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        except OSError:
+            pass
+    return tuple(fds)
 
 
 def _open_proc() -> int:
