@@ -144,10 +144,11 @@ def test_files_in_the_private_scratch_directories_count_as_memory(directory, tmp
     assert "sandlock: memory limit 128M exceeded (" in result.stderr
 
 
-def test_a_scratch_directory_holds_no_more_than_the_limit(tmp_path):
-    """Past the limit a write fails (ENOSPC), whatever the memory watch has seen yet."""
+def test_a_scratch_directory_is_bounded_even_before_the_watch_looks(tmp_path):
+    """Filled at once, far past the limit: the watch kills the sandbox, or the tmpfs
+    (twice the limit) refuses the write first; it never holds it all."""
     result = sandlock("run", "-m", "64M", "--", sys.executable, "-c", FILL, "/var/tmp/big",
-                      "100", cwd=tmp_path)
+                      "400", cwd=tmp_path)
     assert "wrote" not in result.stdout, result.stderr
     assert result.stdout == "refused: No space left on device\n" or result.returncode == 137
 

@@ -180,6 +180,14 @@ def _filesystem_ruleset(
                        tuple(home for home, _ in homes), caches(homes[0][0], env))
 
 
+def _scratch_size(policy: Policy) -> int | None:
+    """Under a memory limit, each private tmpfs holds at most twice the limit: a bound
+    for when the memory watch, which counts their files with the processes' memory and
+    kills the sandbox past the limit (137), is slower than a writer. (At the limit
+    itself, a mapped file would die of SIGBUS before the watch could say why.)"""
+    return None if policy.max_memory is None else 2 * int(policy.max_memory)
+
+
 def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
                warnings: list[str], overlay: Overlay | None) -> Isolation | None:
     """The namespaces' plan, or None where they are unavailable and --best-effort."""
@@ -197,7 +205,7 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
         protect_autorun=not policy.allow_autorun_writes, unscanned=filesystem.caches,
         # a TMPDIR of the host's /tmp (a per-user one) is made again in the sandbox's
         temporary=[env[name] for name in ("TMPDIR", "TMP", "TEMP") if env.get(name)],
-        overlay=overlay, scratch_size=None if policy.max_memory is None else int(policy.max_memory))
+        overlay=overlay, scratch_size=_scratch_size(policy))
 
 
 def _seccomp_program(policy: Policy, count_processes: bool,

@@ -85,8 +85,8 @@ class Isolation:
                  read_only: tuple[str, ...] = (), rewritable: tuple[str, ...] = (),
                  scratch_size: int | None = None) -> None:
         self.private = private  # scratch directories replaced by a tmpfs
-        # Under a memory limit their files are memory: none holds more than the limit
-        # (past it, ENOSPC), and the memory watch counts them with the processes'.
+        # Under a memory limit their files are memory, which the memory watch counts:
+        # then each is a tmpfs of ``scratch_size`` bytes (past it, ENOSPC), a bound.
         self.scratch_size = scratch_size
         self.restored = restored  # granted paths beneath them, bound back in
         # Of those, the ones no write grant covers, mounted read-only (else the write
@@ -110,7 +110,7 @@ class Isolation:
         --unix-allow sockets...); ``rules``: the compiled Landlock rules; ``writable``:
         the write grants (for autorun files), ``unscanned`` those not searched;
         ``temporary``: the command's temporary directories ($TMPDIR...); ``overlay``:
-        the copy-on-write workspace; ``scratch_size``: the memory limit, if any."""
+        the copy-on-write workspace; ``scratch_size``: their size under a memory limit."""
         private = tuple(private)
         rules = tuple(rules)
         # Only paths written beneath a scratch directory are resolved (a link from
