@@ -46,6 +46,12 @@ elif kind in ("shm", "memfd"):
     for i in range(400):
         m[i << 20:(i + 1) << 20] = b"y" * (1 << 20)
         time.sleep(0.002)
+elif kind == "memfd_written":  # never mapped: reached only through its descriptor
+    import os
+    fd = os.memfd_create("grow")
+    for _ in range(400):
+        os.write(fd, b"z" * (1 << 20))
+        time.sleep(0.002)
 elif kind == "processes":
     import os
     for _ in range(10):
@@ -58,7 +64,8 @@ print("survived")
 """
 
 
-@pytest.mark.parametrize("kind", ["heap", "mmap", "threads", "shm", "memfd", "processes"])
+@pytest.mark.parametrize("kind", ["heap", "mmap", "threads", "shm", "memfd", "memfd_written",
+                                  "processes"])
 def test_memory_past_the_limit_kills_the_sandbox(kind, tmp_path):
     result = sandlock("run", "-m", "64M", "--", sys.executable, "-c", GROW, kind, cwd=tmp_path)
     assert result.returncode == 137, (result.stdout, result.stderr)
@@ -164,10 +171,12 @@ def test_scratch_files_and_memory_count_together(tmp_path):
         (result.stdout, result.stderr)
 
 
-def test_a_mapped_scratch_file_counts_once(tmp_path):
-    """100 MiB of /dev/shm, mapped and touched: shared memory and a file, 100 MiB."""
+@pytest.mark.parametrize("opening", ["os.open('/dev/shm/segment', os.O_RDWR | os.O_CREAT, 0o600)",
+                                     "os.memfd_create('segment')"])
+def test_a_mapped_scratch_file_or_memfd_counts_once(opening, tmp_path):
+    """100 MiB, mapped and touched: shared memory and a file, 100 MiB."""
     script = ("import mmap, os, time\n"
-              "fd = os.open('/dev/shm/segment', os.O_RDWR | os.O_CREAT, 0o600)\n"
+              f"fd = {opening}\n"
               "os.ftruncate(fd, 100 << 20)\n"
               "m = mmap.mmap(fd, 100 << 20)\n"
               "for i in range(0, 100 << 20, 4096): m[i] = 1\n"
@@ -182,3 +191,10 @@ def test_scratch_files_count_for_an_unprivileged_user(as_nobody):
                                        "-c", FILL, "/tmp/file", "90", "60"]),
                             capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
     assert result.stdout == "wrote 90\n" and result.returncode == 137, result.stderr
+
+
+def test_memfds_count_for_an_unprivileged_user(as_nobody):
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "-m", "64M", "--", sys.executable, "-c",
+                                       GROW, "memfd_written"]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert result.returncode == 137 and "survived" not in result.stdout, result.stderr

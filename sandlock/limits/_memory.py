@@ -3,14 +3,14 @@ INTERVAL by a thread of sandlock's; past the limit the sandbox is killed.
 
 "Really use": resident anonymous and shared-memory pages and swap, not address space
 (node, Go and the JVM reserve gigabytes they never touch), and the files in the
-sandbox's private /tmp, /var/tmp and /dev/shm, which are tmpfs: memory too. Each
-process's status gives its counters cheaply; their sum counts a page shared after a
-fork once per process, and a mapped scratch file twice (as shared memory and as a
-file), so when it passes the limit the proportional set sizes (smaps_rollup: a shared
-page split between its users) decide, with the larger of shared memory and scratch
-files in place of their sum. Other files are not memory (page cache is reclaimable).
-Processes are those of the sandbox's own /proc, wherever they went; sandlock's init
-(pid 1 there) is not the command's.
+sandbox's private /tmp, /var/tmp and /dev/shm and the memfds its processes hold, which
+are tmpfs: memory too. Each process's status gives its counters cheaply; their sum
+counts a page shared after a fork once per process, and a mapped scratch file or memfd
+twice (as shared memory and as a file), so when it passes the limit the proportional
+set sizes (smaps_rollup: a shared page split between its users) decide, with the
+larger of shared memory and those files in place of their sum. Other files are not
+memory (page cache is reclaimable). Processes are those of the sandbox's own /proc,
+wherever they went; sandlock's init (pid 1 there) is not the command's.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ INTERVAL = 0.01  # seconds between samples
 _CHEAP = (b"RssAnon:", b"RssShmem:", b"VmSwap:")  # /proc/PID/status, kB
 _PRECISE_PRIVATE = (b"Pss_Anon:", b"SwapPss:")  # /proc/PID/smaps_rollup, kB
 _PRECISE_SHARED = (b"Pss_Shmem:",)
+# A memfd nobody maps is reached only through descriptors: every this many samples
+# (100 ms) the processes' descriptor tables are walked for them (~2 µs a descriptor).
+_DESCRIPTORS_EVERY = 10
+_MEMFD = "/memfd:"  # how /proc/PID/fd/N names one
 
 
 class MemoryWatch:
@@ -42,6 +46,8 @@ class MemoryWatch:
         self._proc_fd = proc_fd
         self._on_exceeded = on_exceeded
         self._scratch = _one_per_file_system(scratch)
+        self._samples = 0
+        self._memfds = 0  # bytes, as of the last walk
         self._stop = Latch()
         self._over = Latch()  # set when the thread ends
         self.peak = 0
@@ -69,7 +75,10 @@ class MemoryWatch:
     def usage(self) -> int:
         """Bytes in use now: the cheap sum, or the proportional one past the limit."""
         pids = sandbox_pids(self._proc_fd)
-        files = sum(map(_used, self._scratch))
+        if self._samples % _DESCRIPTORS_EVERY == 0:
+            self._memfds = memfd_bytes(pids, self._proc_fd)
+        self._samples += 1
+        files = sum(map(_used, self._scratch)) + self._memfds
         cheap = files + sum(_counters(pid, "status", _CHEAP, self._proc_fd) for pid in pids)
         if cheap <= self.limit:
             return cheap
@@ -89,6 +98,31 @@ def _one_per_file_system(fds: tuple[int, ...]) -> list[int]:
         else:
             found[device] = fd
     return list(found.values())
+
+
+def memfd_bytes(pids: list[str], proc_fd: int) -> int:
+    """Bytes the memfds open in ``pids`` hold, each counted once."""
+    held: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        try:
+            table = os.open(f"{pid}/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
+                            dir_fd=proc_fd)
+        except OSError:
+            continue  # gone
+        try:
+            for name in os.listdir(table):
+                try:
+                    if not os.readlink(name, dir_fd=table).startswith(_MEMFD):
+                        continue
+                    info = os.stat(name, dir_fd=table)
+                except OSError:
+                    continue  # closed meanwhile
+                held[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+        except OSError:
+            pass
+        finally:
+            os.close(table)
+    return sum(held.values())
 
 
 def _used(fd: int) -> int:
