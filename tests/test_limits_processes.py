@@ -109,3 +109,52 @@ def test_the_cap_holds_for_an_unprivileged_user(as_nobody):
                                        FORK_UNTIL_REFUSED]),
                             capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
     assert result.stdout.splitlines() == ["made 2 EAGAIN", "after 7"], result.stderr
+
+
+# Without -P: the kernel's RLIMIT_NPROC in the sandbox's user namespace (docs/usage.md).
+FORK_SLEEPERS = r"""
+import os, sys, time
+made = 0
+try:
+    for _ in range(int(sys.argv[1])):
+        if os.fork() == 0:
+            time.sleep(3)
+            os._exit(0)
+        made += 1
+except BlockingIOError:
+    print("refused after", made)
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+print("made", made)
+"""
+
+
+def test_by_default_a_fork_bomb_meets_the_task_cap_of_an_ordinary_user(as_nobody):
+    """Linear, not a real bomb: bounded even if the cap were gone."""
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "--", sys.executable, "-c",
+                                       FORK_SLEEPERS, "1500"]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=120)
+    refused, made = result.stdout.splitlines()
+    # The sandbox's tasks: its keeper, its init, the interpreter, its children.
+    assert refused == "refused after 1021" and made == "made 1021", result.stderr
+
+
+def test_the_task_cap_leaves_threaded_programs_alone(as_nobody):
+    script = ("import threading, time\n"
+              "threads = [threading.Thread(target=time.sleep, args=(0.5,)) for _ in range(300)]\n"
+              "for t in threads: t.start()\n"
+              "for t in threads: t.join()\n"
+              "print('threads', len(threads))")
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "--", sys.executable, "-c", script]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert (result.returncode, result.stdout) == (0, "threads 300\n"), result.stderr
+
+
+def test_max_processes_replaces_the_task_cap(as_nobody):
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "-P", "1200", "--", sys.executable, "-c",
+                                       FORK_SLEEPERS, "1100"]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=120)
+    assert result.stdout == "made 1100\n", result.stderr[-500:]

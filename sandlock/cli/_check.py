@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from ..confinement import DEFAULT_TASK_CAP
 from ..kernel import probe, protection_level
 
 
@@ -36,6 +37,9 @@ def _limits(features: list) -> None:
                                      "its private /tmp's files (needs its namespaces)"),
         ("--max-processes", namespaces and notify, "fork-like calls supervised, processes "
                                                    "counted in the sandbox's own /proc"),
+        ("(without -P)", namespaces, f"at most {DEFAULT_TASK_CAP} tasks, threads included: "
+                                     "RLIMIT_NPROC in the sandbox's user namespace (root "
+                                     "is exempt)"),
         ("--max-open-files", True, "RLIMIT_NOFILE, hard"),
         ("--max-file-size", True, "RLIMIT_FSIZE, hard"),
         ("--cpu-cores", True, f"CPU affinity (sandlock may use {len(cpus)} CPU(s))"),

@@ -19,6 +19,7 @@ from ..kernel import (
     drop_capabilities,
     filter_actions,
     landlock,
+    limit_tasks,
     namespaces,
     native_arch,
     prctl,
@@ -42,6 +43,11 @@ if TYPE_CHECKING:
     from ..policy import Policy
 
 MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
+# Without -P, what stops a fork bomb: the kernel's RLIMIT_NPROC, which in the sandbox's
+# own user namespace counts only the sandbox's tasks (threads too, hence the margin),
+# refuses the fork with EAGAIN, costs nothing, and never fails one with EINTR as a
+# supervised cap can. The kernel exempts root (docs/usage.md).
+DEFAULT_TASK_CAP = 1024
 OPEN_CALLS = ("open", "creat", "openat", "openat2")  # supervised for a runtime policy
 
 
@@ -56,6 +62,7 @@ class Confinement:
     warnings: list[str] = field(factory=list)
     isolation: Isolation | None = None  # the namespaces' mounts (None: no namespaces)
     counts_processes: bool = False  # fork-like calls go to the supervisor (process cap)
+    task_cap: int = 0  # RLIMIT_NPROC in the sandbox's user namespace (0: none)
 
     @classmethod
     def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str],
@@ -95,11 +102,16 @@ class Confinement:
             raise
         scopes_signals = (ruleset is not None and abi >= MIN_SCOPE_ABI
                           and not (policy.allow_ipc or policy.full_access))
-        return cls(ruleset, program, scopes_signals, warnings, isolation, counted)
+        # (Outside a user namespace of its own, RLIMIT_NPROC would count every process
+        # of the user on the machine.)
+        task_cap = DEFAULT_TASK_CAP if isolation is not None and not policy.max_processes else 0
+        return cls(ruleset, program, scopes_signals, warnings, isolation, counted, task_cap)
 
     def apply(self) -> int:
         """Confine the calling process (the child, right before exec); returns the
         seccomp listener fd, for sandlock's supervisor."""
+        if self.task_cap:
+            limit_tasks(self.task_cap)
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         drop_capabilities(DROPPED_CAPABILITIES)
         self.restrict_filesystem()

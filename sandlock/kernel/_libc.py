@@ -116,3 +116,24 @@ def inet_pton(family: int, text: str) -> bytes | None:
     if _libc.inet_pton(family, text.encode(), packed) != 1:
         return None
     return packed.raw[: _ADDRESS_BYTES[family]]
+
+
+RLIMIT_NPROC = 6
+
+
+class _RLimit(ctypes.Structure):
+    """struct rlimit"""
+
+    _fields_ = [("soft", ctypes.c_ulong), ("hard", ctypes.c_ulong)]
+
+
+def limit_tasks(count: int) -> None:
+    """RLIMIT_NPROC of the calling process, soft and hard: ``count`` (or the hard limit
+    it has, if lower). Through ctypes: ``resource`` would be one more library to load
+    in the command's process before it execs."""
+    limit = _RLimit()
+    if _libc.getrlimit(RLIMIT_NPROC, ctypes.byref(limit)) != 0:
+        raise OSError(ctypes.get_errno(), "getrlimit(RLIMIT_NPROC)")
+    limit.soft = limit.hard = min(count, limit.hard)
+    if _libc.setrlimit(RLIMIT_NPROC, ctypes.byref(limit)) != 0:
+        raise OSError(ctypes.get_errno(), "setrlimit(RLIMIT_NPROC)")
