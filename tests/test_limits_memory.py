@@ -198,3 +198,23 @@ def test_memfds_count_for_an_unprivileged_user(as_nobody):
                                        GROW, "memfd_written"]),
                             capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
     assert result.returncode == 137 and "survived" not in result.stdout, result.stderr
+
+
+def test_memfd_create_is_supervised_only_under_a_memory_limit_and_goes_on(tmp_path):
+    """It tells the memory watch that memfds exist (then looked for at every sample,
+    not every tenth); the call itself goes on untouched, with or without policy_fn."""
+    from sandlock import Policy, Sandbox
+    from sandlock.confinement import Confinement
+
+    def watched(policy: Policy, observed: bool = False) -> bool:
+        confinement = Confinement.prepare(policy, str(tmp_path), {}, observed=observed)
+        confinement.close()
+        return confinement.memory_watched
+
+    assert not watched(Policy()) and watched(Policy(max_memory="64M"))
+    assert watched(Policy(), observed=True)  # policy_fn may set a limit later
+    script = "import os; fd = os.memfd_create('a'); os.write(fd, b'x'); print('made', fd > 2)"
+    for policy, policy_fn in ((Policy(max_memory="64M"), None), (Policy(), lambda e, c: 0)):
+        result = Sandbox(policy.replace(cwd=str(tmp_path)), policy_fn=policy_fn).run(
+            [sys.executable, "-c", script])
+        assert (result.exit_code, result.stdout) == (0, b"made True\n"), result.stderr

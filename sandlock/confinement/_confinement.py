@@ -49,6 +49,9 @@ MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
 # supervised cap can. The kernel exempts root (docs/usage.md).
 DEFAULT_TASK_CAP = 1024
 OPEN_CALLS = ("open", "creat", "openat", "openat2")  # supervised for a runtime policy
+# Under a memory limit: the memory watch learns that memfds exist, which only their
+# descriptors reach, and looks for them at every sample from then on.
+MEMFD_CALL = "memfd_create"
 
 
 
@@ -63,6 +66,7 @@ class Confinement:
     isolation: Isolation | None = None  # the namespaces' mounts (None: no namespaces)
     counts_processes: bool = False  # fork-like calls go to the supervisor (process cap)
     task_cap: int = 0  # RLIMIT_NPROC in the sandbox's user namespace (0: none)
+    memory_watched: bool = False  # a memory limit, now or later: memfd_create supervised
 
     @classmethod
     def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str],
@@ -95,7 +99,9 @@ class Confinement:
             for field, flag in (("max_memory", "--max-memory"), ("max_cpu", "--max-cpu")):
                 if getattr(policy, field) is not None and isolation is None:
                     warnings.append(f"no PID namespace: {flag} is not enforced (--best-effort)")
-            program = _seccomp_program(policy, counted, observed=observed)
+            # (policy_fn may set a memory limit later)
+            memory = isolation is not None and (policy.max_memory is not None or observed)
+            program = _seccomp_program(policy, counted, observed=observed, memfds=memory)
         except BaseException:
             if ruleset is not None:
                 ruleset.close()
@@ -105,7 +111,8 @@ class Confinement:
         # (Outside a user namespace of its own, RLIMIT_NPROC would count every process
         # of the user on the machine.)
         task_cap = DEFAULT_TASK_CAP if isolation is not None and not policy.max_processes else 0
-        return cls(ruleset, program, scopes_signals, warnings, isolation, counted, task_cap)
+        return cls(ruleset, program, scopes_signals, warnings, isolation, counted, task_cap,
+                   memory)
 
     def apply(self) -> int:
         """Confine the calling process (the child, right before exec); returns the
@@ -222,7 +229,7 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
 
 def _seccomp_program(policy: Policy, count_processes: bool,
                      unsupervised: Mapping[str, Rule] | None = None, *,
-                     observed: bool = False) -> bytes:
+                     observed: bool = False, memfds: bool = False) -> bytes:
     """The filter, with the network syscalls for the supervisor; without one, with the
     ``unsupervised`` rules standing for them, and no action that needs a listener.
     Required even with --best-effort: without it there would be no network policy at
@@ -242,6 +249,8 @@ def _seccomp_program(policy: Policy, count_processes: bool,
     if observed:  # (opens: for deny_path, answered at once until it is used)
         extra.update(seccomp.OBSERVED_EXEC)
         extra.update((name, seccomp.Rule(default=seccomp.NOTIFY)) for name in OPEN_CALLS)
+    if memfds:
+        extra[MEMFD_CALL] = seccomp.Rule(default=seccomp.NOTIFY)
     if unsupervised is None:
         return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED), extra)
     program = seccomp.build_filter(arch, frozenset(waived), extra={**extra, **unsupervised})

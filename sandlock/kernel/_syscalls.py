@@ -73,6 +73,7 @@ _X86_64 = Arch(
         "process_vm_writev": 311,
         "finit_module": 313,
         "seccomp": 317,
+        "memfd_create": 319,
         "kexec_file_load": 320,
         "bpf": 321,
         "userfaultfd": 323,

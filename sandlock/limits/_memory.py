@@ -29,8 +29,9 @@ INTERVAL = 0.01  # seconds between samples
 _CHEAP = (b"RssAnon:", b"RssShmem:", b"VmSwap:")  # /proc/PID/status, kB
 _PRECISE_PRIVATE = (b"Pss_Anon:", b"SwapPss:")  # /proc/PID/smaps_rollup, kB
 _PRECISE_SHARED = (b"Pss_Shmem:",)
-# A memfd nobody maps is reached only through descriptors: every this many samples
-# (100 ms) the processes' descriptor tables are walked for them (~2 µs a descriptor).
+# A memfd nobody maps is reached only through descriptors: the processes' descriptor
+# tables are walked for them (~2 µs a descriptor) every this many samples (100 ms), and
+# at every sample once the sandbox is known to have made one (watch_memfds).
 _DESCRIPTORS_EVERY = 10
 _MEMFD = "/memfd:"  # how /proc/PID/fd/N names one
 
@@ -47,6 +48,7 @@ class MemoryWatch:
         self._on_exceeded = on_exceeded
         self._scratch = _one_per_file_system(scratch)
         self._samples = 0
+        self._walk_every = _DESCRIPTORS_EVERY
         self._memfds = 0  # bytes, as of the last walk
         self._stop = Latch()
         self._over = Latch()  # set when the thread ends
@@ -54,6 +56,10 @@ class MemoryWatch:
 
     def start(self) -> None:
         _thread.start_new_thread(self._watch, ())
+
+    def watch_memfds(self) -> None:
+        """The sandbox made a memfd: walk the descriptors at every sample."""
+        self._walk_every = 1
 
     def stop(self) -> None:
         self._stop.set()
@@ -75,7 +81,7 @@ class MemoryWatch:
     def usage(self) -> int:
         """Bytes in use now: the cheap sum, or the proportional one past the limit."""
         pids = sandbox_pids(self._proc_fd)
-        if self._samples % _DESCRIPTORS_EVERY == 0:
+        if self._samples % self._walk_every == 0:
             self._memfds = memfd_bytes(pids, self._proc_fd)
         self._samples += 1
         files = sum(map(_used, self._scratch)) + self._memfds

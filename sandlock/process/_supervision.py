@@ -68,8 +68,7 @@ class Supervision:
         self.wants_proc = self._counts_processes or self._watched or self._pausable
         # The private scratch directories' files are memory: for a memory limit, now or
         # set by policy_fn later.
-        self.wants_scratch = (confinement.isolation is not None
-                              and (policy.max_memory is not None or policy_fn is not None))
+        self.wants_scratch = confinement.memory_watched
         self._lock = _thread.allocate_lock()
         self._network: Network | None = None
         self._network_failed = False
@@ -77,6 +76,7 @@ class Supervision:
         self._closed = False
         # Decided before the fork: the command waits while take_listener runs.
         self._pins_at_start = _pins_names(policy)
+        self._memfd_nr = _memfd_number() if self.wants_scratch else -1  # (see MEMFD_CALL)
         self._receivers = 0  # threads waiting for the command's calls
         self._over = _thread.allocate_lock()  # held until the last receiver is over
         self._handling = _thread.allocate_lock()  # network calls: one at a time
@@ -184,6 +184,10 @@ class Supervision:
             self._done(listener)
 
     def _dispatch(self, listener: Listener, notification: Notification) -> None:
+        if notification.nr == self._memfd_nr:
+            listener.proceed(notification.id)  # nothing read: the memory watch only learns
+            self.watches.memfds_in_use()
+            return
         if self._gate is not None and notification.nr in _process_creation():
             with self._gating:
                 admitted = self._answer_fork(listener, notification)
@@ -316,6 +320,13 @@ class Supervision:
             summary = network.close()
         lines = [*self.notices, *([summary] if summary else [])]
         return "\n".join(lines) if lines else None
+
+
+def _memfd_number() -> int:
+    from ..confinement import MEMFD_CALL
+    from ..kernel import native_arch
+
+    return native_arch().numbers[MEMFD_CALL]
 
 
 def _process_creation() -> frozenset[int]:

@@ -20,6 +20,7 @@ class Watches:
         """``hit(limit, value, verdict, reason, **details)``: a limit was hit."""
         self._policy = policy
         self._scratch: tuple[int, ...] = ()
+        self._memfds = False  # the sandbox made a memfd
         self._hit = hit
         self._lock = _thread.allocate_lock()
         self._watch_fd = self._pause_fd = -1
@@ -63,6 +64,13 @@ class Watches:
             os.close(self._watch_fd)
             self._watch_fd = -1
 
+    def memfds_in_use(self) -> None:
+        """The sandbox made a memfd: the memory watch looks for them at every sample."""
+        with self._lock:
+            self._memfds = True
+            if self._memory is not None:
+                self._memory.watch_memfds()
+
     def lower_memory(self, limit: int) -> None:
         """A lower memory limit from now on (policy_fn's restrict_max_memory)."""
         with self._lock:
@@ -87,6 +95,8 @@ class Watches:
 
         self._memory = MemoryWatch(limit, os.dup(self._watch_fd), exceeded,
                                    tuple(map(os.dup, self._scratch)))
+        if self._memfds:
+            self._memory.watch_memfds()
         self._memory.start()
 
     def pause(self) -> bool:
