@@ -128,12 +128,12 @@ class _RLimit(ctypes.Structure):
 
 
 def limit_tasks(count: int) -> None:
-    """RLIMIT_NPROC of the calling process, soft and hard: ``count`` (or the hard limit
-    it has, if lower). Through ctypes: ``resource`` would be one more library to load
-    in the command's process before it execs."""
+    """RLIMIT_NPROC of the calling process, soft and hard: ``count``, or the limit it
+    has if that is lower (never raised). Through ctypes: ``resource`` would be one more
+    library to load in the command's process before it execs."""
     limit = _RLimit()
     if _libc.getrlimit(RLIMIT_NPROC, ctypes.byref(limit)) != 0:
         raise OSError(ctypes.get_errno(), "getrlimit(RLIMIT_NPROC)")
-    limit.soft = limit.hard = min(count, limit.hard)
+    limit.soft = limit.hard = min(count, limit.soft, limit.hard)
     if _libc.setrlimit(RLIMIT_NPROC, ctypes.byref(limit)) != 0:
         raise OSError(ctypes.get_errno(), "setrlimit(RLIMIT_NPROC)")
