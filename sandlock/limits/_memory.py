@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 INTERVAL = 0.01  # seconds between samples
 _CHEAP = (b"RssAnon:", b"RssShmem:", b"VmSwap:")  # /proc/PID/status, kB
-_PRECISE_PRIVATE = (b"Pss_Anon:", b"SwapPss:")  # /proc/PID/smaps_rollup, kB
-_PRECISE_SHARED = (b"Pss_Shmem:",)
+_PRECISE = (b"Pss_Anon:", b"SwapPss:", b"Pss_Shmem:")  # /proc/PID/smaps_rollup, kB
+_SHARED = b"Pss_Shmem:"
 # A memfd nobody maps is reached only through descriptors: the processes' descriptor
 # tables are walked for them (~2 µs a descriptor) every this many samples (100 ms), and
 # at every sample once the sandbox is known to have made one (watch_memfds).
@@ -85,13 +85,15 @@ class MemoryWatch:
             self._memfds = memfd_bytes(pids, self._proc_fd)
         self._samples += 1
         files = sum(map(_used, self._scratch)) + self._memfds
-        cheap = files + sum(_counters(pid, "status", _CHEAP, self._proc_fd) for pid in pids)
+        cheap = files + sum(sum(_counters(pid, "status", _CHEAP, self._proc_fd).values())
+                            for pid in pids)
         if cheap <= self.limit:
             return cheap
-        private = sum(_counters(pid, "smaps_rollup", _PRECISE_PRIVATE, self._proc_fd)
-                      for pid in pids)
-        shared = sum(_counters(pid, "smaps_rollup", _PRECISE_SHARED, self._proc_fd)
-                     for pid in pids)
+        private = shared = 0
+        for pid in pids:
+            counters = _counters(pid, "smaps_rollup", _PRECISE, self._proc_fd)
+            shared += counters.pop(_SHARED, 0)
+            private += sum(counters.values())
         return private + max(shared, files)
 
 
@@ -137,20 +139,21 @@ def _used(fd: int) -> int:
     return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
 
 
-def _counters(pid: str, name: str, fields: tuple[bytes, ...], proc_fd: int) -> int:
-    """The sum of ``fields`` (kB) in /proc/PID/NAME, in bytes; 0 if it is gone."""
+def _counters(pid: str, name: str, fields: tuple[bytes, ...], proc_fd: int) -> dict[bytes, int]:
+    """``fields`` (kB) in /proc/PID/NAME, in bytes, as found (none if it is gone)."""
     try:
         fd = os.open(f"{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
     except OSError:
-        return 0
+        return {}
     try:
         text = os.read(fd, 65536)
     except OSError:
-        return 0
+        return {}
     finally:
         os.close(fd)
-    total = 0
+    found: dict[bytes, int] = {}
     for line in text.splitlines():
         if line.startswith(fields):
-            total += int(line.split()[1])
-    return total * 1024
+            field, value = line.split()[:2]
+            found[field] = found.get(field, 0) + int(value) * 1024
+    return found
