@@ -33,10 +33,7 @@ def read_exec(tid: int, syscall: str, args: tuple[int, ...]) -> ExecCall:
     """OSError (EFAULT, E2BIG, ENAMETOOLONG...) if the arguments cannot be read whole."""
     from ..kernel import read_memory, read_string
 
-    if syscall == "execveat":
-        dirfd, name_at, argv_at = signed_int(args[0]), args[1], args[2]
-    else:
-        dirfd, name_at, argv_at = AT_FDCWD, args[0], args[1]
+    dirfd, name_at, argv_at = _arguments(syscall, args)
     name = read_string(tid, name_at, PATH_MAX)
     ranges = [(name_at, name_at + len(name) + 1)]
     argv: list[bytes] = []
@@ -72,15 +69,19 @@ def absent(tid: int, syscall: str, args: tuple[int, ...]) -> int:
     writer can only make an exec fail; nothing goes on unchecked. 0: look closer."""
     from ..kernel import read_string
 
-    if syscall == "execveat":
-        dirfd, name_at = signed_int(args[0]), args[1]
-    else:
-        dirfd, name_at = AT_FDCWD, args[0]
+    dirfd, name_at, _ = _arguments(syscall, args)
     try:
         name = read_string(tid, name_at, PATH_MAX)
     except OSError:
         return 0
     return lookup_error(tid, PathCall(dirfd, name)) if name else 0  # "": a descriptor's file
+
+
+def _arguments(syscall: str, args: tuple[int, ...]) -> tuple[int, int, int]:
+    """(the directory descriptor, the file name's address, argv's address)."""
+    if syscall == "execveat":
+        return signed_int(args[0]), args[1], args[2]
+    return AT_FDCWD, args[0], args[1]
 
 
 def _readable_block(tid: int, address: int) -> bool:
