@@ -54,7 +54,6 @@ OPEN_CALLS = ("open", "creat", "openat", "openat2")  # supervised for a runtime 
 MEMFD_CALL = "memfd_create"
 
 
-
 @record(frozen=False)
 class Confinement:
     """Kernel objects ready to be applied to a freshly forked child."""

@@ -179,7 +179,6 @@ class Isolation:
                 pass  # not in the new tree: nothing to grant
         return host_proc
 
-
     def _mount_scratch(self) -> None:
         options = _SCRATCH_OPTIONS
         if self.scratch_size is not None:
