@@ -9,6 +9,7 @@ it was.
 from __future__ import annotations
 
 import os
+import time
 
 from .._errors import PolicyError, SetupError
 from ..confinement import SelfConfinement, TcpRules
@@ -42,6 +43,7 @@ _IN_A_SANDBOX = ("sandlock runs inside a sandbox here, where it can make neither
                  "supervisor of its own to enforce it (the enclosing sandbox's rules and limits "
                  "hold)")
 _DEFAULTS = Policy()
+_THREAD_EXIT_POLLS = 20  # 5 ms apart: 100 ms at most, only on the way to a refusal
 
 
 def confine(policy: Policy | str) -> None:
@@ -129,6 +131,13 @@ def _kernel_limits(policy: Policy) -> KernelLimits | None:
 
 def _single_threaded() -> None:
     threads = _threads()
+    # A thread just joined may still be listed: Python's join() returns before the
+    # thread's last C code has run. Give such a thread a moment to go.
+    for _ in range(_THREAD_EXIT_POLLS):
+        if threads == 1:
+            return
+        time.sleep(0.005)
+        threads = _threads()
     if threads > 1:
         raise SetupError(f"confine() needs a single-threaded process, and this one has {threads} "
                          "threads: Landlock on this kernel restricts the calling thread only "
