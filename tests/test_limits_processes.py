@@ -97,6 +97,41 @@ def test_a_fork_bomb_stays_bounded_and_sandlock_returns_naming_the_limit(tmp_pat
     assert "sandlock: process limit 20 reached" in result.stderr
 
 
+FORKS_FROM_THREADS = r"""
+import os, threading
+def forks():
+    for _ in range(60):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+threads = [threading.Thread(target=forks) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print("all forked")
+"""
+
+SUPERVISOR_SWITCHING_OFTEN = r"""
+import sys
+from sandlock import Policy, Sandbox
+sys.setswitchinterval(1e-6)  # the receivers switch between any two bytecodes
+result = Sandbox(Policy(max_processes=64)).run([sys.executable, "-c", sys.argv[1]], timeout=60)
+print(result.exit_code, result.stdout.decode().strip(), result.stderr.decode()[-500:])
+"""
+
+
+def test_forks_from_many_threads_at_once_are_each_answered(tmp_path):
+    # Calls arriving together at the three receivers: none is lost (its caller would
+    # wait forever) nor answered twice, with the supervisor's threads switching often.
+    for _ in range(3):
+        result = subprocess.run([sys.executable, "-c", SUPERVISOR_SWITCHING_OFTEN,
+                                 FORKS_FROM_THREADS], capture_output=True, text=True,
+                                timeout=120, cwd=tmp_path)
+        assert result.stdout.startswith("0 all forked"), result.stdout + result.stderr
+
+
 def test_without_a_cap_forks_are_not_supervised(tmp_path):
     result = sandlock("run", "--", sys.executable, "-c",
                       FORK_UNTIL_REFUSED.replace("while True", "for _ in range(30)"),

@@ -49,7 +49,6 @@ class Listener:
         self._users = 0  # workers still holding a call to answer
         self._closing = False
         self._lock = allocate_lock()
-        self._buffer = bytearray(_NOTIF.size)
         self._callers: dict[int, int] | None = None  # id -> thread, while replies are held
         self._held: frozenset[int] = frozenset()
         self._unheld = allocate_lock()  # taken while replies to ``_held`` must wait
@@ -62,8 +61,11 @@ class Listener:
 
     def receive(self) -> Notification | None:
         """The next notification; None if it vanished before we got it."""
-        buffer = self._buffer
-        buffer[:] = bytes(_NOTIF.size)  # RECV fails with EINVAL on a dirty buffer
+        # One buffer per call: receivers run in several threads, and whether one can be
+        # switched out between its ioctl and the unpacking (another's call landing in a
+        # shared buffer) is an interpreter detail. Zeroed: RECV fails with EINVAL on a
+        # dirty buffer.
+        buffer = bytearray(_NOTIF.size)
         try:
             fcntl.ioctl(self.fd, IOCTL_RECV, buffer, True)
         except OSError as exc:
