@@ -1,6 +1,6 @@
-"""The receivers' side of the supervision: knowing when they wait in the kernel, when
-the listener has hung up, and keeping the interpreter responsive while the network
-engine is built."""
+"""The receivers' side of the supervision: knowing when they are about to wait in the
+kernel, when the listener has hung up, and keeping the interpreter responsive while
+the network engine is built."""
 
 from __future__ import annotations
 
@@ -9,31 +9,30 @@ import select
 import sys
 
 RECEIVERS = 3  # calls the kernel can hand over while Python is busy with others
-_READY_TIMEOUT = 0.05
-
-_IOCTL = b"16 "  # x86_64's ioctl, as /proc/PID/task/TID/syscall shows a blocked call
+READY_TIMEOUT = 0.05
 
 
-def wait_until_receiving(tids: list[int]) -> None:
-    """Until each receiver waits in the kernel (in RECV, not for the GIL): a call the
-    command makes at once, then, is received at once. Bounded: a receiver late to wait
-    only widens the EINTR window that Supervision._receive speaks of."""
-    import time
+class Arrivals:
+    """Until ``count`` receivers have arrived at their first RECV. Each says so just
+    before it: the waiter, woken, gets the interpreter only once that receiver lets it
+    go, in the ioctl, so a call the command makes at once is received at once. Bounded:
+    a receiver late to wait only widens the EINTR window Supervision._receive speaks of."""
 
-    deadline = time.monotonic() + _READY_TIMEOUT
-    pending = RECEIVERS
-    while time.monotonic() < deadline:
-        if len(tids) == pending and all(map(_in_ioctl, tids)):
-            return
-        time.sleep(0.00005)  # lets the receivers take the GIL
+    def __init__(self, count: int) -> None:
+        self._pending = count
+        self._lock = _thread.allocate_lock()
+        self._all = _thread.allocate_lock()
+        self._all.acquire()  # released by the last to arrive
 
+    def arrive(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            if self._pending == 0:
+                self._all.release()
 
-def _in_ioctl(tid: int) -> bool:
-    try:
-        with open(f"/proc/self/task/{tid}/syscall", "rb") as file:
-            return file.read(3) == _IOCTL
-    except OSError:
-        return True  # gone (the sandbox already is): nothing to wait for
+    def wait(self, timeout: float) -> None:
+        if self._all.acquire(timeout=timeout):
+            self._all.release()
 
 
 def hung_up(fd: int) -> bool:
