@@ -123,3 +123,24 @@ def test_quiet_runs_still_record(tmp_path):
                       cwd=tmp_path)
     assert "sandlock:" not in result.stderr
     assert [record["limit"] for record in limit_records(log)] == ["max_processes"] * 2
+
+
+def test_the_default_task_cap_reached_is_recorded(tmp_path):
+    """Without -P the kernel holds the cap; the keeper's count reports it reached."""
+    log = tmp_path / "audit.jsonl"
+    bomb = ("import os, time\n"
+            "while True:\n"
+            "    try:\n"
+            "        if os.fork() == 0:\n"
+            "            time.sleep(2)\n"
+            "            os._exit(0)\n"
+            "    except BlockingIOError:\n"
+            "        time.sleep(1)\n"
+            "        break")
+    result = sandlock("run", "--audit", str(log), "--", sys.executable, "-c", bomb,
+                      cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (record,) = limit_records(log)
+    assert (record["limit"], record["value"], record["verdict"], record["default"]) == \
+        ("max_processes", 1024, "deny", True)
+    assert record["tasks"] >= 1023 and "-P/--max-processes" in record["reason"]

@@ -4,6 +4,7 @@ the session still count; a fork bomb stays bounded and sandlock returns, naming 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -175,6 +176,27 @@ def test_by_default_a_fork_bomb_meets_the_task_cap_of_an_ordinary_user(as_nobody
     refused, made = result.stdout.splitlines()
     # The sandbox's tasks: its keeper, its init, the interpreter, its children.
     assert refused == "refused after 1021" and made == "made 1021", result.stderr
+    assert_task_cap_said(result.stderr)
+
+
+def assert_task_cap_said(stderr: str) -> None:
+    """Said once as it happens, naming the option, and once in the exit summary."""
+    assert stderr.count("sandlock: task cap 1024 reached (threads included): forks and new "
+                        "threads fail with EAGAIN (-P/--max-processes sets another cap)") == 1, stderr
+    assert stderr.count("sandlock: task cap 1024: reached during the run "
+                        "(-P/--max-processes sets another cap)") == 1, stderr
+
+
+def test_for_root_too_the_task_cap_holds(tmp_path):
+    """RLIMIT_NPROC exempts root: the PID namespace's own pid_max bounds its tasks, at
+    the cap or up to RESERVED_PIDS above it (pids wrap from there)."""
+    assert os.geteuid() == 0  # (the machines that run the suite run it as root)
+    result = sandlock("run", "--", sys.executable, "-c", FORK_SLEEPERS, "1500", cwd=tmp_path,
+                      timeout=120)
+    refused, made = result.stdout.splitlines()
+    assert refused.startswith("refused after ") and made == "made " + refused.split()[-1]
+    assert 1021 <= int(made.split()[-1]) <= 1024 + 300 - 3, result.stdout
+    assert_task_cap_said(result.stderr)
 
 
 def test_the_task_cap_leaves_threaded_programs_alone(as_nobody):
@@ -186,6 +208,7 @@ def test_the_task_cap_leaves_threaded_programs_alone(as_nobody):
     result = subprocess.run(as_nobody([*SANDLOCK, "run", "--", sys.executable, "-c", script]),
                             capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
     assert (result.returncode, result.stdout) == (0, "threads 300\n"), result.stderr
+    assert "task cap" not in result.stderr
 
 
 def test_max_processes_replaces_the_task_cap(as_nobody):

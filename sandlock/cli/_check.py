@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..confinement import DEFAULT_TASK_CAP
-from ..kernel import probe, protection_level
+from ..kernel import PID_MAX, probe, protection_level
 
 
 def main() -> int:
@@ -31,15 +31,17 @@ def _limits(features: list) -> None:
     available = {feature.name: feature.available for feature in features}
     namespaces = available.get("user namespaces", False)
     notify = available.get("seccomp user notification", False)
+    pid_max = available.get(PID_MAX, False)
     cpus = os.sched_getaffinity(0)
     rows = (
         ("--max-memory", namespaces, "summed every 10 ms in the sandbox's own /proc, with "
                                      "its private /tmp's files (needs its namespaces)"),
         ("--max-processes", namespaces and notify, "fork-like calls supervised, processes "
                                                    "counted in the sandbox's own /proc"),
-        ("(without -P)", namespaces, f"at most {DEFAULT_TASK_CAP} tasks, threads included: "
-                                     "RLIMIT_NPROC in the sandbox's user namespace (root "
-                                     "is exempt)"),
+        ("(without -P)", namespaces and (os.geteuid() != 0 or pid_max),
+         f"at most {DEFAULT_TASK_CAP} tasks, threads included: RLIMIT_NPROC in the "
+         "sandbox's user namespace; for root, whom it exempts, the namespace's pid_max"
+         + ("" if pid_max else " (not on this kernel: Linux 6.14+)")),
         ("--max-open-files", True, "RLIMIT_NOFILE, hard"),
         ("--max-file-size", True, "RLIMIT_FSIZE, hard"),
         ("--cpu-cores", True, f"CPU affinity (sandlock may use {len(cpus)} CPU(s))"),

@@ -14,7 +14,14 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from ._confinement import DEFAULT_TASK_CAP, MEMFD_CALL, OPEN_CALLS, Confinement, keeper_scope
+    from ._confinement import (
+        DEFAULT_TASK_CAP,
+        MEMFD_CALL,
+        OPEN_CALLS,
+        RESERVED_PIDS,
+        Confinement,
+        keeper_scope,
+    )
     from ._fspolicy import (
         PSEUDO_DEVICES,
         sandlock_ca_cache_dir,
@@ -35,6 +42,7 @@ _EXPORTS = {
     "DEFAULT_TASK_CAP": "_confinement",
     "MEMFD_CALL": "_confinement",
     "OPEN_CALLS": "_confinement",
+    "RESERVED_PIDS": "_confinement",
     "Isolation": "_isolation",
     "Overlay": "_isolation",
     "SCRATCH": "_isolation",

@@ -46,8 +46,11 @@ MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
 # Without -P, what stops a fork bomb: the kernel's RLIMIT_NPROC, which in the sandbox's
 # own user namespace counts only the sandbox's tasks (threads too, hence the margin),
 # refuses the fork with EAGAIN, costs nothing, and never fails one with EINTR as a
-# supervised cap can. The kernel exempts root (docs/usage.md).
+# supervised cap can. It exempts root: for root the PID namespace's own pid_max, set
+# RESERVED_PIDS above the cap (once pids wrap, the kernel numbers them from there, so
+# the sandbox always has room for the cap), is the bound (docs/usage.md).
 DEFAULT_TASK_CAP = 1024
+RESERVED_PIDS = 300
 OPEN_CALLS = ("open", "creat", "openat", "openat2")  # supervised for a runtime policy
 # Under a memory limit: the memory watch learns that memfds exist, which only their
 # descriptors reach, and looks for them at every sample from then on.

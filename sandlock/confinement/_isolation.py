@@ -179,6 +179,23 @@ class Isolation:
                 pass  # not in the new tree: nothing to grant
         return host_proc
 
+    @staticmethod
+    def number_pids_below(limit: int) -> bool:
+        """In init, its /proc mounted: the namespace's pids below ``limit`` (its own
+        pid_max, Linux 6.14 and later), which bounds its tasks, root's included;
+        False where the kernel has no pid_max of a namespace's own."""
+        try:
+            fd = os.open("/proc/sys/kernel/pid_max", os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            os.write(fd, b"%d" % limit)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
     def _mount_scratch(self) -> None:
         options = _SCRATCH_OPTIONS
         if self.scratch_size is not None:

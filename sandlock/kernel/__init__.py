@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
     from ._fds import close_on_exec_from, take_fd
     from ._children import exited_children
-    from ._features import namespaces, probe, protection_level
+    from ._features import PID_MAX, namespaces, probe, protection_level
     from ._landlock import restrict_self
     from ._libc import (
         PR_GET_SECCOMP,
@@ -91,6 +91,7 @@ _EXPORTS = {
     "inet_pton": "_libc",
     "limit_tasks": "_libc",
     "probe": "_features",
+    "PID_MAX": "_features",
     "protection_level": "_features",
     "read_memory": "_remote",
     "restrict_self": "_landlock",

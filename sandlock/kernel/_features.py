@@ -20,6 +20,10 @@ from ._mounts import (
 from ._seccomp import SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_USER_NOTIF, action_available
 from ._syscalls import nr
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 @record
 class Feature:
@@ -66,8 +70,30 @@ def probe() -> list[Feature]:
                 "the sandbox's own /proc, /tmp and autorun protection", True),
         Feature("overlayfs, unprivileged", *overlay(),
                 "the copy-on-write workspace (--workdir)", False),
+        Feature(PID_MAX, *_in_namespaces(_set_pid_max),
+                "the default task cap for root (RLIMIT_NPROC exempts it)", False),
     ]
     return features
+
+
+PID_MAX = "pid_max of a PID namespace"
+
+
+def _in_namespaces(attempt: Callable[[], None]) -> tuple[bool, str]:
+    """(available, found): whether ``attempt`` succeeds in a throwaway PID namespace's
+    first process, with its own /proc."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(_try_namespaces(attempt))
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return (True, "yes") if code == 0 else (False, f"refused: {os.strerror(code % 128 or 1)}")
+
+
+def _set_pid_max() -> None:
+    """Linux 6.14+: a PID namespace has a pid_max of its own, which root in its user
+    namespace may set (written back unchanged here)."""
+    with open("/proc/sys/kernel/pid_max", "r+b", buffering=0) as file:
+        file.write(file.read().strip())
 
 
 def namespaces() -> tuple[bool, str]:
@@ -87,16 +113,21 @@ def namespaces() -> tuple[bool, str]:
 _PROC_FAILED = 128  # added to the errno when the namespaces were made but not the procfs
 
 
-def _try_namespaces() -> int:
+def _try_namespaces(then: Callable[[], None] | None = None) -> int:
     try:
         enter_namespaces(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID)
         pid = os.fork()  # the PID namespace's first process: only it can mount a procfs
         if pid == 0:
             try:
                 mount_proc("/proc")
-                os._exit(0)
             except OSError as exc:
                 os._exit(_PROC_FAILED + min(exc.errno or 1, 127))
+            try:
+                if then is not None:
+                    then()
+                os._exit(0)
+            except OSError as exc:
+                os._exit(min(exc.errno or 1, 127))
             finally:
                 os._exit(255)
         return min(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), 255)

@@ -19,7 +19,7 @@ import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of sta
 import ctypes
 import os
 
-from ..confinement import Isolation
+from ..confinement import RESERVED_PIDS, Isolation
 from ..kernel import PR_SET_PDEATHSIG, prctl
 from . import _child, _reports
 
@@ -38,6 +38,8 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
         except OSError as exc:
             raise OSError(exc.errno, f"cannot make the sandbox's mounts ({exc.strerror}); "
                                      "--best-effort runs without them") from None
+        if spec.confinement.task_cap:  # (for root; RLIMIT_NPROC holds the others)
+            isolation.number_pids_below(spec.confinement.task_cap + RESERVED_PIDS)
         command_pid = os.fork()
         if command_pid == 0:
             host_pid = int(os.readlink("self", dir_fd=host_proc))  # our pid outside

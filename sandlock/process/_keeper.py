@@ -70,7 +70,7 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
             _entering(error_fd, isolation.enter_pid_namespace, isolation.overlay is not None)
             status_r, status_w = os.pipe()
             init_pid = _fork_init(spec, isolation, report_fd, status_w, error_fd)
-            status = _wait_for_init(init_pid, report_fd, status_r)
+            status = _wait_for_init(init_pid, report_fd, status_r, spec.confinement.task_cap)
             init_pid = 0  # reaped: its pid may be anyone's now
     except _KillAll as request:
         status = STATUS_KILLED
@@ -119,11 +119,12 @@ def _fork_init(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, sta
     return init_pid
 
 
-def _wait_for_init(init_pid: int, report_fd: int, status_fd: int) -> int:
+def _wait_for_init(init_pid: int, report_fd: int, status_fd: int, task_cap: int) -> int:
     """The command's wait status, as init sends it before exiting; init reaped means
-    the namespace is empty."""
+    the namespace is empty. Meanwhile, the default task cap is watched (``_reports``)."""
     _reports.close_all_but(report_fd, status_fd)
-    _reports.wait_for_command(init_pid, report_fd, watch=True)
+    tasks = _reports.TaskCapWatch(task_cap) if task_cap else None
+    _reports.wait_for_command(init_pid, report_fd, watch=True, tasks=tasks)
     reported = os.read(status_fd, 64)
     os.close(status_fd)
     return int(reported) if reported else STATUS_FAILED

@@ -42,6 +42,8 @@ class SandboxedProcess:
         self._reports = report_fd
         self._foreground = foreground
         self._exit_hooks: list[Callable[[], str | None]] = []
+        self._at_task_cap: Callable[[int], None] | None = None
+        self.tasks_at_cap = 0  # the sandbox's task count when it reached the default cap
         self.notices: list[str] = []  # what the exit hooks had to say (e.g. denial summary)
         self.audit: AuditLog | None = None  # the run's audit log, if it keeps one
         self.pauser: Watches | None = None  # a long-lived sandbox's pause and resume
@@ -61,6 +63,13 @@ class SandboxedProcess:
         notice = hook()
         if notice:
             self.notices.append(notice)
+
+    def on_task_cap(self, hook: Callable[[int], None]) -> None:
+        """Call ``hook(task count)`` when the keeper reports that the sandbox reached
+        its default task cap (now, if it already has)."""
+        self._at_task_cap = hook
+        if self.tasks_at_cap:
+            hook(self.tasks_at_cap)
 
     def send_signal(self, sig: int) -> None:
         """Deliver ``sig`` to the command's process group."""
@@ -121,6 +130,10 @@ class SandboxedProcess:
             self.pid = value
         elif kind == "stop" and self._foreground is not None:
             self._foreground.relay_stop(self.pid)
+        elif kind == "tasks":
+            self.tasks_at_cap = value
+            if self._at_task_cap is not None:
+                self._at_task_cap(value)
         elif kind == "exit":
             self._finish(value)
 

@@ -267,6 +267,7 @@ class Sandbox:
             confinement.close()  # the child holds its own copy until it restricts itself
         process.pauser = supervision.watches if resident else None
         process.on_exit(supervision.close)
+        process.on_task_cap(supervision.task_cap_reached)
         if cow is not None:
             cow.follow(process)
         if supervision.watches is not None:

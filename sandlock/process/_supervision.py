@@ -1,6 +1,6 @@
 """A run's supervision, from the process's point of view: the command's seccomp
 listener, taken before it execs, and the receivers that answer it: fork-like calls
-against the process cap (``limits``), network calls by the network engine
+against the process cap (``_processcap``), network calls by the network engine
 (``sandlock.net``), built at the first network call, or at once when DNS must pin
 names at start; and the memory watch and CPU throttle (``limits``), with
 --max-memory and --max-cpu."""
@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from .._auditlog import AuditLog
     from ..confinement import Confinement
     from ..kernel import Listener, Notification
-    from ..limits import ProcessGate
     from ..net import HttpRun, Network, NetworkCall
     from ..policy import Policy
     from ..runtime import Context, Event, RuntimePolicy
+    from ._processcap import ProcessCaps
     from ._watches import Watches
 
 
@@ -59,11 +59,16 @@ class Supervision:
             from ._watches import Watches
 
             self.watches = Watches(policy, self._hit)
+        self._task_cap = confinement.task_cap
+        # The process caps: for -P and a policy_fn now, else if the default cap is met.
+        self._processes: ProcessCaps | None = None
+        if self._counts_processes or policy_fn is not None:
+            self._processes = self._process_caps()
         self._runtime: RuntimePolicy | None = None
         if policy_fn is not None:
             from ..runtime import RuntimePolicy
 
-            self._runtime = RuntimePolicy(policy_fn, audit, quiet, self._tighten_processes,
+            self._runtime = RuntimePolicy(policy_fn, audit, quiet, self._processes.tighten,
                                           self.watches.lower_memory)
         self.wants_proc = self._counts_processes or self._watched or self._pausable
         # The private scratch directories' files are memory: for a memory limit, now or
@@ -72,10 +77,6 @@ class Supervision:
         self._lock = _thread.allocate_lock()
         self._network: Network | None = None
         self._network_failed = False
-        self._gate: ProcessGate | None = None  # built at the first fork-like call
-        self._gate_proc = -1  # the sandbox's /proc, for the gate
-        self._forks_gated = False
-        self._cap = policy.max_processes or _UNCAPPED
         self._closed = False
         # Decided before the fork: the command waits while take_listener runs.
         self._pins_at_start = _pins_names(policy)
@@ -83,7 +84,6 @@ class Supervision:
         self._receivers = 0  # threads waiting for the command's calls
         self._over = _thread.allocate_lock()  # held until the last receiver is over
         self._handling = _thread.allocate_lock()  # network calls: one at a time
-        self._gating = _thread.allocate_lock()  # fork-like calls: one at a time
         self.notices: list[str] = []
 
     def prepare(self) -> None:
@@ -129,8 +129,7 @@ class Supervision:
         from ._receiving import READY_TIMEOUT, RECEIVERS, Arrivals
 
         listener = Listener(listener_fd)
-        self._gate_proc = proc_fd
-        self._forks_gated = True
+        self._processes.supervise(proc_fd)
         if self._runtime is not None:
             self._runtime.attach(listener, pid)
         # Forks are supervised: receivers wait in the kernel before the command's first
@@ -144,22 +143,16 @@ class Supervision:
             return lambda: _thread.start_new_thread(self._build_network_now, ())
         return lambda: None
 
-    def _tighten_processes(self, cap: int) -> None:
-        """policy_fn's restrict_max_processes: a lower cap from now on."""
-        with self._gating:
-            self._cap = min(self._cap, cap)
-            if self._gate is not None:
-                self._gate.cap = self._cap
+    def task_cap_reached(self, count: int) -> None:
+        """The keeper saw the sandbox at its default task cap (``ProcessCaps``)."""
+        if self._processes is None:
+            self._processes = self._process_caps()
+        self._processes.task_cap_reached(count)
 
-    def _gate_now(self) -> ProcessGate:
-        """The process cap's gate, with ``_gating`` held. Built at the first fork-like
-        call: a command that makes none (and one that has not yet) pays nothing for it."""
-        if self._gate is None:
-            from ..limits import ProcessGate
+    def _process_caps(self) -> ProcessCaps:
+        from ._processcap import ProcessCaps  # (a default run needs it only at its cap)
 
-            self._gate = ProcessGate(self._cap, self._gate_proc)
-            self._gate_proc = -1  # the gate's now
-        return self._gate
+        return ProcessCaps(self._policy.max_processes, self._task_cap, self._hit, self._summarize)
 
     def _hit(self, limit: str, value: object, verdict: str, reason: str, *, notice: bool = True,
              **details: object) -> None:
@@ -218,9 +211,9 @@ class Supervision:
             listener.proceed(notification.id)  # nothing read: the memory watch only learns
             self.watches.memfds_in_use()
             return
-        if self._forks_gated and notification.nr in _process_creation():
-            with self._gating:
-                admitted = self._answer_fork(listener, notification)
+        caps = self._processes
+        if caps is not None and caps.supervised and notification.nr in _process_creation():
+            admitted = caps.admit(listener, notification)
             if admitted and self._runtime is not None:
                 self._runtime.create(listener, notification)
             elif admitted:
@@ -238,20 +231,6 @@ class Supervision:
                 listener.reply(notification.id, error=errno.ENOSYS)
                 return
             network.handle(listener, notification)
-
-    def _answer_fork(self, listener: Listener, notification: Notification) -> bool:
-        """Whether the process cap admits the fork (else it is refused here)."""
-        gate = self._gate_now()
-        if gate.admit(notification.pid):
-            return True
-        listener.reply(notification.id, error=errno.EAGAIN)
-        if gate.refused == 1:  # the first: a fork bomb's next million are counted
-            source = ("-P/--max-processes raises it" if gate.cap == self._policy.max_processes
-                      else "set by policy_fn's restrict_max_processes")
-            self._hit("max_processes", gate.cap, "deny",
-                      f"process limit {gate.cap} reached: a fork failed with EAGAIN "
-                      f"({source})", pid=notification.pid)
-        return False
 
     def _build_network(self) -> Network | None:
         if self._network is not None or self._network_failed:
@@ -302,20 +281,16 @@ class Supervision:
             self._network.release(listener)
         elif listener is not None:
             listener.close_when_idle()
-        if self._gate is not None:
-            if self._gate.refused:
-                self._summarize("max_processes", self._gate.cap, "deny",
-                                f"process limit {self._gate.cap}: {self._gate.refused} fork(s) "
-                                "refused (EAGAIN)", count=self._gate.refused)
-            self._gate.close()
-        elif self._gate_proc >= 0:
-            os.close(self._gate_proc)
+        if self._processes is not None:
+            self._processes.close()
         self._over.release()
 
-    def _summarize(self, limit: str, value: object, verdict: str, reason: str,
-                   **details: object) -> None:
-        """What a limit did over the whole run: audited, and said in the exit summary."""
-        self._hit(limit, value, verdict, reason, notice=False, summary=True, **details)
+    def _summarize(self, limit: str, value: object, verdict: str, reason: str, *,
+                   audit: bool = True, **details: object) -> None:
+        """What a limit did over the whole run: said in the exit summary, and audited
+        (unless ``audit`` is False: the record made when it was hit says it all)."""
+        if audit:
+            self._hit(limit, value, verdict, reason, notice=False, summary=True, **details)
         self.notices.append(f"sandlock: {reason}")
 
     def close(self) -> str | None:
@@ -375,7 +350,6 @@ def _process_creation() -> frozenset[int]:
 _CREATION_NUMBERS: frozenset[int] | None = None
 
 
-_UNCAPPED = 1 << 30  # a policy_fn without a process cap: forks counted, none refused
 _WAKE_TIMEOUT = 5.0  # receivers need microseconds to see the hang-up; this bounds a stuck one
 
 
