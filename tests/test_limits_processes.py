@@ -199,6 +199,17 @@ def test_for_root_too_the_task_cap_holds(tmp_path):
     assert_task_cap_said(result.stderr)
 
 
+def test_root_in_the_sandbox_cannot_raise_its_pid_max(tmp_path):
+    """Root in the sandbox's user namespace may write the namespace's pid_max whatever
+    its capabilities: /proc/sys is read-only there, even under a write grant on /proc."""
+    result = sandlock("run", "-r", "/usr", "-r", "/lib", "-r", "/lib64", "-r", "/bin",
+                      "-w", "/proc", "--", "/bin/sh", "-c",
+                      "echo 99999 > /proc/sys/kernel/pid_max; cat /proc/sys/kernel/pid_max",
+                      cwd=tmp_path)
+    assert result.stdout == "1324\n", result.stderr
+    assert "Read-only file system" in result.stderr
+
+
 def test_the_task_cap_leaves_threaded_programs_alone(as_nobody):
     script = ("import threading, time\n"
               "threads = [threading.Thread(target=time.sleep, args=(0.5,)) for _ in range(300)]\n"

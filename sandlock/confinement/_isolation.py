@@ -145,11 +145,12 @@ class Isolation:
         the command's end and sandlock's."""
         mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS)
 
-    def mount(self, add_rule: Callable[[str, int], None]) -> int:
+    def mount(self, add_rule: Callable[[str, int], None], pids_below: int = 0) -> int:
         """In the first process of the PID namespace, in the mount namespace the keeper
         made for it: every mount; ``add_rule(path, access)`` adds the Landlock rules of
-        the trees mounted over. Returns an O_PATH descriptor on the host's /proc
-        (close-on-exec), where "self" is a process's pid as seen from outside."""
+        the trees mounted over; ``pids_below``: the namespace's pid_max, if not 0.
+        Returns an O_PATH descriptor on the host's /proc (close-on-exec), where "self"
+        is a process's pid as seen from outside."""
         host_proc = os.open("/proc", _O_DIRECTORY_PATH)
         if self.overlay is not None:  # first: a workspace under /tmp is bound back below
             self.layer_fd = self.overlay.mount()
@@ -171,30 +172,13 @@ class Isolation:
         for path in self.protection.read_only:
             mounts.bind(path, path)
             mounts.make_read_only(path)
-        _mount_proc()
+        _mount_proc(pids_below)
         for path, access in self.reanchored:
             try:
                 add_rule(path, access)
             except FileNotFoundError:
                 pass  # not in the new tree: nothing to grant
         return host_proc
-
-    @staticmethod
-    def number_pids_below(limit: int) -> bool:
-        """In init, its /proc mounted: the namespace's pids below ``limit`` (its own
-        pid_max, Linux 6.14 and later), which bounds its tasks, root's included;
-        False where the kernel has no pid_max of a namespace's own."""
-        try:
-            fd = os.open("/proc/sys/kernel/pid_max", os.O_WRONLY | os.O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            os.write(fd, b"%d" % limit)
-            return True
-        except OSError:
-            return False
-        finally:
-            os.close(fd)
 
     def _mount_scratch(self) -> None:
         options = _SCRATCH_OPTIONS
@@ -204,10 +188,13 @@ class Isolation:
             mounts.mount_tmpfs(scratch, options)
 
 
-def _mount_proc() -> None:
+def _mount_proc(pids_below: int) -> None:
     """The namespace's procfs, its kernel files masked by an empty file of mode 0, made
     in a tmpfs that the procfs then covers: nothing but the masks leads to it (a bind's
-    source must be mounted in the namespace, so it is covered, not detached)."""
+    source must be mounted in the namespace, so it is covered, not detached). Its
+    pid_max set to ``pids_below`` (if not 0), and then /proc/sys read-only: root in
+    the sandbox's user namespace may write that pid_max, capabilities or not, and
+    nothing in a sandbox has to write a sysctl."""
     mounts.mount_tmpfs("/proc", b"mode=0700,size=4k")
     mask = os.open("/proc/mask", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0)
     mounts.mount_proc("/proc")
@@ -217,6 +204,26 @@ def _mount_proc() -> None:
         if os.path.exists(path):
             mounts.bind(source, path)
     os.close(mask)
+    if pids_below:
+        _number_pids_below(pids_below)
+    mounts.bind("/proc/sys", "/proc/sys")
+    mounts.make_read_only("/proc/sys")
+
+
+def _number_pids_below(limit: int) -> bool:
+    """The namespace's pids below ``limit``: its own pid_max (Linux 6.14 and later),
+    which bounds its tasks, root's included; False where the kernel has none."""
+    try:
+        fd = os.open("/proc/sys/kernel/pid_max", os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.write(fd, b"%d" % limit)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _make_mount_point(path: str, directory: bool) -> None:

@@ -33,13 +33,14 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the keeper's signal, not ours
         _wipe_command_line()
         ruleset = spec.confinement.ruleset
+        # The default task cap, for root (RLIMIT_NPROC holds the others): pid_max.
+        cap = spec.confinement.task_cap
         try:
-            host_proc = isolation.mount(ruleset.allow_path if ruleset else _no_rules)
+            host_proc = isolation.mount(ruleset.allow_path if ruleset else _no_rules,
+                                        cap + RESERVED_PIDS if cap else 0)
         except OSError as exc:
             raise OSError(exc.errno, f"cannot make the sandbox's mounts ({exc.strerror}); "
                                      "--best-effort runs without them") from None
-        if spec.confinement.task_cap:  # (for root; RLIMIT_NPROC holds the others)
-            isolation.number_pids_below(spec.confinement.task_cap + RESERVED_PIDS)
         command_pid = os.fork()
         if command_pid == 0:
             host_pid = int(os.readlink("self", dir_fd=host_proc))  # our pid outside
