@@ -132,10 +132,10 @@ def test_the_default_task_cap_reached_is_recorded(tmp_path):
             "while True:\n"
             "    try:\n"
             "        if os.fork() == 0:\n"
-            "            time.sleep(2)\n"
+            "            time.sleep(4)\n"
             "            os._exit(0)\n"
             "    except BlockingIOError:\n"
-            "        time.sleep(1)\n"
+            "        time.sleep(3)  # (counts come at least every 2 s)\n"
             "        break")
     result = sandlock("run", "--audit", str(log), "--", sys.executable, "-c", bomb,
                       cwd=tmp_path, timeout=120)

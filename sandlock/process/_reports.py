@@ -5,10 +5,10 @@ one line per event, "pid N", "stop SIG", "tasks COUNT" or "exit STATUS".
 pid_max for root, whom RLIMIT_NPROC exempts): a fork or a thread past it fails with
 EAGAIN, and nothing else says so. The keeper, idle while the command runs and in the
 sandbox's mount namespace (its /proc is the sandbox's), counts the sandbox's tasks
-every TASKS_PERIOD and reports once when they have reached the cap, so that sandlock
-can say so, and which option sets another. A count is a sample: a cap reached and left
-between two of them goes unseen; a fork bomb stays at the cap, and a build that keeps
-meeting it is seen.
+every TASKS_PERIOD (less often when it has many processes: TASKS_DUTY) and reports
+once when they have reached the cap, so that sandlock can say so, and which option
+sets another. A count is a sample: a cap reached and left between two of them goes
+unseen; a fork bomb stays at the cap, and a build that keeps meeting it is seen.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import os
 import select
 import time
 
-TASKS_PERIOD = 0.1  # seconds between counts: ~20 µs plus ~13 µs a process, in the keeper
+TASKS_PERIOD = 0.1  # seconds between counts, at least: ~20 µs plus ~13 µs a process
+TASKS_DUTY = 0.005  # and at most this share of a CPU (500 processes: ~7 ms, every 1.3 s)
+TASKS_LONGEST = 2.0  # but never further apart: a cap held this long is always seen
 _NUM_THREADS = 17  # /proc/PID/stat's 20th field, counted from the one after the name
 
 
@@ -131,8 +133,9 @@ class TaskCapWatch:
         now = time.monotonic()
         if self.reached or now < self._next:
             return 0
-        self._next = now + TASKS_PERIOD
         count = count_tasks(self._threshold)
+        cost = time.monotonic() - now
+        self._next = now + min(max(TASKS_PERIOD, cost / TASKS_DUTY), TASKS_LONGEST)
         if count >= self._threshold:
             self.reached = count
             return count
