@@ -74,6 +74,20 @@ def syscall_function(nr: int, *argtypes: type) -> Callable[..., int]:
     return functools.partial(function, nr)
 
 
+_ioctl = _libc.ioctl
+_ioctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)
+_ioctl.restype = ctypes.c_int
+_ioctl.errcheck = _raise_on_failure
+
+
+def ioctl(fd: int, request: int, argument: int | bytes | ctypes.Array) -> int:
+    """ioctl(2): ``argument`` is the value itself (an int), bytes the kernel reads, or a
+    ctypes buffer it may fill; raises OSError. Through ctypes (loaded by every run)
+    rather than fcntl, a library to load (~0.3 ms) before a supervised command's go;
+    ~0.2 µs more a call."""
+    return _ioctl(fd, request, argument)
+
+
 _getsockopt = _libc.getsockopt
 
 

@@ -6,13 +6,14 @@ Struct layouts and ioctl numbers are those of linux/seccomp.h on 64-bit machines
 
 from __future__ import annotations
 
+import ctypes
 import errno
-import fcntl
 import os
 import struct
 from _thread import allocate_lock  # threading's Lock, without importing threading
 
 from .._record import record
+from ._libc import ioctl
 
 _NOTIF = struct.Struct("<QIIiIQ6Q")  # id, pid, flags, nr, arch, ip, args[6]
 _RESP = struct.Struct("<QqiI")  # id, val, error, flags
@@ -54,7 +55,7 @@ class Listener:
         self._unheld = allocate_lock()  # taken while replies to ``_held`` must wait
         try:
             # The flags are the ioctl's argument itself, not a pointer to them.
-            fcntl.ioctl(fd, IOCTL_SET_FLAGS, SET_FLAG_SYNC_WAKE_UP)
+            ioctl(fd, IOCTL_SET_FLAGS, SET_FLAG_SYNC_WAKE_UP)
             self.sync_wake_up = True
         except OSError:
             self.sync_wake_up = False  # before Linux 6.6: only a latency optimisation
@@ -65,14 +66,14 @@ class Listener:
         # switched out between its ioctl and the unpacking (another's call landing in a
         # shared buffer) is an interpreter detail. Zeroed: RECV fails with EINVAL on a
         # dirty buffer.
-        buffer = bytearray(_NOTIF.size)
+        buffer = ctypes.create_string_buffer(_NOTIF.size)
         try:
-            fcntl.ioctl(self.fd, IOCTL_RECV, buffer, True)
+            ioctl(self.fd, IOCTL_RECV, buffer)
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.EINTR):
                 return None
             raise
-        notif_id, pid, _, nr, arch, _, *args = _NOTIF.unpack(buffer)
+        notif_id, pid, _, nr, arch, _, *args = _NOTIF.unpack(buffer.raw)
         if self._callers is not None:
             self._callers[notif_id] = pid
         return Notification(notif_id, pid, nr, arch, tuple(args))
@@ -102,7 +103,7 @@ class Listener:
         pid still named the notifying thread while we did it (no pid reuse).
         """
         try:
-            fcntl.ioctl(self.fd, IOCTL_ID_VALID, _ID.pack(notif_id))
+            ioctl(self.fd, IOCTL_ID_VALID, _ID.pack(notif_id))
         except OSError as exc:
             raise Gone from exc
 
@@ -141,7 +142,7 @@ class Listener:
                 with self._unheld:  # until the holder is done
                     pass
         try:
-            fcntl.ioctl(self.fd, IOCTL_SEND, response)
+            ioctl(self.fd, IOCTL_SEND, response)
             return True
         except OSError as exc:
             if exc.errno == errno.ENOENT:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import os
 import queue
 import select
@@ -67,12 +66,7 @@ def connect(sock: Socket, address: SockAddress) -> Outcome | Deferred:
     """
     if sock.nonblocking or sock.type != _SOCK_STREAM:
         return _connect_now(sock.fd, address)
-    flags = fcntl.fcntl(sock.fd, fcntl.F_GETFL)
-    fcntl.fcntl(sock.fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
-    try:
-        value, error = _connect_now(sock.fd, address)
-    finally:
-        fcntl.fcntl(sock.fd, fcntl.F_SETFL, flags)
+    value, error = _connect_without_blocking(sock.fd, address)
     if error == errno.EINPROGRESS:
         return _completed(sock.fd, _INLINE_WAIT_MS) or (lambda gone: _completed(sock.fd, -1, gone))
     if error == errno.EAGAIN:  # a unix listener's backlog is full: wait, as the kernel would
@@ -82,12 +76,12 @@ def connect(sock: Socket, address: SockAddress) -> Outcome | Deferred:
 
 
 def _connect_without_blocking(fd: int, address: SockAddress) -> Outcome:
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    blocking = os.get_blocking(fd)  # (O_NONBLOCK through fcntl, without the module)
+    os.set_blocking(fd, False)
     try:
         return _connect_now(fd, address)
     finally:
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+        os.set_blocking(fd, blocking)
 
 
 def _until_done(gone: int, attempt: Callable[[], Outcome], *, fd: int = -1,
