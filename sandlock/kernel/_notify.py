@@ -10,7 +10,7 @@ import ctypes
 import errno
 import os
 import struct
-from _thread import allocate_lock  # threading's Lock, without importing threading
+from _thread import _local, allocate_lock  # threading's, without importing threading
 
 from .._record import record
 from ._libc import ioctl
@@ -53,6 +53,7 @@ class Listener:
         self._callers: dict[int, int] | None = None  # id -> thread, while replies are held
         self._held: frozenset[int] = frozenset()
         self._unheld = allocate_lock()  # taken while replies to ``_held`` must wait
+        self._thread = _local()  # .deferred: this thread's answers, while it defers them
         try:
             # The flags are the ioctl's argument itself, not a pointer to them.
             ioctl(fd, IOCTL_SET_FLAGS, SET_FLAG_SYNC_WAKE_UP)
@@ -135,7 +136,24 @@ class Listener:
         Only where nothing was checked that the caller could change since."""
         return self._send(_RESP.pack(notif_id, 0, 0, _FLAG_CONTINUE), notif_id)
 
+    def defer_answers(self) -> None:
+        """Until ``send_deferred``, this thread's answers wait. The caller runs at once
+        on an answer (on this CPU: SYNC_WAKE_UP) and may make its next call before the
+        answering thread has let go of its locks, keeping the receiver of that call
+        waiting for them: answers are best sent on the way out of them."""
+        self._thread.deferred = []
+
+    def send_deferred(self) -> None:
+        """Send what this thread answered since ``defer_answers``, and stop deferring."""
+        deferred, self._thread.deferred = self._thread.deferred, None
+        for response, notif_id in deferred or ():
+            self._send(response, notif_id)
+
     def _send(self, response: bytes, notif_id: int) -> bool:
+        deferred = getattr(self._thread, "deferred", None)
+        if deferred is not None:
+            deferred.append((response, notif_id))
+            return True  # (nobody needs to know, yet, whether the caller is still there)
         if self._callers is not None:
             caller = self._callers.pop(notif_id, None)
             if caller in self._held:

@@ -221,12 +221,20 @@ class Supervision:
         if self._runtime is not None and notification.nr in self._runtime.numbers.opens:
             self._runtime.open(listener, notification)
             return
-        with self._handling:  # the network engine answers one call at a time
-            network = self._network or self._build_network()
-            if network is None:  # fail closed: the command's network calls fail
-                listener.reply(notification.id, error=errno.ENOSYS)
-                return
-            network.handle(listener, notification)
+        listener.defer_answers()  # sent once the engine's lock is let go
+        try:
+            with self._handling:  # the network engine answers one call at a time
+                network = self._network or self._build_network()
+                if network is None:  # fail closed: the command's network calls fail
+                    listener.reply(notification.id, error=errno.ENOSYS)
+                    return
+                network.handle(listener, notification)
+        finally:
+            try:
+                listener.send_deferred()
+            except OSError as exc:  # (only a bug of ours): said, and this receiver goes on
+                print(f"sandlock: internal error answering a network call: {exc}",
+                      file=sys.stderr, flush=True)
 
     def _build_network(self) -> Network | None:
         if self._network is not None or self._network_failed:
