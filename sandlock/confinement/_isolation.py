@@ -192,38 +192,17 @@ def _mount_proc(pids_below: int) -> None:
     """The namespace's procfs, its kernel files masked by an empty file of mode 0, made
     in a tmpfs that the procfs then covers: nothing but the masks leads to it (a bind's
     source must be mounted in the namespace, so it is covered, not detached). Its
-    pid_max set to ``pids_below`` (if not 0), and then /proc/sys read-only: root in
-    the sandbox's user namespace may write that pid_max, capabilities or not, and
-    nothing in a sandbox has to write a sysctl."""
+    pid_max is ``pids_below`` (if not 0), its sysctls read-only: nothing in a sandbox
+    has to write one."""
     mounts.mount_tmpfs("/proc", b"mode=0700,size=4k")
     mask = os.open("/proc/mask", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0)
-    mounts.mount_proc("/proc")
+    mounts.mount_proc("/proc", pids_below)
     source = f"/proc/self/fd/{mask}"
     for name in PROC_MASKED:
         path = os.path.join("/proc", name)
         if os.path.exists(path):
             mounts.bind(source, path)
     os.close(mask)
-    if pids_below:
-        _number_pids_below(pids_below)
-    mounts.bind("/proc/sys", "/proc/sys")
-    mounts.make_read_only("/proc/sys")
-
-
-def _number_pids_below(limit: int) -> bool:
-    """The namespace's pids below ``limit``: its own pid_max (Linux 6.14 and later),
-    which bounds its tasks, root's included; False where the kernel has none."""
-    try:
-        fd = os.open("/proc/sys/kernel/pid_max", os.O_WRONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        os.write(fd, b"%d" % limit)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _make_mount_point(path: str, directory: bool) -> None:

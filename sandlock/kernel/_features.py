@@ -70,7 +70,7 @@ def probe() -> list[Feature]:
                 "the sandbox's own /proc, /tmp and autorun protection", True),
         Feature("overlayfs, unprivileged", *overlay(),
                 "the copy-on-write workspace (--workdir)", False),
-        Feature(PID_MAX, *_in_namespaces(_set_pid_max),
+        Feature(PID_MAX, *_in_namespaces(_pid_max_set, pid_max=_PROBED_PID_MAX),
                 "the default task cap for root (RLIMIT_NPROC exempts it)", False),
     ]
     return features
@@ -79,21 +79,25 @@ def probe() -> list[Feature]:
 PID_MAX = "pid_max of a PID namespace"
 
 
-def _in_namespaces(attempt: Callable[[], None]) -> tuple[bool, str]:
+_PROBED_PID_MAX = 4321
+
+
+def _in_namespaces(attempt: Callable[[], None], pid_max: int = 0) -> tuple[bool, str]:
     """(available, found): whether ``attempt`` succeeds in a throwaway PID namespace's
-    first process, with its own /proc."""
+    first process, with its own /proc (and ``pid_max``, as a sandbox's)."""
     pid = os.fork()
     if pid == 0:
-        os._exit(_try_namespaces(attempt))
+        os._exit(_try_namespaces(attempt, pid_max))
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     return (True, "yes") if code == 0 else (False, f"refused: {os.strerror(code % 128 or 1)}")
 
 
-def _set_pid_max() -> None:
+def _pid_max_set() -> None:
     """Linux 6.14+: a PID namespace has a pid_max of its own, which root in its user
-    namespace may set (written back unchanged here)."""
-    with open("/proc/sys/kernel/pid_max", "r+b", buffering=0) as file:
-        file.write(file.read().strip())
+    namespace may set (``mount_proc`` set it, if it could)."""
+    with open("/proc/sys/kernel/pid_max", "rb") as file:
+        if int(file.read()) != _PROBED_PID_MAX:
+            raise OSError(errno.EPERM, "not set")
 
 
 def namespaces() -> tuple[bool, str]:
@@ -113,13 +117,13 @@ def namespaces() -> tuple[bool, str]:
 _PROC_FAILED = 128  # added to the errno when the namespaces were made but not the procfs
 
 
-def _try_namespaces(then: Callable[[], None] | None = None) -> int:
+def _try_namespaces(then: Callable[[], None] | None = None, pid_max: int = 0) -> int:
     try:
         enter_namespaces(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID)
         pid = os.fork()  # the PID namespace's first process: only it can mount a procfs
         if pid == 0:
             try:
-                mount_proc("/proc")
+                mount_proc("/proc", pid_max)
             except OSError as exc:
                 os._exit(_PROC_FAILED + min(exc.errno or 1, 127))
             try:

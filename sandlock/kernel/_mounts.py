@@ -144,10 +144,21 @@ def attach(tree: int, target: str) -> None:
         os.close(tree)
 
 
-def mount_proc(target: str) -> None:
-    """A procfs of the caller's PID namespace at ``target``."""
+def mount_proc(target: str, pid_max: int = 0) -> None:
+    """A procfs of the caller's PID namespace at ``target``, its sysctls read-only: root
+    in the namespace's user namespace may write some (pid_max among them) whatever its
+    capabilities. ``pid_max``, if not 0, is set first: the namespace's own (Linux 6.14
+    and later; where the kernel has none, nothing is set)."""
     syscall(nr("mount"), b"proc", os.fsencode(target), b"proc",
             MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    sysctls = os.path.join(target, "sys")
+    if pid_max:
+        try:
+            _write(os.path.join(sysctls, "kernel", "pid_max"), b"%d" % pid_max)
+        except OSError:
+            pass  # (RLIMIT_NPROC still holds those it does not exempt)
+    bind(sysctls, sysctls)
+    make_read_only(sysctls)
 
 
 def _write(path: str, data: bytes) -> None:
