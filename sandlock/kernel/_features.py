@@ -70,7 +70,7 @@ def probe() -> list[Feature]:
                 "the sandbox's own /proc, /tmp and autorun protection", True),
         Feature("overlayfs, unprivileged", *overlay(),
                 "the copy-on-write workspace (--workdir)", False),
-        Feature(PID_MAX, *_in_namespaces(_pid_max_set, pid_max=_PROBED_PID_MAX),
+        Feature(PID_MAX, *_pid_max(),
                 "the default task cap for root (RLIMIT_NPROC exempts it)", False),
     ]
     return features
@@ -82,13 +82,21 @@ PID_MAX = "pid_max of a PID namespace"
 _PROBED_PID_MAX = 4321
 
 
-def _in_namespaces(attempt: Callable[[], None], pid_max: int = 0) -> tuple[bool, str]:
-    """(available, found): whether ``attempt`` succeeds in a throwaway PID namespace's
-    first process, with its own /proc (and ``pid_max``, as a sandbox's)."""
+def _in_child(attempt: Callable[[], int]) -> int:
+    """The exit status of ``attempt()`` run in a throwaway child (0: it worked)."""
     pid = os.fork()
     if pid == 0:
-        os._exit(_try_namespaces(attempt, pid_max))
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        try:
+            os._exit(attempt())
+        finally:
+            os._exit(255)  # never back into the caller's code
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _pid_max() -> tuple[bool, str]:
+    """(available, found): a sandbox's /proc mounted with its pid_max set, as init
+    mounts it, in a throwaway PID namespace."""
+    code = _in_child(lambda: _try_namespaces(_pid_max_set, _PROBED_PID_MAX))
     return (True, "yes") if code == 0 else (False, f"refused: {os.strerror(code % 128 or 1)}")
 
 
@@ -104,10 +112,7 @@ def namespaces() -> tuple[bool, str]:
     """Can this process make the sandbox's namespaces and its /proc (the kernel's
     switches, an outer sandbox's filter, a container whose /proc has masked files,
     where a new procfs is refused)? Tried in throwaway children: (available, found)."""
-    pid = os.fork()
-    if pid == 0:
-        os._exit(_try_namespaces())
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    code = _in_child(_try_namespaces)
     if code == 0:
         return True, "user, mount, PID; own /proc"
     what = "a procfs of its own" if code >= _PROC_FAILED else "the namespaces"
@@ -144,10 +149,7 @@ def _try_namespaces(then: Callable[[], None] | None = None, pid_max: int = 0) ->
 def overlay() -> tuple[bool, str]:
     """Can this process mount an overlayfs in a user namespace of its own (Linux 5.11+,
     userxattr)? Tried in a throwaway child, on a tmpfs of its private mount namespace."""
-    pid = os.fork()
-    if pid == 0:
-        os._exit(_try_overlay())
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    code = _in_child(_try_overlay)
     return (True, "userxattr") if code == 0 else (False, f"refused: {os.strerror(code or 1)}")
 
 
