@@ -6,10 +6,9 @@ runs it, with timers wrapped around sandlock's own steps (private names: this be
 follows the code, update it with the code):
 
   parse     interpreter start to the supervision made (imports, options, policy)
-  fork      the supervision made to the keeper forked
-  prepare   Supervision.prepare, right after the fork (the process cap's imports)
+  fork      the supervision made to the keeper forked (os.fork's return in sandlock)
   sandbox   the fork to the command's listener taken (the keeper, init and mounts,
-            the command's confinement; what sandlock does meanwhile)
+            the command's confinement)
   listener  Supervision.take_listener (the command waits for its go meanwhile)
   exec      the go to spawn's return (the command's exec)
   watch     spawn's return to the wait for the end (the watches started)
@@ -31,7 +30,7 @@ import sys
 
 LIMITS = {"plain": [], "-P 50": ["-P", "50"], "-m 1G": ["-m", "1G"],
           "-P 50 -m 1G": ["-P", "50", "-m", "1G"]}
-PHASES = ("parse", "fork", "prepare", "sandbox", "listener", "exec", "watch", "end")
+PHASES = ("parse", "fork", "sandbox", "listener", "exec", "watch", "end")
 
 # Runs in the measured interpreter: marks each step's start and end, prints them.
 _TIMED_RUN = r"""
@@ -51,7 +50,7 @@ def timed(owner, name, label):
             marks.setdefault(label + "<", (time.perf_counter() - T0) * 1e3)
     setattr(owner, name, wrapper)
 timed(supervision.Supervision, "__init__", "supervision")
-timed(supervision.Supervision, "prepare", "prepare")
+timed(os, "fork", "fork")
 timed(supervision.Supervision, "take_listener", "listener")
 timed(sandbox, "spawn", "spawn")
 timed(process.SandboxedProcess, "wait", "wait")
@@ -70,9 +69,8 @@ def _phases(marks: dict[str, float]) -> dict[str, float]:
     take_end = marks.get("listener<", take_start)
     return {
         "parse": marks["supervision<"],
-        "fork": marks.get("prepare>", marks["spawn>"]) - marks["supervision<"],
-        "prepare": marks.get("prepare<", 0) - marks.get("prepare>", 0),
-        "sandbox": take_start - marks.get("prepare<", marks["spawn>"]),
+        "fork": marks["fork<"] - marks["supervision<"],
+        "sandbox": take_start - marks["fork<"],
         "listener": take_end - take_start,
         "exec": marks["spawn<"] - take_end,
         "watch": marks["wait>"] - marks["spawn<"],

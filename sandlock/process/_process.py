@@ -183,14 +183,13 @@ def _exit_code(status: int | None) -> int:
 
 def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
           adopt_listener: Callable[[int, int, int], Callable[[], None]] | None = None,
-          meanwhile: Callable[[], None] | None = None) -> SandboxedProcess:
+          ) -> SandboxedProcess:
     """Fork the keeper (which forks the command) and wait until the command exec'd.
 
     With ``adopt_listener``, the command hands over its seccomp listener before exec:
     ``adopt_listener(pid, fd, proc)`` must take it (and ``proc``, the sandbox's /proc,
     when not -1; the command waits until it returns) and returns what to do once the
-    command has been told to go on. ``meanwhile`` runs right after the fork, while the
-    sandbox sets itself up.
+    command has been told to go on.
     """
     _reap_exited()
     report_r, report_w = os.pipe()
@@ -215,8 +214,6 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
         if fd >= 0:
             os.close(fd)
     process = SandboxedProcess(keeper_pid, report_r, foreground)
-    if meanwhile is not None:
-        meanwhile()
     while not process.pid and process.returncode is None:
         process._read_reports()
     if adopt_listener:

@@ -8,7 +8,7 @@ import _thread
 import select
 import sys
 
-RECEIVERS = 3  # calls the kernel can hand over while Python is busy with others
+RECEIVERS = 3  # once the command forks: calls the kernel can hand over while Python is busy
 READY_TIMEOUT = 0.05
 
 

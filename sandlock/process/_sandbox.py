@@ -256,7 +256,7 @@ class Sandbox:
         try:
             process = spawn(spec.replace(hand_proc=supervision.wants_proc,
                                          hand_scratch=supervision.wants_scratch),
-                            terminal, supervision.take_listener, supervision.prepare)
+                            terminal, supervision.take_listener)
         except BaseException:
             supervision.close()
             for resource in (cow, audit):

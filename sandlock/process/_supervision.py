@@ -64,6 +64,12 @@ class Supervision:
         self._processes: ProcessCaps | None = None
         if self._counts_processes or policy_fn is not None:
             self._processes = self._process_caps()
+        if self._counts_processes:
+            # The receivers' imports (~0.2 ms), before the fork: after it, every page
+            # sandlock writes is copied first (the keeper shares them), which made them
+            # cost ~0.9 ms and slowed the sandbox's set-up by ~0.6 ms (measured).
+            from ..kernel import Listener  # noqa: F401
+            from ._receiving import Arrivals  # noqa: F401
         self._runtime: RuntimePolicy | None = None
         if policy_fn is not None:
             from ..runtime import RuntimePolicy
@@ -82,19 +88,10 @@ class Supervision:
         self._pins_at_start = _pins_names(policy)
         self._memfd_nr = _memfd_number() if self.wants_scratch else -1  # (see MEMFD_CALL)
         self._receivers = 0  # threads waiting for the command's calls
+        self._grown = False  # the receivers joined at the first fork-like call
         self._over = _thread.allocate_lock()  # held until the last receiver is over
         self._handling = _thread.allocate_lock()  # network calls: one at a time
         self.notices: list[str] = []
-
-    def prepare(self) -> None:
-        """Right after the fork, while the sandbox sets itself up: the imports of the
-        process cap's receivers (~1 ms), which would otherwise add to the time the
-        command waits for its go. Overlapping that set-up they slow it by about half
-        their time on two CPUs (measured), so only these are done here: the memory
-        watch's imports (~0.5 ms) cost less after the go, on sandlock's side."""
-        if self._counts_processes:
-            from ..kernel import Listener  # noqa: F401
-            from ._receiving import Arrivals  # noqa: F401
 
     def take_listener(self, pid: int, fd: int, proc: int) -> Callable[[], None]:
         """While the command waits to exec: its listener (and /proc, for the process cap
@@ -122,18 +119,17 @@ class Supervision:
             self._receivers = 1
             return lambda: _thread.start_new_thread(self._receive_from, (listener_fd,))
         from ..kernel import Listener
-        from ._receiving import READY_TIMEOUT, RECEIVERS, Arrivals
+        from ._receiving import READY_TIMEOUT, Arrivals
 
         listener = Listener(listener_fd)
         self._processes.supervise(proc_fd)
         if self._runtime is not None:
             self._runtime.attach(listener, pid)
-        # Forks are supervised: receivers wait in the kernel before the command's first
-        # call (see _receive).
-        self._receivers = RECEIVERS
-        ready = Arrivals(RECEIVERS)
-        for _ in range(RECEIVERS):
-            _thread.start_new_thread(self._receive, (listener, ready.arrive))
+        # Forks are supervised: a receiver waits in the kernel before the command's
+        # first call (see _receive); more join it at the first fork-like call (_grow).
+        self._receivers = 1
+        ready = Arrivals(1)
+        _thread.start_new_thread(self._receive, (listener, ready.arrive))
         ready.wait(READY_TIMEOUT)
         if self._pins_at_start:
             return lambda: _thread.start_new_thread(self._build_network_now, ())
@@ -180,9 +176,9 @@ class Supervision:
         kernel hands a call to a waiting receiver at once, and from then on (with
         WAIT_KILLABLE_RECV) a signal to the caller no longer interrupts it: a call still
         unreceived when a signal comes fails with EINTR, which fork never does otherwise
-        (a shell's SIGCHLD made its next fork fail). With the process cap several wait,
-        so that a burst of calls is received while Python is busy with one. They end
-        when the sandbox is gone (the listener hangs up)."""
+        (a shell's SIGCHLD made its next fork fail). Once the command forks, several
+        wait, so that a burst of calls is received while Python is busy with one. They
+        end when the sandbox is gone (the listener hangs up)."""
         from ._receiving import (
             hung_up,  # (in the thread: a default run loads it after exec)
         )
@@ -202,6 +198,28 @@ class Supervision:
         finally:
             self._done(listener)
 
+    def _grow(self, listener: Listener) -> None:
+        """At the command's first fork-like call, the other receivers: a command that
+        forks may soon make calls faster than one receiver (busy with one of them) takes
+        them, and a call the kernel holds unreceived fails with EINTR if a signal comes
+        (see _receive). A command that never forks starts, wakes at its end and
+        rotates its network calls over one thread only (each ~0.1 ms at start-up and
+        ~10 µs a call, measured)."""
+        from ._receiving import RECEIVERS
+
+        with self._lock:
+            if self._grown or self._closed:
+                return
+            self._grown = True
+            self._receivers += RECEIVERS - 1  # (this receiver lives: the count is not 0)
+        for started in range(RECEIVERS - 1):
+            try:
+                _thread.start_new_thread(self._receive, (listener,))
+            except RuntimeError:  # no thread to be had: the ones running go on alone
+                with self._lock:
+                    self._receivers -= RECEIVERS - 1 - started
+                return
+
     def _dispatch(self, listener: Listener, notification: Notification) -> None:
         if notification.nr == self._memfd_nr:
             listener.proceed(notification.id)  # nothing read: the memory watch only learns
@@ -210,10 +228,12 @@ class Supervision:
         caps = self._processes
         if caps is not None and caps.supervised and notification.nr in _process_creation():
             admitted = caps.admit(listener, notification)
+            if admitted and self._runtime is None:
+                listener.proceed(notification.id)  # nothing read from the caller: no TOCTOU
+            if not self._grown:
+                self._grow(listener)
             if admitted and self._runtime is not None:
                 self._runtime.create(listener, notification)
-            elif admitted:
-                listener.proceed(notification.id)  # nothing read from the caller: no TOCTOU
             return
         if self._runtime is not None and notification.nr in self._runtime.numbers.execs:
             self._runtime.exec(listener, notification)
