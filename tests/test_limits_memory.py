@@ -122,6 +122,24 @@ def test_the_api_says_it_too(capfd, tmp_path):
     assert "sandlock: memory limit 64M exceeded" in capfd.readouterr().err
 
 
+def test_a_memory_watch_that_cannot_start_kills_the_sandbox(capfd, monkeypatch, tmp_path):
+    # Fail closed: the watch starts on its own thread once the command runs; if it
+    # cannot, the command must not run on unwatched.
+    import sandlock.limits
+    from sandlock import Policy, Sandbox
+
+    def cannot_start(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(sandlock.limits, "MemoryWatch", cannot_start)
+    result = Sandbox(Policy(max_memory="64M", cwd=str(tmp_path))).run(
+        [sys.executable, "-c", "import time; time.sleep(20); print('survived')"], timeout=30)
+    assert result.exit_code == 137
+    assert b"survived" not in result.stdout
+    assert ("sandlock: the memory watch could not start ([Errno 24] Too many open files): "
+            "killed the sandbox (--max-memory)") in capfd.readouterr().err
+
+
 # The sandbox's private /tmp, /var/tmp and /dev/shm are tmpfs: their files are memory.
 FILL = r"""
 import sys, time

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from ._processes import ProcessGate
     from ._values import Size, format_cpu_list, parse_cpu_list, parse_size
 
+# Seconds between the memory watch's samples: here, where sandlock's side reads it
+# without loading the watch.
+MEMORY_INTERVAL = 0.01
+
 # name -> the private module defining it; each module is imported on first use
 _EXPORTS = {
     "CpuThrottle": "_cpu",

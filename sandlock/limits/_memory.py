@@ -19,13 +19,14 @@ import _thread
 import os
 
 from .._latch import Latch
+from . import MEMORY_INTERVAL
 from ._freeze import sandbox_pids
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-INTERVAL = 0.01  # seconds between samples
+INTERVAL = MEMORY_INTERVAL  # seconds between samples
 _CHEAP = (b"RssAnon:", b"RssShmem:", b"VmSwap:")  # /proc/PID/status, kB
 _PRECISE = (b"Pss_Anon:", b"SwapPss:", b"Pss_Shmem:")  # /proc/PID/smaps_rollup, kB
 _SHARED = b"Pss_Shmem:"
@@ -55,7 +56,8 @@ class MemoryWatch:
         self.peak = 0
 
     def start(self) -> None:
-        _thread.start_new_thread(self._watch, ())
+        """Watch on a thread of its own (``run`` watches on the caller's)."""
+        _thread.start_new_thread(self.run, ())
 
     def watch_memfds(self) -> None:
         """The sandbox made a memfd: walk the descriptors at every sample."""
@@ -67,9 +69,13 @@ class MemoryWatch:
         for fd in (self._proc_fd, *self._scratch):
             os.close(fd)
 
-    def _watch(self) -> None:
+    def run(self, *, at_once: bool = False) -> None:
+        """Sample every INTERVAL (the first at once with ``at_once``) until stopped or
+        past the limit."""
         try:
-            while not self._stop.wait(INTERVAL):
+            wait = 0.0 if at_once else INTERVAL
+            while not self._stop.wait(wait):
+                wait = INTERVAL
                 used = self.usage()
                 self.peak = max(self.peak, used)
                 if used > self.limit:
