@@ -1,6 +1,5 @@
-"""The receivers' side of the supervision: knowing when they are about to wait in the
-kernel, when the listener has hung up, and keeping the interpreter responsive while
-the network engine is built."""
+"""The receivers' side of the supervision: how many, knowing when the listener has hung
+up, and keeping the interpreter responsive while the network engine is built."""
 
 from __future__ import annotations
 
@@ -9,30 +8,6 @@ import select
 import sys
 
 RECEIVERS = 3  # once the command forks: calls the kernel can hand over while Python is busy
-READY_TIMEOUT = 0.05
-
-
-class Arrivals:
-    """Until ``count`` receivers have arrived at their first RECV. Each says so just
-    before it: the waiter, woken, gets the interpreter only once that receiver lets it
-    go, in the ioctl, so a call the command makes at once is received at once. Bounded:
-    a receiver late to wait only widens the EINTR window Supervision._receive speaks of."""
-
-    def __init__(self, count: int) -> None:
-        self._pending = count
-        self._lock = _thread.allocate_lock()
-        self._all = _thread.allocate_lock()
-        self._all.acquire()  # released by the last to arrive
-
-    def arrive(self) -> None:
-        with self._lock:
-            self._pending -= 1
-            if self._pending == 0:
-                self._all.release()
-
-    def wait(self, timeout: float) -> None:
-        if self._all.acquire(timeout=timeout):
-            self._all.release()
 
 
 def hung_up(fd: int) -> bool:

@@ -69,7 +69,7 @@ class Supervision:
             # sandlock writes is copied first (the keeper shares them), which made them
             # cost ~0.9 ms and slowed the sandbox's set-up by ~0.6 ms (measured).
             from ..kernel import Listener  # noqa: F401
-            from ._receiving import Arrivals  # noqa: F401
+            from ._receiving import hung_up  # noqa: F401
         self._runtime: RuntimePolicy | None = None
         if policy_fn is not None:
             from ..runtime import RuntimePolicy
@@ -119,21 +119,21 @@ class Supervision:
             self._receivers = 1
             return lambda: _thread.start_new_thread(self._receive_from, (listener_fd,))
         from ..kernel import Listener
-        from ._receiving import READY_TIMEOUT, Arrivals
 
         listener = Listener(listener_fd)
         self._processes.supervise(proc_fd)
         if self._runtime is not None:
             self._runtime.attach(listener, pid)
-        # Forks are supervised: a receiver waits in the kernel before the command's
-        # first call (see _receive); more join it at the first fork-like call (_grow).
+        # Forks are supervised too: still one receiver, started after the go; more join
+        # it at the first fork-like call (_grow). Until then the command has no child to
+        # send it SIGCHLD, the signal that makes an unreceived fork fail (see _receive).
         self._receivers = 1
-        ready = Arrivals(1)
-        _thread.start_new_thread(self._receive, (listener, ready.arrive))
-        ready.wait(READY_TIMEOUT)
+        return lambda: self._start_receiving(listener)
+
+    def _start_receiving(self, listener: Listener) -> None:
+        _thread.start_new_thread(self._receive, (listener,))
         if self._pins_at_start:
-            return lambda: _thread.start_new_thread(self._build_network_now, ())
-        return lambda: None
+            _thread.start_new_thread(self._build_network_now, ())
 
     def task_cap_reached(self, count: int) -> None:
         """The keeper saw the sandbox at its default task cap (``ProcessCaps``)."""
@@ -171,7 +171,7 @@ class Supervision:
         with self._handling:
             self._build_network()
 
-    def _receive(self, listener: Listener, arrived: Callable[[], None] | None = None) -> None:
+    def _receive(self, listener: Listener) -> None:
         """One of the threads waiting in the kernel for the command's next call. The
         kernel hands a call to a waiting receiver at once, and from then on (with
         WAIT_KILLABLE_RECV) a signal to the caller no longer interrupts it: a call still
@@ -183,8 +183,6 @@ class Supervision:
             hung_up,  # (in the thread: a default run loads it after exec)
         )
 
-        if arrived is not None:
-            arrived()
         try:
             while True:
                 try:
@@ -199,12 +197,14 @@ class Supervision:
             self._done(listener)
 
     def _grow(self, listener: Listener) -> None:
-        """At the command's first fork-like call, the other receivers: a command that
-        forks may soon make calls faster than one receiver (busy with one of them) takes
-        them, and a call the kernel holds unreceived fails with EINTR if a signal comes
-        (see _receive). A command that never forks starts, wakes at its end and
-        rotates its network calls over one thread only (each ~0.1 ms at start-up and
-        ~10 µs a call, measured)."""
+        """At the command's first fork-like call, before it is answered, the other
+        receivers: from then on calls may come faster than one receiver (busy with one
+        of them) takes them, and a call the kernel holds unreceived fails with EINTR if
+        a signal comes (see _receive), such as the first child's SIGCHLD. A command
+        that never forks starts, wakes at its end and rotates its network calls over
+        one thread only (~0.1 ms of start-up each, ~10 µs a call, measured). Started
+        after the answer instead, the second fork of `sh -c 'echo | cat'` failed in 2
+        runs of 300 (none in 600 this way, as with three waiting from the start)."""
         from ._receiving import RECEIVERS
 
         with self._lock:
@@ -227,11 +227,11 @@ class Supervision:
             return
         caps = self._processes
         if caps is not None and caps.supervised and notification.nr in _process_creation():
+            if not self._grown:  # before the answer: a second fork may follow at once
+                self._grow(listener)
             admitted = caps.admit(listener, notification)
             if admitted and self._runtime is None:
                 listener.proceed(notification.id)  # nothing read from the caller: no TOCTOU
-            if not self._grown:
-                self._grow(listener)
             if admitted and self._runtime is not None:
                 self._runtime.create(listener, notification)
             return
