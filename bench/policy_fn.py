@@ -6,18 +6,18 @@ policy_fn.
 
 Usage: python bench/policy_fn.py [--runs R] [--execs N] [--connects N]
 Medians of interleaved runs, in this process through the API (what an embedding
-program pays); a Markdown table for docs/performance.md.
+program pays); "added" is the median of each round's difference, divided by N. A
+Markdown table for docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from sandlock import Policy, Sandbox
@@ -26,20 +26,23 @@ from sandlock import Policy, Sandbox
 CHAIN = 'if [ "$0" -gt 0 ]; then exec sh -c "$1" $(($0-1)) "$1"; fi'
 
 
-def _serve() -> tuple[socket.socket, int]:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(512)
+# The connects' server: accepts and closes, in a process of its own, as a real server
+# would be (a thread of this process competed with the supervisor for the GIL).
+_SERVER = """
+import socket
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(512)
+print(server.getsockname()[1], flush=True)
+while True:
+    server.accept()[0].close()
+"""
 
-    def accept() -> None:
-        while True:
-            try:
-                server.accept()[0].close()
-            except OSError:
-                return
 
-    threading.Thread(target=accept, daemon=True).start()
-    return server, server.getsockname()[1]
+def _serve() -> tuple[subprocess.Popen, int]:
+    server = subprocess.Popen([sys.executable, "-c", _SERVER], stdout=subprocess.PIPE,
+                              text=True)
+    return server, int(server.stdout.readline())
 
 
 def _allow(event, ctx) -> int:
@@ -84,13 +87,17 @@ def main() -> int:
                     result = sandbox.run(argv)
                     times[(name, fn)].append(time.perf_counter() - started)
                     assert result.exit_code == 0, result
-    server.close()
+    server.kill()
+    server.wait()
     print(f"{args.runs} rounds, {os.cpu_count()} CPUs\n")
     print("| run | without policy_fn | with (returns 0) | added per operation |")
     print("| --- | --- | --- | --- |")
     for name, (_argv, count) in cases.items():
         bare, watched = (statistics.median(times[(name, fn)]) for fn in (False, True))
-        added = (watched - bare) / count
+        # Each round's difference: the VM's speed drifts more between rounds than the
+        # cost measured here.
+        added = statistics.median(with_fn - without for without, with_fn in
+                                  zip(times[(name, False)], times[(name, True)])) / count
         per = f"{added * 1e6:.0f} µs" if added < 1e-3 else f"{added * 1e3:.2f} ms"
         print(f"| {name} | {bare * 1e3:.0f} ms | {watched * 1e3:.0f} ms | {per} |")
     return 0
