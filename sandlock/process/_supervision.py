@@ -204,9 +204,9 @@ class Supervision:
         """At the command's first fork-like call, before it is answered, the other
         receivers: from then on calls may come faster than one receiver (busy with one
         of them) takes them, and a call the kernel holds unreceived fails with EINTR if
-        a signal comes (see _receive), such as the first child's SIGCHLD. A command
-        that never forks starts, wakes at its end and rotates its network calls over
-        one thread only (~0.1 ms of start-up each, ~10 µs a call, measured). Started
+        a signal comes (see _receive), such as the first child's SIGCHLD. Under -P
+        alone, a command that never forks starts and wakes at its end one thread only
+        (~0.1 ms of start-up each); a policy_fn's start at once (_start_receiving). Started
         after the answer instead, the second fork of `sh -c 'echo | cat'` failed in 2
         runs of 300 (none in 600 this way, as with three waiting from the start)."""
         from ._receiving import RECEIVERS
