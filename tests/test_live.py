@@ -5,6 +5,7 @@ end every process. Real confined processes throughout."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -186,6 +187,112 @@ def test_the_residents_control_socket_is_out_of_reach():
         sb.exec(["sh", "-c", "ls -l /proc/$$/fd | grep -c socket"], stdout=out.fileno()).wait(10)
         out.seek(0)
         assert out.read() == b"0\n"
+
+
+# Run by sb.exec and sb.call: every other process of the sandbox it can see (the resident,
+# which is a fork of the embedding program, and a sibling) tried the ways one process reads
+# another's memory or takes its descriptors; then the same against a child of its own.
+REACH = textwrap.dedent("""
+    import ctypes, errno, json, os, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    long = ctypes.c_long
+
+    class IoVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    def code(call):
+        try:
+            call()
+            return "ok"
+        except OSError as exc:
+            return errno.errorcode[exc.errno]
+
+    def syscall(*args):
+        if libc.syscall(*map(long, args)) < 0:
+            raise OSError(ctypes.get_errno(), "")
+
+    def mem(pid):  # (the open is what is checked)
+        os.close(os.open(f"/proc/{pid}/mem", os.O_RDONLY))
+
+    def environ(pid):
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            f.read(1)
+
+    def vm_read(pid):
+        buf = ctypes.create_string_buffer(8)
+        local, remote = IoVec(ctypes.addressof(buf), 8), IoVec(ctypes.addressof(buf), 8)
+        if libc.syscall(long(310), long(pid), ctypes.byref(local), long(1), ctypes.byref(remote),
+                        long(1), long(0)) < 0:
+            raise OSError(ctypes.get_errno(), "")
+
+    def getfd(pid):
+        pidfd = os.pidfd_open(pid)
+        try:
+            syscall(438, pidfd, 0, 0)
+        finally:
+            os.close(pidfd)
+
+    def probe(pid):
+        return {way.__name__: code(lambda: way(pid)) for way in (mem, environ, vm_read, getfd)}
+
+    me = os.getpid()
+    others = {pid: probe(pid) for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+              if pid not in (me, 1)}
+    child = os.fork()
+    if child == 0:
+        time.sleep(5)
+        os._exit(0)
+    own = probe(child)
+    os.kill(child, 9)
+    print(json.dumps({"others": list(others.values()), "own": own}))
+""")
+
+
+def reach():
+    """REACH, as a call's function."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(REACH, {})
+    return out.getvalue()
+
+
+def test_no_process_of_a_running_sandbox_reaches_the_resident_or_another():
+    # The resident holds a copy of this program's memory (this secret too) and its socket
+    # to sandlock, over which a forged "pid" would make sandlock signal any process.
+    secret = "sk-" + "not-for-the-sandbox" * 2  # noqa: F841 - here to be looked for
+    with Sandbox(Policy()) as sb, tempfile.TemporaryFile() as out:
+        sibling = sb.exec(["sleep", "30"])
+        prober = sb.exec([sys.executable, "-c", REACH], stdout=out.fileno())
+        assert prober.wait(20) == 0
+        out.seek(0)
+        seen = json.loads(out.read())
+        called = json.loads(sb.call(reach).value)
+        sibling.kill()
+    for got in (seen, called):
+        assert len(got["others"]) >= 2, got  # the resident and the sibling (and the prober)
+        for probes in got["others"]:
+            assert set(probes.values()) <= {"EPERM", "EACCES"}, got
+        assert got["own"] == {"mem": "ok", "environ": "ok", "vm_read": "ok", "getfd": "ok"}, got
+
+
+def test_no_process_of_a_running_sandbox_reaches_the_resident_as_an_unprivileged_user(as_nobody):
+    embedder = textwrap.dedent("""
+        import sys, tempfile
+        from sandlock import Policy, Sandbox
+        with Sandbox(Policy()) as sb, tempfile.TemporaryFile() as out:
+            sb.exec([sys.executable, "-c", sys.argv[1]], stdout=out.fileno()).wait(20)
+            out.seek(0)
+            print(out.read().decode())
+    """)
+    result = subprocess.run(as_nobody([sys.executable, "-c", embedder, REACH]), capture_output=True,
+                            text=True, cwd=tempfile.gettempdir(), timeout=60)
+    got = json.loads(result.stdout)
+    assert got["others"] and all(set(probes.values()) <= {"EPERM", "EACCES"}
+                                 for probes in got["others"]), got
+    assert set(got["own"].values()) == {"ok"}, got
 
 
 UNPRIVILEGED = textwrap.dedent("""

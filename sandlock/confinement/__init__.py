@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         RESERVED_PIDS,
         Confinement,
         keeper_scope,
+        neutral_layer,
     )
     from ._fspolicy import (
         PSEUDO_DEVICES,
@@ -47,6 +48,7 @@ _EXPORTS = {
     "Overlay": "_isolation",
     "SCRATCH": "_isolation",
     "keeper_scope": "_confinement",
+    "neutral_layer": "_confinement",
     "EnclosedConfinement": "_static",
     "SelfConfinement": "_static",
     "TcpRules": "_static",

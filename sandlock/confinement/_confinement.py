@@ -337,14 +337,22 @@ def _missing(what: str, policy: Policy, warnings: list[str]) -> None:
 
 
 def keeper_scope(confinement: Confinement) -> landlock.Ruleset | None:
-    """A domain for the keeper, scoped for signals, so kill(-1) reaches only the sandbox.
+    """A domain for the keeper, scoped for signals, so kill(-1) reaches only the sandbox."""
+    if not confinement.scopes_signals:
+        return None
+    return neutral_layer(landlock.SCOPE_SIGNAL)
+
+
+def neutral_layer(scoped: int = 0) -> landlock.Ruleset:
+    """A Landlock layer that grants every file access its domain had (``scoped``
+    aside): a new domain, nested in the caller's. What matters is Landlock's ptrace
+    rule: no process in it can reach (ptrace, /proc/PID/mem or environ,
+    process_vm_readv, pidfd_getfd) one of an enclosing or a sibling domain.
 
     Every Landlock domain denies cross-directory rename and link (REFER) unless a
     rule grants it, even when the ruleset does not handle it: this layer grants it
-    everywhere, so that the only filesystem decisions are the command's own layer.
+    everywhere, so that the only filesystem decisions are the other layers'.
     """
-    if not confinement.scopes_signals:
-        return None
-    ruleset = landlock.Ruleset(handled_fs=landlock.FS_REFER, scoped=landlock.SCOPE_SIGNAL)
+    ruleset = landlock.Ruleset(handled_fs=landlock.FS_REFER, scoped=scoped)
     ruleset.allow_path("/", landlock.FS_REFER)
     return ruleset

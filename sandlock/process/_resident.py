@@ -29,8 +29,8 @@ import select
 import socket
 
 from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
-from ..confinement import apply_static
-from ..kernel import close_on_exec_from, exited_children
+from ..confinement import apply_static, neutral_layer
+from ..kernel import close_on_exec_from, exited_children, landlock
 from ._call import Runner
 from ._child import exec_argv
 
@@ -63,11 +63,13 @@ class Resident:
         control = socket.socket(fileno=self._control_fd)
         self._host_proc = host_proc
         self._null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        self._fence = _fence()
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         _signal.set_wakeup_fd(wake_w)  # a SIGCHLD wakes the poll below
         _signal.signal(_signal.SIGCHLD, _noted)
-        self._own = [fd for fd in (self._control_fd, host_proc, self._results, wake_r, wake_w)
-                     if fd >= 0]
+        fence = self._fence.fileno() if self._fence is not None else -1
+        self._own = [fd for fd in (self._control_fd, host_proc, self._results, wake_r, wake_w,
+                                   fence) if fd >= 0]
         if not self._run_init():
             return 1
         poller = select.poll()
@@ -155,6 +157,8 @@ class Resident:
             self._children[pid] = token
             return True
         try:
+            if self._fence is not None:
+                self._fence.restrict_self()  # first: out of the resident's reach at once
             _signal.set_wakeup_fd(-1)
             _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
             host_pid = (int(os.readlink("self", dir_fd=self._host_proc)) if self._host_proc >= 0
@@ -184,6 +188,16 @@ class Resident:
 
     def _say(self, message: bytes) -> None:
         os.write(self._control_fd, message)
+
+
+def _fence() -> landlock.Ruleset | None:
+    """The layer each process the resident forks puts itself in (None where the sandbox
+    has no Landlock, under --best-effort). The resident is a fork of the embedding
+    program, and its memory and environment still hold that program's (secrets
+    included): in a domain of its own, no process of the sandbox can read them, nor
+    take the resident's descriptors (its socket to sandlock among them), nor reach
+    another's, call and clone alike (Landlock's ptrace rule; see neutral_layer)."""
+    return neutral_layer() if landlock.abi_version() else None
 
 
 def _confine_further(nested: Nested | None, fds: list[int]) -> None:
