@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import pytest
 from dnsserver import FakeDns
@@ -219,6 +220,27 @@ def test_a_child_forked_and_execd_at_once_is_announced_before_it_runs():
     assert recorder.events.index(creation[0]) < recorder.events.index(true)
     exits = [e for e in recorder.of("exit") if e.pid == true.pid]
     assert len(exits) == 1
+
+
+def test_every_end_that_came_during_the_run_is_told_before_it_returns():
+    # A slow callback on the first end: the others come meanwhile, and the run ends
+    # before the callback is back; they are still told, before run() returns.
+    slow = threading.Event()
+
+    def decide(event, ctx):
+        if event.syscall == "exit" and not slow.is_set():
+            slow.set()
+            time.sleep(0.5)
+        return 0
+
+    recorder = Recorder(decide)
+    result = Sandbox(Policy(), policy_fn=recorder).run(
+        ["sh", "-c", "/bin/true & /bin/true & wait; echo done"])
+    assert result.stdout == b"done\n"
+    execs = [e.pid for e in recorder.of("execve") if e.path == "/bin/true"]
+    ended = {e.pid for e in recorder.of("exit")}
+    assert len(execs) == 2 and set(execs) <= ended, recorder.events
+    assert len(ended) == 3, recorder.events  # the two and the shell
 
 
 def test_a_refused_process_never_runs(tmp_path):

@@ -212,10 +212,12 @@ class Supervision:
         from ._receiving import RECEIVERS
 
         with self._lock:
-            if self._grown or self._closed:
+            # (None left: the sandbox ended before they were needed, and the last
+            # receiver has let the listener go.)
+            if self._grown or self._closed or not self._receivers:
                 return
             self._grown = True
-            self._receivers += RECEIVERS - 1  # (this receiver lives: the count is not 0)
+            self._receivers += RECEIVERS - 1
         for started in range(RECEIVERS - 1):
             try:
                 _thread.start_new_thread(self._receive, (listener,))
