@@ -199,7 +199,10 @@ def nested_confinement(policy: Policy) -> tuple[SelfConfinement, KernelLimits | 
     network is none, or its parent's (``net_allow=["*"]``): the parent's supervisor
     performs its processes' connects, so no rule of theirs (Landlock's TCP ports
     included) would be consulted for one; a seccomp ERRNO, which takes precedence over
-    the parent's notification, is what keeps a nested sandbox off the network."""
+    the parent's notification, is what keeps a nested sandbox off the network. A
+    listener of the nested processes' own, for sandlock to judge their calls by both
+    policies, cannot be made: the kernel allows one listener per chain of filters
+    (EBUSY below the sandbox's; tried)."""
     keeps_network = _keeps_network(policy)
     bare = policy.replace(net_allow=(), net_connect=(), net_bind=())
     _check(bare)
