@@ -222,6 +222,25 @@ def test_a_child_forked_and_execd_at_once_is_announced_before_it_runs():
     assert len(exits) == 1
 
 
+def test_a_slow_exec_callback_holds_back_that_exec_only():
+    # The callback is slow on one exec; another process's fork and execs (sleep, echo)
+    # are asked about and run meanwhile.
+    order = []
+
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.argv[-1:] == ("slow-marker",):
+            time.sleep(1.5)
+            order.append("slow answered")
+        elif event.syscall == "execve" and event.argv == ("/bin/echo", "fast"):
+            order.append("fast asked")
+        return 0
+
+    result = Sandbox(Policy(), policy_fn=decide).run(
+        ["sh", "-c", "sh -c 'exit 3' slow-marker & sleep 0.3; /bin/echo fast; wait $!; echo $?"])
+    assert result.stdout == b"fast\n3\n", result.stderr
+    assert order == ["fast asked", "slow answered"]
+
+
 def test_every_end_that_came_during_the_run_is_told_before_it_returns():
     # A slow callback on the first end: the others come meanwhile, and the run ends
     # before the callback is back; they are still told, before run() returns.

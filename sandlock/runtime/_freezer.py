@@ -58,6 +58,12 @@ class ExecHold:
         self._traced: list[int] = []
         self._stopped: dict[int, tuple[str, int]] = {}  # tid -> its stop, already taken
 
+    @property
+    def caller_only(self) -> bool:
+        """Nothing but the caller is held (nor any answer): the tracer may do other work
+        while this check waits for the callback, the caller waiting in the kernel."""
+        return not self._everyone and self._seen == {self._tid}
+
     def hold(self, ranges: tuple[tuple[int, int], ...] | None) -> bool:
         """Hold the writers of ``ranges`` of the caller's memory (None: not known yet,
         hold the address space's); whether any was not held before. Raises
@@ -89,7 +95,11 @@ class ExecHold:
         if everyone or (self._shared_vm and self._memory_shared()):
             processes = [pid for pid in tasks.processes_under(self._root) if pid != self._root]
         newborn = self._tracer.newborn  # stopped before their first instruction: left alone
-        return [tid for pid in processes if pid not in newborn for tid in tasks.threads_of(pid)]
+        # Callers whose exec waits for the callback on a helper thread cannot run until a
+        # later job answers them (while they wait in the call: a pid reused is held).
+        checking = self._tracer.checking
+        return [tid for pid in processes if pid not in newborn for tid in tasks.threads_of(pid)
+                if tid not in checking or not self._parked(tid)]
 
     def _memory_shared(self) -> bool:
         return any(pid not in (self._pid, self._root) and tasks.share_memory(self._pid, pid)
@@ -140,7 +150,8 @@ class ExecHold:
         thread made it) or failed and returned (the interrupt's stop), or the caller
         died. Meanwhile, held threads the exec ends are reaped, and a stop a held task
         reports is kept for ``release``."""
-        proceed()
+        if proceed() is False:
+            return  # the call is gone (its caller is dying): its end may be told elsewhere
         while (reported := ptrace.wait_any()) is not None:
             tid, report = reported
             if tid in (self._tid, self._pid) and report[0] == "signal":

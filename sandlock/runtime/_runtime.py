@@ -104,17 +104,45 @@ class RuntimePolicy:
                          self._judge_exec)
 
     def _judge_exec(self, listener: Listener, notification: Notification, syscall: str,
-                    hold: ExecHold, pid: int, parent: int) -> None:
+                    hold: ExecHold, pid: int, parent: int) -> bool:
+        """True if the hold is kept, for the callback's answer (_conclude_exec)."""
         call = self._read_held(listener, notification, syscall, hold)
         if self.rules.denied and self.rules.denied.denies(notification.pid, call.file):
             self._refuse_path(listener, notification, syscall, call.path)
-            return
-        answer = self._callback.ask(Event(syscall, PROCESS, pid, parent, argv=call.argv,
-                                          path=call.path))
+            return False
+        event = Event(syscall, PROCESS, pid, parent, argv=call.argv, path=call.path)
+        if not hold.caller_only:  # others held: nothing else may be traced meanwhile
+            self._finish_exec(listener, notification, hold, self._callback.ask(event))
+            return False
+        # Only the caller is held, and it waits in the kernel: the callback is asked on a
+        # helper thread, so that a slow one holds back this exec alone.
+        self._tracer.checking.add(notification.pid)
+        try:
+            self._tracer.aside(lambda: self._callback.ask(event),
+                               lambda answer: self._conclude_exec(listener, notification, hold,
+                                                                  answer))
+        except BaseException:
+            self._tracer.checking.discard(notification.pid)
+            raise
+        return True
+
+    def _conclude_exec(self, listener: Listener, notification: Notification, hold: ExecHold,
+                       answer: Answer) -> None:
+        """On the tracer, once the callback has answered about an exec it held aside."""
+        self._tracer.checking.discard(notification.pid)
+        try:
+            self._answering(listener, notification, "an exec",
+                            lambda: self._finish_exec(listener, notification, hold, answer))
+        finally:
+            hold.release()
+
+    @staticmethod
+    def _finish_exec(listener: Listener, notification: Notification, hold: ExecHold,
+                     answer: Answer) -> None:
         if answer.error:
             listener.reply(notification.id, error=answer.error)
-            return
-        hold.finish(lambda: listener.proceed(notification.id))
+        else:
+            hold.finish(lambda: listener.proceed(notification.id))
 
     def _read_held(self, listener: Listener, notification: Notification, syscall: str,
                    hold: ExecHold):
@@ -154,17 +182,29 @@ class RuntimePolicy:
             hold.finish(lambda: listener.proceed(notification.id))
 
     def _held_check(self, listener: Listener, notification: Notification, what: str,
-                    everyone: bool, judge: Callable[..., None]) -> None:
+                    everyone: bool, judge: Callable[..., bool | None]) -> None:
         """``judge(listener, notification, syscall, hold, pid, parent)`` with a hold
-        (``everyone``: the whole sandbox), answering what it cannot: EPERM where the
-        tasks could not be held, the errno of a read that failed, EPERM on a bug (said
-        once); the hold is let go whatever happened."""
+        (``everyone``: the whole sandbox), answering what it cannot (_answering); the
+        hold is let go then, unless judge said it is kept for a later job."""
         syscall = self._numbers.names[notification.nr]
         pid, parent = tasks.process_of(notification.pid)
         hold = ExecHold(self._tracer, listener, notification.pid, pid, self._root,
                         self._shared_vm, self._numbers, everyone=everyone)
+        kept = False
         try:
-            judge(listener, notification, syscall, hold, pid, parent)
+            kept = self._answering(listener, notification, what, lambda: judge(
+                listener, notification, syscall, hold, pid, parent))
+        finally:
+            if not kept:  # (kept: a later job lets it go)
+                hold.release()
+
+    def _answering(self, listener: Listener, notification: Notification, what: str,
+                   work: Callable[[], bool | None]) -> bool:
+        """``work()``'s value; the call answered as it could not be where it failed:
+        EPERM where the tasks could not be held, the errno of a read that failed, EPERM
+        on a bug (said once)."""
+        try:
+            return bool(work())
         except Unfreezable as exc:
             listener.reply(notification.id, error=errno.EPERM)
             self._say("freeze", f"sandlock: {what} was refused (EPERM): the tasks that could "
@@ -175,8 +215,7 @@ class RuntimePolicy:
             listener.reply(notification.id, error=exc.errno or errno.EFAULT)
         except Exception as exc:  # noqa: BLE001 - a bug here must refuse, not hang
             self._refuse_on_error(listener, notification, what, exc)
-        finally:
-            hold.release()
+        return False
 
     def _refuse_path(self, listener: Listener, notification: Notification, syscall: str,
                      path: str) -> None:

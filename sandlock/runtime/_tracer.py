@@ -39,6 +39,7 @@ class Tracer:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.pending: set[int] = set()
         self.newborn: set[int] = set()
+        self.checking: set[int] = set()  # callers whose exec's callback runs aside
         self._aside: queue.SimpleQueue = queue.SimpleQueue()
         self._helpers = 0
         threading.Thread(target=self._run, daemon=True, name="sandlock-tracer").start()
