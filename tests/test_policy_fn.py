@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 
@@ -260,6 +261,51 @@ def test_every_end_that_came_during_the_run_is_told_before_it_returns():
     ended = {e.pid for e in recorder.of("exit")}
     assert len(execs) == 2 and set(execs) <= ended, recorder.events
     assert len(ended) == 3, recorder.events  # the two and the shell
+
+
+# Forks the kernel refuses, tried again at once, then a fork that works: a clone with
+# CLONE_SIGHAND but not CLONE_VM (EINVAL), or a fork past RLIMIT_NPROC (EAGAIN, for a
+# user it binds: root is exempt).
+FAILING_FORKS = r"""
+import ctypes, os, resource, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+for _ in range(3):
+    if sys.argv[1] == "einval":
+        libc.syscall(ctypes.c_long(56), ctypes.c_long(0x800), None, None, None, None)
+        print("failed", ctypes.get_errno(), flush=True)
+        continue
+    resource.setrlimit(resource.RLIMIT_NPROC, (1, hard))
+    try:
+        if os.fork() == 0:
+            os._exit(0)
+        print("forked", flush=True)
+    except OSError as exc:
+        print("failed", exc.errno, flush=True)
+    resource.setrlimit(resource.RLIMIT_NPROC, (soft, hard))
+print(subprocess.run(["/bin/echo", "after"], capture_output=True, text=True).stdout, end="")
+"""
+
+
+def test_forks_that_fail_are_told_apart_at_once_and_the_next_one_works():
+    # Each failure was waited for a second, and a fork tried again at once deadlocked
+    # the tracer (the run hung until its timeout).
+    result = Sandbox(Policy(), policy_fn=Recorder()).run(
+        [SYSTEM_PY, "-c", FAILING_FORKS, "einval"], timeout=30)
+    assert result.stdout == b"failed 22\nfailed 22\nfailed 22\nafter\n", result
+
+
+def test_a_fork_past_the_users_process_limit_fails_and_the_run_goes_on(as_nobody):
+    embedder = textwrap.dedent("""
+        import sys
+        from sandlock import Policy, Sandbox
+        result = Sandbox(Policy(), policy_fn=lambda e, c: 0).run(
+            ["/usr/bin/python3", "-c", sys.argv[1], "eagain"], timeout=30)
+        print(result.exit_code, result.stdout.decode().split("\\n"))
+    """)
+    done = subprocess.run(as_nobody([PY, "-c", embedder, FAILING_FORKS]),
+                          capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert done.stdout.strip() == "0 ['failed 11', 'failed 11', 'failed 11', 'after', '']", done
 
 
 def test_a_refused_process_never_runs(tmp_path):

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 _CREATION_OPTIONS = ptrace.O_TRACEFORK | ptrace.O_TRACEVFORK | ptrace.O_TRACECLONE
 _CREATION_SECONDS = 1.0  # a fork copies the caller's page tables: ~200 ms for 20 GB
 _STABLE_READS = 3  # rereads while newly found writers are held, before refusing
+_STOP_SECONDS = 0.05  # an interrupted caller's stop, waited for here (else: let go later)
 
 
 class RuntimePolicy:
@@ -97,7 +98,7 @@ class RuntimePolicy:
         if missing:
             listener.reply(notification.id, error=missing)
             return
-        self._tracer.submit(lambda: self._check_exec(listener, notification))
+        self._tracer.submit(lambda: self._check_exec(listener, notification), notification.pid)
 
     def _check_exec(self, listener: Listener, notification: Notification) -> None:
         self._held_check(listener, notification, "an exec", bool(self.rules.denied),
@@ -166,7 +167,7 @@ class RuntimePolicy:
         if not self.rules.denied:
             listener.proceed(notification.id)
             return
-        self._tracer.submit(lambda: self._check_open(listener, notification))
+        self._tracer.submit(lambda: self._check_open(listener, notification), notification.pid)
 
     def _check_open(self, listener: Listener, notification: Notification) -> None:
         self._held_check(listener, notification, "an open", True, self._judge_open)
@@ -231,7 +232,7 @@ class RuntimePolicy:
 
     def create(self, listener: Listener, notification: Notification) -> None:
         """Hand a process creation to the tracer; the calling thread waits in the kernel."""
-        self._tracer.submit(lambda: self._follow(listener, notification))
+        self._tracer.submit(lambda: self._follow(listener, notification), notification.pid)
 
     def _follow(self, listener: Listener, notification: Notification) -> None:
         syscall = self._numbers.names[notification.nr]
@@ -253,16 +254,16 @@ class RuntimePolicy:
             self._shared_vm = True
         try:
             listener.proceed(notification.id)
-            self._follow_creation(tid, syscall)
+            self._follow_creation(tid, syscall, notification.nr)
         except Exception as exc:  # noqa: BLE001
             self._refuse_on_error(listener, notification, "a fork", exc)
 
-    def _follow_creation(self, tid: int, syscall: str) -> None:
+    def _follow_creation(self, tid: int, syscall: str, number: int) -> None:
         """The caller made its process (an event stop), failed, or died: the new one,
         stopped at its birth, is announced, then both go on."""
-        report = _creation_report(tid)
+        report = _creation_report(tid, number, self._tracer.queued)
         child, born = 0, ("exit", 0)
-        if report[0] == "event" and report[1] in ptrace.CREATION_EVENTS:
+        if report is not None and report[0] == "event" and report[1] in ptrace.CREATION_EVENTS:
             child = ptrace.event_message(tid)
             born = ptrace.wait_event(child)  # its first stop, before its first instruction
         self._tracer.let_go(tid, report)
@@ -308,22 +309,37 @@ class RuntimePolicy:
             print(text, file=sys.stderr, flush=True)
 
 
-def _creation_report(tid: int) -> tuple[str, int]:
-    """The caller's report after its fork-like call went on: its creation event, or
-    its end. A pending interrupt would make the kernel restart the fork
-    (ERESTARTNOINTR), so the caller is interrupted only if no report came within
-    _CREATION_SECONDS (its fork failed and returned: it stops at the interrupt)."""
+def _creation_report(tid: int, number: int, queued: set[int]) -> tuple[str, int] | None:
+    """The caller's report after its fork-like call (syscall ``number``) went on: its
+    creation event, or its end. A pending interrupt would make the kernel restart the
+    fork (ERESTARTNOINTR), so the caller is interrupted only once the fork is over
+    without a report: it failed and returned (seen blocked in another call: a shell
+    sleeping before it tries again; or making another call ``queued`` for the tracer:
+    a program trying again at once), or no report came within _CREATION_SECONDS. Its
+    stop is then waited for briefly, never for good: it may be in a call this tracer
+    has still to answer (its next fork, queued behind this job), and stop only after
+    it; None then (the tracer lets it go once it stops)."""
     deadline = time.monotonic() + _CREATION_SECONDS
     pause = 0.00002
     while time.monotonic() < deadline:
         report = ptrace.wait_event(tid, block=False)
         if report is not None:
             return report
+        if tid in queued:
+            break
+        blocked = tasks.blocked_call(tid)
+        if blocked is not None and blocked[0] != number:
+            break
         time.sleep(pause)
         pause = min(pause * 2, 0.002)
     try:
         ptrace.interrupt(tid)
     except OSError:
         pass
-    return ptrace.wait_event(tid)
+    deadline = time.monotonic() + _STOP_SECONDS
+    while (report := ptrace.wait_event(tid, block=False)) is None:
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.0002)
+    return report
 

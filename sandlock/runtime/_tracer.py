@@ -40,12 +40,17 @@ class Tracer:
         self.pending: set[int] = set()
         self.newborn: set[int] = set()
         self.checking: set[int] = set()  # callers whose exec's callback runs aside
+        self.queued: set[int] = set()  # threads whose call waits for a job not started yet
         self._aside: queue.SimpleQueue = queue.SimpleQueue()
         self._helpers = 0
         threading.Thread(target=self._run, daemon=True, name="sandlock-tracer").start()
 
-    def submit(self, job: Callable[[], None]) -> None:
-        self._jobs.put(job)
+    def submit(self, job: Callable[[], None], caller: int = 0) -> None:
+        """``job()`` on the tracer; ``caller``: the thread whose call waits for it,
+        ``queued`` until the job starts."""
+        if caller:
+            self.queued.add(caller)
+        self._jobs.put((caller, job))
 
     def aside(self, ask: Callable[[], T], then: Callable[[T], None]) -> None:
         """``ask()`` on a helper thread, then ``then(answer)`` here, on the tracer."""
@@ -61,7 +66,7 @@ class Tracer:
             self.submit(lambda then=then, answer=answer: then(answer))
 
     def stop(self) -> None:
-        self._jobs.put(None)
+        self._jobs.put((0, None))
         for _ in range(self._helpers):
             self._aside.put(None)
 
@@ -92,12 +97,13 @@ class Tracer:
     def _run(self) -> None:
         while True:
             try:
-                job = self._jobs.get(timeout=_POLL_SECONDS if self.pending else None)
+                caller, job = self._jobs.get(timeout=_POLL_SECONDS if self.pending else None)
             except queue.Empty:
                 job = _IDLE
             if job is None:
                 return
             if job is not _IDLE:
+                self.queued.discard(caller)
                 try:
                     job()
                 except Exception as exc:  # noqa: BLE001 - the thread must go on
