@@ -10,7 +10,9 @@ memory. Those tasks are stopped with ptrace (seize, interrupt: none runs another
 instruction), so is the caller, to learn when its exec is over; all are let go after.
 Tasks made meanwhile are caught too: threads of a held task are traced from their
 birth (TRACECLONE); a process is made only through the supervisor, which makes none
-while an exec is held.
+while an exec is held, but for a hold of the caller alone (single-threaded, private
+memory), whose callback runs on a helper thread: a process made meanwhile can share
+no memory with it (only the caller could make one, and it waits in its exec).
 """
 
 from __future__ import annotations
