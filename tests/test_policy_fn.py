@@ -263,6 +263,26 @@ def test_every_end_that_came_during_the_run_is_told_before_it_returns():
     assert len(ended) == 3, recorder.events  # the two and the shell
 
 
+def test_an_unreaped_child_does_not_make_a_held_exec_fail(tmp_path):
+    # Once deny_path is used, an exec holds every task of the sandbox; a zombie (a child
+    # its parent has not reaped) cannot be traced, and made the exec fail with EPERM
+    # (seen under load in the argv races, where short-lived processes abound).
+    secret = tmp_path / "secret"
+    secret.write_text("x")
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n    os._exit(0)\n"
+            "time.sleep(0.3)\n"  # the child is a zombie now, and stays one
+            "os.execv('/bin/echo', ['/bin/echo', 'ran'])")
+
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.argv[:1] == (SYSTEM_PY,):
+            ctx.deny_path(str(secret))
+        return 0
+
+    result = Sandbox(Policy(), policy_fn=decide).run([SYSTEM_PY, "-c", code], timeout=30)
+    assert result.stdout == b"ran\n", result
+
+
 # Forks the kernel refuses, tried again at once, then a fork that works: a clone with
 # CLONE_SIGHAND but not CLONE_VM (EINVAL), or a fork past RLIMIT_NPROC (EAGAIN, for a
 # user it binds: root is exempt).

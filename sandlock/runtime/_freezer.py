@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 _SETTLE_SECONDS = 0.05  # a running task stops within microseconds of its interrupt
 _HELD_STATES = frozenset("tTZX")
+_ENDED_STATES = frozenset("ZX")  # a zombie, or gone
 
 
 class Unfreezable(Exception):
@@ -121,6 +122,13 @@ class ExecHold:
         try:
             ptrace.seize(tid, options)
         except ptrace.Refused as exc:
+            if (exc.errno == errno.EPERM and tasks.process_of(tid)[0] != self._pid
+                    and tasks.state_of(tid) in _ENDED_STATES):
+                # Another process's zombie (ptrace refuses those): its exit, and the last
+                # write it makes to its memory (CLONE_CHILD_CLEARTID's), are behind it.
+                # (The caller's own zombie leader stays a refusal: its exec, which takes
+                # the leader's place, was seen to hang then.)
+                return False
             # Traced here already: left by an earlier check, or born traced (TRACECLONE).
             if exc.errno != errno.EPERM or not (
                     self._tracer.adopt(tid) or tasks.tracer_of(tid) == _thread.get_native_id()):
