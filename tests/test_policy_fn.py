@@ -283,6 +283,22 @@ def test_an_unreaped_child_does_not_make_a_held_exec_fail(tmp_path):
     assert result.stdout == b"ran\n", result
 
 
+def test_an_exec_by_a_thread_outliving_the_first_one(tmp_path):
+    # The caller's own leader is the zombie; the exec gives the caller the leader's id,
+    # under which its end of exec is reported: it was never let go (stuck stopped).
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the program")
+    binary = tmp_path / "exec_after_leader_exit"
+    source = os.path.join(os.path.dirname(__file__), "exec_after_leader_exit.c")
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(binary), source], check=True)
+    os.chmod(tmp_path, 0o755)
+    recorder = Recorder()
+    result = Sandbox(Policy(fs_readable=[*SYSTEM, str(tmp_path)]), policy_fn=recorder).run(
+        [str(binary)], timeout=30)
+    assert result.stdout == b"ran\n", result
+    assert [e.argv for e in recorder.of("execve") if e.path == "/bin/echo"] == [("/bin/echo", "ran")]
+
+
 # Forks the kernel refuses, tried again at once, then a fork that works: a clone with
 # CLONE_SIGHAND but not CLONE_VM (EINVAL), or a fork past RLIMIT_NPROC (EAGAIN, for a
 # user it binds: root is exempt).

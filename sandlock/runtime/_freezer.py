@@ -122,12 +122,9 @@ class ExecHold:
         try:
             ptrace.seize(tid, options)
         except ptrace.Refused as exc:
-            if (exc.errno == errno.EPERM and tasks.process_of(tid)[0] != self._pid
-                    and tasks.state_of(tid) in _ENDED_STATES):
-                # Another process's zombie (ptrace refuses those): its exit, and the last
-                # write it makes to its memory (CLONE_CHILD_CLEARTID's), are behind it.
-                # (The caller's own zombie leader stays a refusal: its exec, which takes
-                # the leader's place, was seen to hang then.)
+            if exc.errno == errno.EPERM and tasks.state_of(tid) in _ENDED_STATES:
+                # A zombie (ptrace refuses those): its exit, and the last write it makes
+                # to its memory (CLONE_CHILD_CLEARTID's), are behind it.
                 return False
             # Traced here already: left by an earlier check, or born traced (TRACECLONE).
             if exc.errno != errno.EPERM or not (
@@ -168,6 +165,8 @@ class ExecHold:
                 ptrace.resume(tid, report[1])  # not ours to keep: delivered
             elif self._exec_over(tid, report):
                 self._stopped[tid] = report
+                if tid not in self._traced:  # the caller, now under the process's id
+                    self._traced.append(tid)
                 return
             elif tid in self._traced:
                 self._stopped[tid] = report
