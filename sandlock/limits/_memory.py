@@ -15,7 +15,6 @@ wherever they went; sandlock's init (pid 1 there) is not the command's.
 
 from __future__ import annotations
 
-import _thread
 import os
 
 from .._latch import Latch
@@ -55,10 +54,6 @@ class MemoryWatch:
         self._over = Latch()  # set when the thread ends
         self.peak = 0
 
-    def start(self) -> None:
-        """Watch on a thread of its own (``run`` watches on the caller's)."""
-        _thread.start_new_thread(self.run, ())
-
     def watch_memfds(self) -> None:
         """The sandbox made a memfd: walk the descriptors at every sample."""
         self._walk_every = 1
@@ -69,11 +64,11 @@ class MemoryWatch:
         for fd in (self._proc_fd, *self._scratch):
             os.close(fd)
 
-    def run(self, *, at_once: bool = False) -> None:
-        """Sample every INTERVAL (the first at once with ``at_once``) until stopped or
-        past the limit."""
+    def run(self) -> None:
+        """On the caller's thread: sample at once, then every INTERVAL, until stopped
+        or past the limit."""
         try:
-            wait = 0.0 if at_once else INTERVAL
+            wait = 0.0  # (the caller started it when the first sample was due)
             while not self._stop.wait(wait):
                 wait = INTERVAL
                 used = self.usage()

@@ -131,7 +131,7 @@ class Watches:
             if self._memfds:
                 memory.watch_memfds()
         self._memory_starting.release()
-        memory.run(at_once=True)  # until stop(), which waited for the start
+        memory.run()  # until stop(), which waited for the start
 
     def pause(self) -> bool:
         """Stop every process of the sandbox (none left running, those forked meanwhile
