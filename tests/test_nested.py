@@ -68,9 +68,9 @@ def test_the_network_is_none_or_the_parents(upstreams):
 
 
 @pytest.mark.parametrize("fields,name", [
-    ({"net_allow": ["127.0.0.2:80"]}, "net_allow"),
-    ({"net_connect": [443]}, "net_allow"),
     ({"http_allow": ["GET example.test/*"]}, "http_allow"),
+    ({"unix_allow": ["/run/x.sock"]}, "unix_allow"),
+    ({"resolve": ["web.test=127.0.0.2"]}, "resolve"),
     ({"max_memory": "64M"}, "max_memory"),
 ])
 def test_what_a_nested_sandbox_cannot_enforce_is_refused_by_name(fields, name):

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         parse_deny,
         parse_dns_server,
         parse_resolve,
+        pins_at_start,
         read_allow,
         read_deny,
         read_dns_server,
@@ -66,6 +67,7 @@ _EXPORTS = {
     "read_dns_server": "_spec",
     "read_resolve": "_spec",
     "resolved_names": "_spec",
+    "pins_at_start": "_spec",
 }
 
 __all__ = sorted(_EXPORTS)

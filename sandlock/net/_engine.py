@@ -30,12 +30,14 @@ from ._supervisor import Services, Supervisor
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Callable
 
     from .._auditlog import AuditLog
     from ..kernel import Listener, Notification
     from ..policy import Policy
     from ._http import HttpRun
+    from ._ports import PortSet
     from ._review import NetworkCall
 
 DNS_START_TIMEOUT = 30.0  # pinning is bounded by the resolver's lifetime, far below this
@@ -43,18 +45,22 @@ DNS_START_TIMEOUT = 30.0  # pinning is bounded by the resolver's lifetime, far b
 
 def compile_policy(policy: Policy) -> NetPolicy:
     """Policy's network fields (validated strings) -> the NetPolicy the verdict uses."""
-    bind = None
-    for spec in policy.net_bind:
-        ports = parse_ports(spec)
-        bind = ports if bind is None else bind | ports
     return NetPolicy(
         allow=tuple(map(parse_allow, policy.net_allow_specs)),
         deny=tuple(map(parse_deny, policy.net_deny)),
-        bind_ports=bind,
+        bind_ports=_bind_ports(policy),
         unix_paths=policy.unix_allow,
         http=HttpRules.parse(policy.http_allow, policy.http_deny, policy.http_auth),
         http_ports=frozenset(policy.http_ports),
     )
+
+
+def _bind_ports(policy: Policy) -> PortSet | None:
+    bind = None
+    for spec in policy.net_bind:
+        ports = parse_ports(spec)
+        bind = ports if bind is None else bind | ports
+    return bind
 
 
 class Network(Services):
@@ -104,6 +110,22 @@ class Network(Services):
     def release(self, listener: Listener | None) -> None:
         """The run's loop is over: the listener goes once no worker holds a call."""
         self._supervisor.release(listener)
+
+    def nest(self, policy: Policy, probe: socket.socket, name: str) -> None:
+        """A nested sandbox whose processes' calls ``policy``'s network rules narrow,
+        told apart by its resident on ``probe`` (owned from now on; see ``_nests``)."""
+        from ._nests import Nests
+
+        rules = NetPolicy(allow=tuple(map(parse_allow, policy.net_allow_specs)),
+                          deny=tuple(map(parse_deny, policy.net_deny)),
+                          bind_ports=_bind_ports(policy))
+        with self._lock:
+            if self._closed:
+                probe.close()
+                return
+            if self._supervisor.nests is None:
+                self._supervisor.nests = Nests()
+            self._supervisor.nests.add(rules, probe, name)
 
     def _proxy_listens(self, addresses: dict[int, tuple[str, int]]) -> None:
         self._listeners.others = frozenset((ip, port) for ip, port in addresses.values())

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     IPAddress = IPv4Address | IPv6Address
     IPNetwork = IPv4Network | IPv6Network
 
+    from ..policy import Policy
+
 
 def __getattr__(name: str) -> object:
     """``IPAddress`` and ``IPNetwork`` for the engine's modules, which import them at
@@ -365,3 +367,18 @@ def read_dns_server(text: str) -> tuple[Inet, int]:
         raise ValueError(f"{target!r} is the unspecified address, not a server")
     port = DNS_DEFAULT_PORT if port_text is None else parse_port(port_text)
     return address, port
+
+
+def pins_at_start(policy: Policy) -> bool:
+    """Whether the policy names hosts that DNS must pin at start: those of its network
+    and HTTP rules that --resolve does not pin already (parsed again here: the policy
+    checks loaded the grammar, not the engine)."""
+    if not (policy.net_allow_specs or policy.has_http_rules):
+        return False
+    names = {rule.host for rule in map(read_allow, policy.net_allow_specs)
+             if rule.host is not None}
+    if policy.has_http_rules:  # (the rule grammar imports re: only for these runs)
+        from ..proxy import HttpRules
+
+        names |= HttpRules.parse(policy.http_allow, policy.http_deny).concrete_hosts()
+    return bool(names - resolved_names(policy.resolve))

@@ -41,6 +41,7 @@ from ._materialize import (
     Socket,
     materialize,
 )
+from ._nests import UNKNOWN, Nests, Unknown, narrowed
 from ._review import NetworkCall, reviewed
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
 from ._workers import PidfdCache, WorkerPool
@@ -88,6 +89,7 @@ class Supervisor:
         self._lock = threading.Lock()
         self._released = False  # pidfds closed: their numbers may belong to others now
         self._listener: Listener | None = None
+        self.nests: Nests | None = None  # set once a nested sandbox has network rules
 
     def handle(self, listener: Listener, notification: Notification) -> None:
         """Answer one network call (read by the run's loop, ``process._supervision``)."""
@@ -102,6 +104,8 @@ class Supervisor:
                 return
             self._released = True
             self._pidfds.close()
+            if self.nests is not None:
+                self.nests.close()
         if listener is not None:
             listener.close_when_idle()
 
@@ -144,18 +148,33 @@ class Supervisor:
 
     def _materialize(self, listener: Listener, notification: Notification, syscall: str) -> Request:
         try:
-            request = materialize(notification, syscall, self._pidfd(notification.pid))
+            request = self._read(notification, syscall, self._pidfd(notification.pid))
         except Refused as refused:
             if refused.errno != errno.ESRCH:
                 raise
             # The cached pidfd named an earlier thread with this tid: open a fresh one.
-            request = materialize(notification, syscall, self._pidfd(notification.pid, fresh=True))
+            request = self._read(notification, syscall, self._pidfd(notification.pid, fresh=True))
         try:
             listener.check_valid(notification.id)  # the reads above came from that thread
         except Gone:
             request.close()
             raise
         return request
+
+    def _read(self, notification: Notification, syscall: str, pidfd: int) -> Request:
+        """The call's arguments, and which nested sandbox's rules, if any, its thread is
+        under (a question only while there are nested ones, once per thread)."""
+        nested = None
+        if self.nests is not None:
+            try:
+                nested = self.nests.rules_for(notification.pid, pidfd, self._pidfds.notes)
+            except ProcessLookupError:
+                raise Refused(errno.ESRCH) from None
+            except Unknown as unknown:
+                print(f"sandlock: a network call refused: {unknown.why}", file=sys.stderr,
+                      flush=True)
+                raise Refused(UNKNOWN) from None
+        return materialize(notification, syscall, pidfd, nested)
 
     def _pidfd(self, tid: int, fresh: bool = False) -> int:
         try:
@@ -218,6 +237,7 @@ class Supervisor:
             return self._send(request)
         if syscall == "listen":
             decision = judge_listen(request.socket, request.address, self._context)
+            decision = self._narrowed(request, request.address, decision)
             self._record(request, request.address, decision)
         else:
             decision = self._decide(request, request.address, binding=syscall == "bind")
@@ -322,6 +342,7 @@ class Supervisor:
         if not binding:
             address = self._context.own_sockets.identify(address)
         decision = judge_destination(request.socket, address, self._context, binding=binding)
+        decision = self._narrowed(request, address, decision)
         decision = reviewed(self._review, request.notification.pid, request.syscall, address,
                             decision)
         self._record(request, address, decision)
@@ -334,10 +355,16 @@ class Supervisor:
         if identified is not message.destination:
             message = replace(message, destination=identified)
         decision = judge_message(request.socket, message, self._context)
+        decision = self._narrowed(request, message.destination, decision)
         decision = reviewed(self._review, request.notification.pid, request.syscall,
                             message.destination, decision)
         self._record(request, message.destination, decision)
         return decision
+
+    def _narrowed(self, request: Request, address: SockAddress | None, decision: Decision) -> Decision:
+        if request.nested is None:
+            return decision
+        return narrowed(request.nested, self._context.pins, request.syscall, address, decision)
 
     def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:
         if decision.allowed and not self._audit.logs_allowed:

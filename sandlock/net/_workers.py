@@ -16,13 +16,15 @@ class PidfdCache:
 
     A pidfd names one thread for good: if its tid is reused by a new thread, the old
     pidfd fails with ESRCH rather than reaching the newcomer, and is replaced.
-    Only the supervisor thread uses it.
+    Only the supervisor thread uses it. ``notes``: what was learnt of a pidfd's thread
+    (which nested sandbox it is in), dropped with the pidfd.
     """
 
     SIZE = 256
 
     def __init__(self) -> None:
         self._pidfds: dict[int, int] = {}
+        self.notes: dict[int, object] = {}
 
     def get(self, tid: int) -> int:
         pidfd = self._pidfds.get(tid)
@@ -31,17 +33,21 @@ class PidfdCache:
     def reopen(self, tid: int) -> int:
         old = self._pidfds.pop(tid, None)
         if old is not None:
-            os.close(old)
+            self._close(old)
         if len(self._pidfds) >= self.SIZE:  # forget the oldest
-            os.close(self._pidfds.pop(next(iter(self._pidfds))))
+            self._close(self._pidfds.pop(next(iter(self._pidfds))))
         pidfd = open_pidfd(tid)  # OSError: the thread is gone
         self._pidfds[tid] = pidfd
         return pidfd
 
     def close(self) -> None:
         for pidfd in self._pidfds.values():
-            os.close(pidfd)
+            self._close(pidfd)
         self._pidfds.clear()
+
+    def _close(self, pidfd: int) -> None:
+        self.notes.pop(pidfd, None)  # first: the number may name another thread next
+        os.close(pidfd)
 
 
 class WorkerPool:

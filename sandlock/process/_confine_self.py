@@ -193,18 +193,23 @@ def _nested_network(keeps: bool) -> tuple[TcpRules, dict | None]:
     return TcpRules(), None  # every socket refused
 
 
-def nested_confinement(policy: Policy) -> tuple[SelfConfinement, KernelLimits | None]:
+# A nested sandbox's network rules of its own: judged by the parent's supervisor.
+NESTED_NETWORK = ("net_allow", "net_allow_hosts", "net_connect", "net_deny", "net_bind")
+
+
+def nested_confinement(policy: Policy) -> tuple[SelfConfinement, KernelLimits | None, bool]:
     """What a sandbox nested in a running one adds on top of it (``sb.sandbox``): the
-    static part of ``policy``, compiled here, applied by each process it starts. Its
-    network is none, or its parent's (``net_allow=["*"]``): the parent's supervisor
-    performs its processes' connects, so no rule of theirs (Landlock's TCP ports
-    included) would be consulted for one; a seccomp ERRNO, which takes precedence over
-    the parent's notification, is what keeps a nested sandbox off the network. A
-    listener of the nested processes' own, for sandlock to judge their calls by both
-    policies, cannot be made: the kernel allows one listener per chain of filters
-    (EBUSY below the sandbox's; tried)."""
-    keeps_network = _keeps_network(policy)
-    bare = policy.replace(net_allow=(), net_connect=(), net_bind=())
+    static part of ``policy``, compiled here, applied by its resident, and whether it
+    has network rules of its own. Its network is none (a seccomp ERRNO, which takes
+    precedence over the parent's notification), its parent's (``net_allow=["*"]``), or
+    its parent's narrowed by rules of its own, which the parent's supervisor applies
+    after its own (it performs the connects: no Landlock TCP rule would be consulted;
+    nor can the nested processes have a listener of their own: the kernel allows one
+    per chain of filters, EBUSY below the sandbox's; tried). See net._nests."""
+    network = {name: getattr(policy, name) for name in NESTED_NETWORK}
+    parents = network == {**dict.fromkeys(NESTED_NETWORK, ()), "net_allow": ("*",)}
+    own = any(network.values()) and not parents
+    bare = policy.replace(**dict.fromkeys(NESTED_NETWORK, ()))
     _check(bare)
-    tcp, network = _nested_network(keeps_network)
-    return SelfConfinement.prepare(bare, tcp, network), _kernel_limits(policy)
+    tcp, rules = _nested_network(parents or own)
+    return SelfConfinement.prepare(bare, tcp, rules), _kernel_limits(policy), own

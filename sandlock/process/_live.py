@@ -25,14 +25,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ..confinement import SelfConfinement
-    from ..limits import KernelLimits
     from ._call import CallResult
     from ._cow import WorkspaceOutcome
     from ._process import SandboxedProcess
     from ._sandbox import Sandbox
-
-    Nesting = tuple[SelfConfinement, KernelLimits | None]
 
 _CREDENTIALS = struct.calcsize("3i")
 RESULT_BUFFER = 1 << 20  # the results socket's receive buffer: a burst of clones' values
@@ -49,20 +45,7 @@ class LiveSandbox:
                  work: Callable[[], object] | None) -> None:
         from ._resident import Resident
 
-        self._sandbox = sandbox
-        self._work = work
-        self._changed = threading.Condition()
-        self._processes: dict[int, LiveProcess] = {}
-        self._by_pid: dict[int, Clone] = {}
-        self._unclaimed: dict[int, bytes] = {}  # values of clones whose pid is not known yet
-        self._pids_awaited = 0  # clones started whose pid is not known yet
-        self._next_token = 1
-        self._state = "starting"  # -> ready | failed -> over
-        self._failure = ""  # what init() raised
-        self.audit = None
-        self._paused = False
-        self._closing: list[Callable[[], None]] = []
-        self.first: LiveProcess | None = None  # the first exec'd: what wait() returns
+        self._prepare(sandbox, work)
         self._control, self._results, theirs = _socket_pairs(with_results=work is not None)
         resident = Resident(theirs[0].fileno(), theirs[1].fileno() if self._results else -1,
                             init, work)
@@ -79,27 +62,45 @@ class LiveSandbox:
             for end in theirs:
                 end.close()
         self.audit = self._process.audit
+        self._begin()
+
+    def _prepare(self, sandbox: Sandbox, work: Callable[[], object] | None) -> None:
+        self._sandbox = sandbox
+        self._work = work
+        self._changed = threading.Condition()
+        self._processes: dict[int, LiveProcess] = {}
+        self._by_pid: dict[int, Clone] = {}
+        self._unclaimed: dict[int, bytes] = {}  # values of clones whose pid is not known yet
+        self._pids_awaited = 0  # clones started whose pid is not known yet
+        self._next_token = 1
+        self._state = "starting"  # -> ready | failed -> over
+        self._failure = ""  # what init() raised
+        self.audit = None
+        self._paused = False
+        self._closing: list[Callable[[], None]] = []
+        self.first: LiveProcess | None = None  # the first exec'd: what wait() returns
+
+    def _begin(self) -> None:
+        """Follow the resident, once it is started, until it is ready."""
         threading.Thread(target=self._follow, daemon=True).start()
         self._await_ready()
 
     # --- requests -------------------------------------------------------------------
 
     def exec(self, argv: list[str], stdio: tuple[int | None, int | None, int | None],
-             pass_fds: tuple[int, ...], nested: Nesting | None = None) -> LiveProcess:
+             pass_fds: tuple[int, ...]) -> LiveProcess:
         given = [(target, fd) for target, fd in enumerate(stdio) if fd is not None]
         given += [(fd, fd) for fd in pass_fds]
         targets = [target for target, _ in given]
-        spec, extra = _nesting(nested)
         process = LiveProcess(self, self._new_tokens(1)[0], argv[0])
-        self._request([process], ("exec", process.token, argv, targets, spec),
-                      [fd for _, fd in given] + extra)
+        self._request([process], ("exec", process.token, argv, targets), [fd for _, fd in given])
         with self._changed:
             self.first = self.first or process
         self.wait_until(lambda: process.pid or process.returncode is not None, None)
         return process
 
     def call(self, function: Callable[..., object], args: tuple, kwargs: dict,
-             timeout: float | None, nested: Nesting | None = None) -> CallResult:
+             timeout: float | None) -> CallResult:
         from ._call import call_in
 
         try:
@@ -109,12 +110,9 @@ class LiveSandbox:
                             f"when its block began, so fn and its arguments must be picklable "
                             f"(defined at module level): {exc}") from None
 
-        spec, extra = _nesting(nested)
-
         def start(stdout: int, stderr: int, result: int) -> LiveProcess:
             process = LiveProcess(self, self._new_tokens(1)[0], "<call>")
-            self._request([process], ("call", process.token, payload, spec),
-                          [result, stdout, stderr] + extra)
+            self._request([process], ("call", process.token, payload), [result, stdout, stderr])
             return process
 
         return call_in(self._sandbox, start, timeout)
@@ -211,9 +209,10 @@ class LiveSandbox:
         if self._results is not None:
             poller.register(self._results, select.POLLIN)
         held = False  # the results socket is left unread until pids come
+        control = self._control.fileno()
         while True:
             for fd, _events in poller.poll():
-                if fd != self._control.fileno():
+                if fd != control:
                     state = self._collect()
                     if state != _OPEN:
                         poller.unregister(fd)  # no clone can send any more, or held
@@ -338,15 +337,6 @@ class LiveSandbox:
             raise RuntimeError("the sandbox is over (killed, or its block was left)")
         if self._paused:
             raise RuntimeError("the sandbox is paused: resume() it first")
-
-
-def _nesting(nested: Nesting | None) -> tuple[tuple | None, list[int]]:
-    """A nested sandbox's part of a request: its filter and rlimits, and its ruleset's
-    descriptor to send along."""
-    if nested is None:
-        return None, []
-    confinement, limits = nested
-    return (confinement.program, limits), [confinement.ruleset.fileno()]
 
 
 def _socket_pairs(with_results: bool) -> tuple[socket.socket, socket.socket | None,

@@ -1,16 +1,24 @@
 """A sandbox nested in a running one: ``sb.sandbox(policy)``.
 
-Its processes are the running sandbox's (forked by its resident, under its Landlock
-domain, seccomp filter, supervisor and limits), each confined further by the static
-part of ``policy`` before it runs: Landlock domains stack and seccomp filters stack,
-so what a nested process may do is what both allow, and nothing can widen either.
-Its network is none, or its parent's (see ``nested_confinement``).
+It has a resident of its own, forked by the running sandbox's and confined further by
+the static part of ``policy``; every process of the nested sandbox is that resident's
+fork, so in its Landlock domain and under its filter as well as the sandbox's (and its
+supervisor, its limits). Landlock domains and seccomp filters stack: a nested process
+may do only what both policies allow, and nothing can widen either. Network rules of
+its own are the parent's supervisor's to apply, to the processes its resident tells
+it are its own (net._nests).
+
+    resident ──fork──> nested resident ══ its control socket, its probe ══ sandlock
+                                       ──fork──> nested.exec(argv), nested.call(fn)
 """
 
 from __future__ import annotations
 
-from .._errors import EXIT_TIMEOUT
+import socket
+
+from .._errors import EXIT_TIMEOUT, SetupError
 from ..policy import Policy
+from ._live import LiveSandbox
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -18,8 +26,9 @@ if TYPE_CHECKING:
 
     from ._call import CallResult
     from ._handles import LiveProcess
-    from ._live import LiveSandbox
     from ._sandbox import Result
+
+READER_END_TIMEOUT = 5.0  # seconds, for the reader to see a killed resident's socket close
 
 
 class NestedSandbox:
@@ -35,16 +44,18 @@ class NestedSandbox:
         if not isinstance(policy, Policy):
             raise TypeError(f"policy: expected a Policy or a profile name, got {type(policy).__name__}")
         self.policy = policy
-        self._live = live
-        self._nesting = nested_confinement(policy)  # compiled once; its ruleset sent each time
-        live.on_close(self._nesting[0].close)
+        confinement, limits, own_network = nested_confinement(policy)
+        try:
+            self._live = NestedLive(live, (confinement.program, limits),
+                                    confinement.ruleset.fileno(), policy if own_network else None)
+        finally:
+            confinement.close()
 
     def exec(self, argv: Sequence[str], *, stdin: int | None = None, stdout: int | None = None,
              stderr: int | None = None, pass_fds: Sequence[int] = ()) -> LiveProcess:
         from ._inputs import check_argv, check_pass_fds
 
-        return self._live.exec(check_argv(argv), (stdin, stdout, stderr), check_pass_fds(pass_fds),
-                               self._nesting)
+        return self._live.exec(check_argv(argv), (stdin, stdout, stderr), check_pass_fds(pass_fds))
 
     def run(self, argv: Sequence[str], timeout: float | None = None, *, input: bytes | None = None,
             capture_output: bool = True) -> Result:
@@ -71,4 +82,77 @@ class NestedSandbox:
 
         check_call(fn, args, kwargs, timeout)
         timeout = self.policy.timeout if timeout is None else timeout
-        return self._live.call(fn, tuple(args), dict(kwargs or {}), timeout, self._nesting)
+        return self._live.call(fn, tuple(args), dict(kwargs or {}), timeout)
+
+
+class NestedLive(LiveSandbox):
+    """The nested sandbox's side in sandlock: a LiveSandbox whose resident the parent's
+    forks; it lives as long as the parent."""
+
+    def __init__(self, parent: LiveSandbox, nested: tuple, ruleset: int,
+                 network: Policy | None) -> None:
+        """``nested``: the static filter and rlimits; ``ruleset``: the Landlock ruleset's
+        descriptor (sent); ``network``: the policy whose network rules narrow the
+        parent's for the nested processes, None if it has none of its own."""
+        self._prepare(parent._sandbox, None)
+        self._parent = parent
+        self._results = None
+        self._process = parent._process
+        self.audit = parent.audit
+        if network is not None:
+            _check_scopes()
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, ends = [self._control], [theirs]
+        try:
+            if network is not None:
+                probe, probe_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                ours.append(probe)
+                ends.append(probe_theirs)
+            token = parent._new_tokens(1)[0]
+            parent._request([], ("nest", token, nested, network is not None),
+                            [end.fileno() for end in ends] + [ruleset])
+            parent.on_close(self._finish)
+            self._begin()  # SetupError if its resident could not start
+        except BaseException:
+            for end in ours:
+                end.close()
+            raise
+        finally:
+            for end in ends:
+                end.close()
+        if network is not None:
+            # Before any process of it exists: none could make a call the rules miss.
+            parent._process.nest_network(network, ours[1], f"nested sandbox {token}")
+
+    def _ended(self) -> None:
+        """Its resident is gone (the sandbox is ending, or it was killed): what it
+        started ends with it, since nothing would report their ends."""
+        with self._changed:
+            for process in self._processes.values():
+                if process.returncode is None:
+                    process.end_group()
+                    process.returncode = 137
+            self._state = "over"
+            self._changed.notify_all()
+
+    def _finish(self) -> None:
+        """As the parent closes, once it is over: the resident is gone with it, which
+        its reader sees before its socket is closed under it."""
+        self.wait_until(lambda: self._state == "over", READER_END_TIMEOUT)
+        self._control.close()
+
+    def _check_open(self) -> None:
+        self._parent._check_open()
+        super()._check_open()
+
+    def close(self, failed: bool = False) -> None:
+        """(Only if its resident did not start: the parent's end ends it.)"""
+        self._control.close()
+
+
+def _check_scopes() -> None:
+    from ..kernel import landlock
+
+    if landlock.abi_version() < 6:  # LANDLOCK_SCOPE_SIGNAL
+        raise SetupError("a nested sandbox's own network rules need Landlock's signal "
+                         "scope (Linux 6.12): its processes could not be told apart")

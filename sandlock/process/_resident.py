@@ -50,9 +50,10 @@ class Resident:
     """The function the sandbox's command slot runs (``ChildSpec.function``)."""
 
     def __init__(self, control: int, results: int, init: Callable[[], object] | None,
-                 work: Callable[[], object] | None) -> None:
+                 work: Callable[[], object] | None, probe: int = -1) -> None:
         self._control_fd = control
         self._results = results  # -1 without work
+        self._probe = probe  # a nested sandbox's with network rules: see _answer_probe
         self._init = init
         self._work = work
         self._children: dict[int, int] = {}  # pid (in the sandbox) -> token
@@ -63,23 +64,28 @@ class Resident:
         control = socket.socket(fileno=self._control_fd)
         self._host_proc = host_proc
         self._null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        self._fence = _fence()
+        self._fence = _fence(scoped=self._probe >= 0)
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         _signal.set_wakeup_fd(wake_w)  # a SIGCHLD wakes the poll below
         _signal.signal(_signal.SIGCHLD, _noted)
         fence = self._fence.fileno() if self._fence is not None else -1
         self._own = [fd for fd in (self._control_fd, host_proc, self._results, wake_r, wake_w,
-                                   fence) if fd >= 0]
+                                   fence, self._probe) if fd >= 0]
         if not self._run_init():
             return 1
+        probe = socket.socket(fileno=self._probe) if self._probe >= 0 else None
         poller = select.poll()
-        poller.register(self._control_fd, select.POLLIN)
-        poller.register(wake_r, select.POLLIN)
+        for fd in (self._control_fd, wake_r, self._probe):
+            if fd >= 0:
+                poller.register(fd, select.POLLIN)
         while True:
             for fd, _events in poller.poll():
                 if fd == wake_r:
                     _drain(wake_r)
                     self._reap()
+                elif probe is not None and fd == self._probe:
+                    if not _answer_probe(probe):
+                        poller.unregister(fd)  # sandlock asks no more
                 elif not self._serve(control):
                     return 0  # sandlock hung up: the sandbox ends with us
 
@@ -108,13 +114,10 @@ class Resident:
                 os.close(fd)  # the forked process has its own copies
         return True
 
-    def _exec(self, token: int, argv: list[str], targets: list[int], nested: Nested | None, *,
-              fds: list[int]) -> None:
-        """Fork, confine further if nested, place the descriptors sandlock sent at the
-        numbers asked for, exec."""
+    def _exec(self, token: int, argv: list[str], targets: list[int], *, fds: list[int]) -> None:
+        """Fork, place the descriptors sandlock sent at the numbers asked for, exec."""
         if self._fork(token):
             return
-        _confine_further(nested, fds)
         _place(dict(zip(targets, fds)))
         close_on_exec_from(3)  # the resident's own are close-on-exec already
         for target in targets:
@@ -124,17 +127,35 @@ class Resident:
         self._say(b"fail %d %d" % (token, code))
         os._exit(EXIT_NOTFOUND if code in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOEXEC)
 
-    def _call(self, token: int, payload: bytes, nested: Nested | None, *, fds: list[int]) -> None:
+    def _call(self, token: int, payload: bytes, *, fds: list[int]) -> None:
         """Fork and run the function pickled in ``payload`` with its arguments: fds
-        are its result pipe, stdout and stderr (then a nested sandbox's ruleset)."""
+        are its result pipe, stdout and stderr."""
         if self._fork(token):
             self._calls.add(token)
             return
-        _confine_further(nested, fds)
         result, stdout, stderr = fds
         _place({0: self._null, 1: stdout, 2: stderr})
         self._forget(keep=(result,))
         _run_and_exit(Runner.loading(payload, result))
+
+    def _nest(self, token: int, nested: Nested, scoped: bool, *, fds: list[int]) -> None:
+        """Fork the resident of a nested sandbox (``sb.sandbox``): confined further by
+        its static policy (the ruleset: the last of ``fds``), in a layer scoped for
+        signals if ``scoped`` (its network rules: see net._nests), then serving sandlock
+        on the control socket (and probe socket) sent first. Every process it starts
+        is its descendant, so in its Landlock domain, and under its filter."""
+        if self._fork(token):
+            return
+        _confine_further(nested, fds)
+        control, probe = (fds + [-1])[:2]
+        code = EXIT_SETUP
+        try:
+            if scoped:
+                neutral_layer(landlock.SCOPE_SIGNAL).restrict_self()
+            self._forget(keep=(self._host_proc, control, probe))
+            code = Resident(control, -1, None, None, probe)(self._host_proc)
+        finally:
+            os._exit(code)
 
     def _clones(self, first_token: int, count: int, *, fds: list[int]) -> None:
         """``count`` clones of this process, each running ``work`` with CLONE_ID 0..count-1."""
@@ -190,22 +211,24 @@ class Resident:
         os.write(self._control_fd, message)
 
 
-def _fence() -> landlock.Ruleset | None:
+def _fence(scoped: bool) -> landlock.Ruleset | None:
     """The layer each process the resident forks puts itself in (None where the sandbox
     has no Landlock, under --best-effort). The resident is a fork of the embedding
     program, and its memory and environment still hold that program's (secrets
     included): in a domain of its own, no process of the sandbox can read them, nor
     take the resident's descriptors (its socket to sandlock among them), nor reach
-    another's, call and clone alike (Landlock's ptrace rule; see neutral_layer)."""
-    return neutral_layer() if landlock.abi_version() else None
+    another's, call and clone alike (Landlock's ptrace rule; see neutral_layer).
+    ``scoped``: in a nested sandbox with network rules, whose resident must live (it
+    tells sandlock which processes are its own): nor can they signal it, or a sibling."""
+    if not landlock.abi_version():
+        return None
+    return neutral_layer(landlock.SCOPE_SIGNAL if scoped else 0)
 
 
-def _confine_further(nested: Nested | None, fds: list[int]) -> None:
-    """In a new process of a nested sandbox (``sb.sandbox``): its static confinement on
-    top of the sandbox's, before anything of the request runs. The ruleset is the last
-    descriptor sandlock sent (taken off ``fds``)."""
-    if nested is None:
-        return
+def _confine_further(nested: Nested, fds: list[int]) -> None:
+    """In a nested sandbox's resident: its static confinement on top of the sandbox's,
+    before anything else. The ruleset is the last descriptor sandlock sent (taken off
+    ``fds``)."""
     program, limits = nested
     ruleset = fds.pop()
     try:
@@ -215,6 +238,34 @@ def _confine_further(nested: Nested | None, fds: list[int]) -> None:
         os.close(ruleset)
     except BaseException:  # noqa: BLE001 - never run unconfined
         os._exit(EXIT_SETUP)
+
+
+def _answer_probe(probe: socket.socket) -> bool:
+    """Whether the thread whose pidfd sandlock sent is in this resident's domain: the
+    errno of a null signal to it, which Landlock's signal scope refuses (EPERM) to a
+    thread outside (see net._nests). False once sandlock has hung up."""
+    try:
+        data, fds, _flags, _address = socket.recv_fds(probe, 16, 1)
+    except InterruptedError:
+        return True
+    except OSError:
+        return False
+    if not data:
+        return False
+    error = errno.EBADF
+    for pidfd in fds:
+        try:
+            _signal.pidfd_send_signal(pidfd, 0)
+            error = 0
+        except OSError as exc:
+            error = exc.errno or errno.EPERM
+        finally:
+            os.close(pidfd)
+    try:
+        probe.send(b"%d" % error)
+    except OSError:
+        return False
+    return True
 
 
 def _run_and_exit(runner: Runner) -> None:

@@ -14,6 +14,7 @@ import sys
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Callable
 
     from .._auditlog import AuditLog
@@ -85,7 +86,11 @@ class Supervision:
         self._network_failed = False
         self._closed = False
         # Decided before the fork: the command waits while take_listener runs.
-        self._pins_at_start = _pins_names(policy)
+        self._pins_at_start = False
+        if policy.net_allow_specs or policy.has_http_rules:  # (only then: an import)
+            from ..net import pins_at_start
+
+            self._pins_at_start = pins_at_start(policy)
         self._memfd_nr = _memfd_number() if self.wants_scratch else -1  # (see MEMFD_CALL)
         self._receivers = 0  # threads waiting for the command's calls
         self._grown = False  # the receivers joined at the first fork-like call
@@ -290,6 +295,17 @@ class Supervision:
             self._network = network
         return network
 
+    def nest_network(self, policy: Policy, probe: socket.socket, name: str) -> None:
+        """A nested sandbox's own network rules (net._nests); ``probe``: owned."""
+        with self._handling:
+            network = self._network or self._build_network()
+        if network is None:
+            probe.close()
+            from .._errors import SetupError
+
+            raise SetupError("the sandbox's network supervisor could not start")
+        network.nest(policy, probe, name)
+
     def _review_network(self, call: NetworkCall) -> int:
         """policy_fn's word on a network call. The engine asks with ``_handling`` held
         (a judged call, nothing half done): it is let go meanwhile, so that a slow
@@ -381,20 +397,3 @@ _CREATION_NUMBERS: frozenset[int] | None = None
 
 
 _WAKE_TIMEOUT = 5.0  # receivers need microseconds to see the hang-up; this bounds a stuck one
-
-
-def _pins_names(policy: Policy) -> bool:
-    """Whether the policy names hosts that DNS must pin at start: those of its network
-    and HTTP rules that --resolve does not pin already (parsed again here: the policy
-    checks loaded the grammar, not the engine)."""
-    if not (policy.net_allow_specs or policy.has_http_rules):
-        return False
-    from ..net import read_allow, resolved_names
-
-    names = {rule.host for rule in map(read_allow, policy.net_allow_specs)
-             if rule.host is not None}
-    if policy.has_http_rules:  # (the rule grammar imports re: only for these runs)
-        from ..proxy import HttpRules
-
-        names |= HttpRules.parse(policy.http_allow, policy.http_deny).concrete_hosts()
-    return bool(names - resolved_names(policy.resolve))

@@ -1,0 +1,202 @@
+"""Nested sandboxes with network rules of their own (``sb.sandbox(Policy(net_allow=...))``):
+the running sandbox's supervisor judges their processes' calls by both policies, and
+tells them apart by their Landlock domain, which no process can leave or forge. Real
+curl, shells and Python against real loopback servers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+
+import pytest
+
+from sandlock import Policy, Sandbox
+
+SYSTEM = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+
+
+def fetch(url: str) -> list[str]:
+    return ["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", url]
+
+
+def urls(upstreams) -> tuple[str, str]:
+    a, b = upstreams
+    return f"http://127.0.0.2:{a.port}/a", f"http://127.0.0.3:{b.port}/b"
+
+
+def both(upstreams) -> Policy:
+    a, b = upstreams
+    return Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.2:{a.port}", f"127.0.0.3:{b.port}"])
+
+
+def test_own_rules_narrow_the_parents(upstreams):
+    (a, b), (url_a, url_b) = upstreams, urls(upstreams)
+    with Sandbox(both(upstreams), quiet=True) as sb:
+        nested = sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.2:{a.port}"]))
+        assert nested.run(fetch(url_a)).stdout == b"200"
+        refused = nested.run(fetch(url_b))
+        assert (refused.stdout, refused.exit_code) == (b"000", 7)
+        assert sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=["*"])).run(fetch(url_b)).stdout == b"200"
+    assert a.paths() == ["/a"] and b.paths() == ["/b"]  # the parent's rules, for the parent's
+
+
+def test_own_rules_never_widen_the_parents(upstreams):
+    (a, b), (url_a, url_b) = upstreams, urls(upstreams)
+    parent = Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.2:{a.port}"])
+    with Sandbox(parent, quiet=True) as sb:
+        wider = sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=["127.0.0.0/8"]))
+        assert wider.run(fetch(url_a)).stdout == b"200"
+        assert wider.run(fetch(url_b)).exit_code == 7
+    assert b.paths() == []
+
+
+def test_sibling_nested_sandboxes_each_have_their_own(upstreams):
+    (a, b), (url_a, url_b) = upstreams, urls(upstreams)
+    with Sandbox(both(upstreams), quiet=True) as sb:
+        to_a = sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.2:{a.port}"]))
+        to_b = sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.3:{b.port}"]))
+        assert [to_a.run(fetch(url)).stdout for url in (url_a, url_b)] == [b"200", b"000"]
+        assert [to_b.run(fetch(url)).stdout for url in (url_a, url_b)] == [b"000", b"200"]
+
+
+def test_names_in_nested_rules_are_the_sandboxs_pinned_names(upstreams):
+    a, b = upstreams
+    parent = Policy(fs_readable=SYSTEM, resolve=["web.test=127.0.0.2", "other.test=127.0.0.3"],
+                    net_allow=[f"web.test:{a.port}", f"other.test:{b.port}"])
+    with Sandbox(parent, quiet=True) as sb:
+        nested = sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"web.test:{a.port}"]))
+        assert nested.run(fetch(f"http://web.test:{a.port}/web")).stdout == b"200"
+        assert nested.run(fetch(f"http://other.test:{b.port}/other")).exit_code == 7
+    assert a.paths() == ["/web"] and b.paths() == []
+
+
+def test_descendants_and_orphans_stay_under_the_nested_rules(upstreams, tmp_path):
+    """A process that leaves its process group and outlives what started it (reparented
+    to the sandbox's init) is still in the nested sandbox's domain."""
+    (a, b), (url_a, url_b) = upstreams, urls(upstreams)
+    out = tmp_path / "out"
+    script = (f"setsid sh -c 'sleep 0.3; {' '.join(fetch(url_b))} > {out}.b; "
+              f"{' '.join(fetch(url_a))} > {out}.a' >/dev/null 2>&1 &")
+    with Sandbox(both(upstreams).replace(fs_writable=[str(tmp_path)]), quiet=True) as sb:
+        nested = sb.sandbox(Policy(fs_readable=SYSTEM, fs_writable=[str(tmp_path)],
+                                   net_allow=[f"127.0.0.2:{a.port}"]))
+        assert nested.run(["sh", "-c", script]).exit_code == 0
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "out.a").exists() or not (tmp_path / "out.a").read_text():
+            assert time.monotonic() < deadline, "the orphan never ran"
+            time.sleep(0.05)
+    assert (tmp_path / "out.b").read_text() == "000" and (tmp_path / "out.a").read_text() == "200"
+    assert b.paths() == []
+
+
+def connect_from_threads(host: str, port: int, count: int) -> list[int]:
+    """Each of ``count`` threads connects once: their errnos (0 for a connection)."""
+    results = [-1] * count
+
+    def one(index: int) -> None:
+        with socket.socket() as sock:
+            results[index] = sock.connect_ex((host, port))
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_every_thread_of_a_nested_call_is_judged(upstreams):
+    a, b = upstreams
+    with Sandbox(both(upstreams), quiet=True) as sb:
+        nested = sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.2:{a.port}"]))
+        assert nested.call(connect_from_threads, args=("127.0.0.2", a.port, 8)).value == [0] * 8
+        refused = nested.call(connect_from_threads, args=("127.0.0.3", b.port, 8)).value
+        assert set(refused) == {13}  # EACCES, each
+        assert sb.call(connect_from_threads, args=("127.0.0.3", b.port, 4)).value == [0] * 4
+
+
+def bind_port(port: int) -> int:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return exc.errno
+        return 0
+
+
+def test_bind_rules_narrow_too():
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    with Sandbox(Policy(fs_readable=SYSTEM, net_bind=["*"]), quiet=True) as sb:
+        nested = sb.sandbox(Policy(fs_readable=SYSTEM, net_bind=[str(ports[0])]))
+        assert nested.call(bind_port, args=(ports[0],)).value == 0
+        assert nested.call(bind_port, args=(ports[1],)).value == 13
+        assert sb.call(bind_port, args=(ports[1],)).value == 0
+
+
+def test_a_nested_process_cannot_signal_its_resident(upstreams):
+    """Its resident tells sandlock which processes are the nested sandbox's: none of
+    them may end it."""
+    (a, _), (url_a, url_b) = upstreams, urls(upstreams)
+    with Sandbox(both(upstreams), quiet=True) as sb:
+        nested = sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.2:{a.port}"]))
+        killed = nested.run(["sh", "-c", "kill -9 $PPID"])
+        assert killed.exit_code == 1 and b"Operation not permitted" in killed.stderr
+        assert [nested.run(fetch(url)).stdout for url in (url_a, url_b)] == [b"200", b"000"]
+
+
+def test_a_resident_gone_fails_closed(upstreams, capfd):
+    """If a nested resident dies (here killed from outside), threads it can no longer
+    be asked about get no network, and sandlock says why."""
+    a, _ = upstreams
+    with Sandbox(both(upstreams), quiet=True) as sb:
+        nested = sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.2:{a.port}"]))
+        sleeper = nested.exec(["sleep", "30"])
+        os.kill(_parent_of(sleeper.pid), signal.SIGKILL)
+        assert sb.call(connect_from_threads, args=("127.0.0.2", a.port, 1)).value == [1]  # EPERM
+    assert "resident is gone" in capfd.readouterr().err
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("PPid:"))
+
+
+UNPRIVILEGED = textwrap.dedent("""
+    import sys
+    from sandlock import Policy, Sandbox
+    port_a, port_b = map(int, sys.argv[1:])
+    fetch = ["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}"]
+    system = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+    a, b = f"http://127.0.0.2:{port_a}/a", f"http://127.0.0.3:{port_b}/b"
+    parent = Policy(fs_readable=system, net_allow=[f"127.0.0.2:{port_a}", f"127.0.0.3:{port_b}"])
+    with Sandbox(parent, quiet=True) as sb:
+        nested = sb.sandbox(Policy(fs_readable=system, net_allow=[f"127.0.0.2:{port_a}"]))
+        print(nested.run([*fetch, a]).stdout.decode(), nested.run([*fetch, b]).stdout.decode(),
+              sb.sandbox(Policy(fs_readable=system, net_allow=["*"])).run([*fetch, b]).stdout.decode())
+""")
+
+
+def test_nested_network_rules_as_an_unprivileged_user(upstreams, as_nobody):
+    a, b = upstreams
+    result = subprocess.run(as_nobody([sys.executable, "-c", UNPRIVILEGED, str(a.port), str(b.port)]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert result.stdout.split() == ["200", "000", "200"], result.stderr
+
+
+def test_what_a_nested_sandbox_still_refuses_is_named():
+    from sandlock import PolicyError
+
+    with Sandbox(Policy()) as sb:
+        with pytest.raises(PolicyError, match="dns_servers"):
+            sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=["*:443"], dns_servers=["127.0.0.1"]))
