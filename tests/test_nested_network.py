@@ -82,15 +82,17 @@ def test_descendants_and_orphans_stay_under_the_nested_rules(upstreams, tmp_path
     to the sandbox's init) is still in the nested sandbox's domain."""
     (a, b), (url_a, url_b) = upstreams, urls(upstreams)
     out = tmp_path / "out"
-    script = (f"setsid sh -c 'sleep 0.3; {' '.join(fetch(url_b))} > {out}.b; "
-              f"{' '.join(fetch(url_a))} > {out}.a' >/dev/null 2>&1 &")
+    # (the starter ends once the orphan is in a session of its own, out of its group)
+    script = (f"setsid sh -c 'touch {out}.moved; sleep 0.3; {' '.join(fetch(url_b))} > {out}.b; "
+              f"{' '.join(fetch(url_a))} > {out}.a' >/dev/null 2>&1 & "
+              f"while [ ! -e {out}.moved ]; do sleep 0.01; done")
     with Sandbox(both(upstreams).replace(fs_writable=[str(tmp_path)]), quiet=True) as sb:
         nested = sb.sandbox(Policy(fs_readable=SYSTEM, fs_writable=[str(tmp_path)],
                                    net_allow=[f"127.0.0.2:{a.port}"]))
         assert nested.run(["sh", "-c", script]).exit_code == 0
         deadline = time.monotonic() + 10
         while not (tmp_path / "out.a").exists() or not (tmp_path / "out.a").read_text():
-            assert time.monotonic() < deadline, "the orphan never ran"
+            assert time.monotonic() < deadline, f"the orphan never ran: {sorted(tmp_path.iterdir())}"
             time.sleep(0.05)
     assert (tmp_path / "out.b").read_text() == "000" and (tmp_path / "out.a").read_text() == "200"
     assert b.paths() == []

@@ -17,15 +17,15 @@ if TYPE_CHECKING:
     from ._engine import Network, compile_policy
     from ._http import HttpRun
     from ._netpolicy import Endpoint, NetPolicy, Verdict, rules_admit
-    from ._review import NetworkCall
     from ._pins import PinTable
     from ._ports import parse_ports
+    from ._review import NetworkCall
     from ._spec import (
         DEFAULT_PROTOCOLS,
         ICMP,
+        TCP,
         IPAddress,
         NetRule,
-        TCP,
         parse_allow,
         parse_deny,
         parse_dns_server,

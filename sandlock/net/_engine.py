@@ -31,7 +31,7 @@ from ._supervisor import Services, Supervisor
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     import socket
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from .._auditlog import AuditLog
     from ..kernel import Listener, Notification
@@ -48,16 +48,16 @@ def compile_policy(policy: Policy) -> NetPolicy:
     return NetPolicy(
         allow=tuple(map(parse_allow, policy.net_allow_specs)),
         deny=tuple(map(parse_deny, policy.net_deny)),
-        bind_ports=_bind_ports(policy),
+        bind_ports=_bind_ports(policy.net_bind),
         unix_paths=policy.unix_allow,
         http=HttpRules.parse(policy.http_allow, policy.http_deny, policy.http_auth),
         http_ports=frozenset(policy.http_ports),
     )
 
 
-def _bind_ports(policy: Policy) -> PortSet | None:
+def _bind_ports(specs: Sequence[str]) -> PortSet | None:
     bind = None
-    for spec in policy.net_bind:
+    for spec in specs:
         ports = parse_ports(spec)
         bind = ports if bind is None else bind | ports
     return bind
@@ -111,21 +111,26 @@ class Network(Services):
         """The run's loop is over: the listener goes once no worker holds a call."""
         self._supervisor.release(listener)
 
-    def nest(self, policy: Policy, probe: socket.socket, name: str) -> None:
-        """A nested sandbox whose processes' calls ``policy``'s network rules narrow,
-        told apart by its resident on ``probe`` (owned from now on; see ``_nests``)."""
+    def nest(self, allow: Sequence[str], deny: Sequence[str], bind: Sequence[str],
+             probe: socket.socket, name: str, trusted: bool = True) -> None:
+        """A nested sandbox whose processes' calls these rules (--net-allow,
+        --net-deny, --net-bind grammars) narrow, told apart by its resident on
+        ``probe`` (owned from now on; see ``_nests``). ValueError for a bad rule."""
         from ._nests import Nests
 
-        rules = NetPolicy(allow=tuple(map(parse_allow, policy.net_allow_specs)),
-                          deny=tuple(map(parse_deny, policy.net_deny)),
-                          bind_ports=_bind_ports(policy))
+        try:
+            rules = NetPolicy(allow=tuple(map(parse_allow, allow)), deny=tuple(map(parse_deny, deny)),
+                              bind_ports=_bind_ports(bind))
+        except BaseException:
+            probe.close()
+            raise
         with self._lock:
             if self._closed:
                 probe.close()
                 return
             if self._supervisor.nests is None:
                 self._supervisor.nests = Nests()
-            self._supervisor.nests.add(rules, probe, name)
+            self._supervisor.nests.add(rules, probe, name, trusted)
 
     def _proxy_listens(self, addresses: dict[int, tuple[str, int]]) -> None:
         self._listeners.others = frozenset((ip, port) for ip, port in addresses.values())

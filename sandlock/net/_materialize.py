@@ -86,7 +86,7 @@ class Request:
     flags: int = 0  # send flags; listen: the backlog
     msgvec: int = 0  # sendmmsg: where to write msg_len back
     owned_fds: tuple[int, ...] = field(default=(), repr=False)
-    nested: NetPolicy | None = field(default=None, repr=False)  # a nested sandbox's rules
+    nested: tuple[NetPolicy, ...] = field(default=(), repr=False)  # nested sandboxes' rules
 
     def close(self) -> None:
         for fd in (self.socket.fd, *self.owned_fds):
@@ -105,7 +105,7 @@ class Refused(Exception):
 
 
 def materialize(notification: Notification, syscall: str, pidfd: int,
-                nested: NetPolicy | None = None) -> Request:
+                nested: tuple[NetPolicy, ...] = ()) -> Request:
     """Copy what ``syscall`` needs from the child (``nested``: the Request's, as
     given). Raises Refused, Fault or OSError."""
     args = notification.args

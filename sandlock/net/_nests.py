@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import socket
 import threading
+import time
 
 from ._judge import Decision
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from ._pins import PinTable
 
 PROBE_TIMEOUT = 10.0  # seconds: a paused sandbox holds its nested residents too
+MAX_NESTS = 64  # each is asked about every thread's first call: a bound on that cost
 UNKNOWN = errno.EPERM  # the call's errno when the thread's sandbox cannot be told
 
 
@@ -45,35 +48,47 @@ class Unknown(Exception):
 
 
 class _Nest:
-    """One nested sandbox: its rules, and the socket to its resident."""
+    """One nested sandbox: its rules, and the socket its resident answers on.
 
-    def __init__(self, rules: NetPolicy, probe: socket.socket, name: str) -> None:
+    ``trusted``: its resident is sandlock's (``sb.sandbox``), and a question it leaves
+    unanswered fails the call. A nest registered from inside the sandbox (a ``sandlock
+    run`` there, through ``_nesting``) answers for a process sandlock does not control:
+    its word can only narrow the threads it claims, so silence claims nothing."""
+
+    def __init__(self, rules: NetPolicy, probe: socket.socket, name: str, trusted: bool) -> None:
         self.rules = rules
         self.name = name
+        self.trusted = trusted
+        self.gone = ""  # why it can answer no more
         self._probe = probe
-        self._probe.settimeout(PROBE_TIMEOUT)
-        self._lock = threading.Lock()  # one question at a time: answers come in order
+        self._probe.setblocking(False)
 
-    def holds(self, pidfd: int, tid: int) -> bool:
-        """Whether thread ``pidfd`` is in this sandbox (Unknown if that cannot be told)."""
+    def ask(self, pidfd: int, question: int) -> None:
         try:
-            with self._lock:
-                socket.send_fds(self._probe, [b"?"], [pidfd])
-                answer = self._probe.recv(16)
-        except (BrokenPipeError, ConnectionResetError):
-            raise Unknown(f"{self.name}'s resident is gone") from None
-        except OSError as exc:
-            raise Unknown(f"{self.name}'s resident does not answer ({exc})") from None
-        if not answer:
-            raise Unknown(f"{self.name}'s resident is gone")
-        error = int(answer)
-        if error == 0:
-            return True
-        if error == errno.ESRCH:
-            raise ProcessLookupError(tid)  # the pidfd names an earlier thread: reopen
-        if error == errno.EPERM and _may_be_signalled(tid):
-            return False  # refused by the kernel for its domain alone
-        raise Unknown(f"thread {tid} could not be told apart ({os.strerror(error)})")
+            socket.send_fds(self._probe, [b"?%d" % question], [pidfd])
+        except BlockingIOError:
+            self.gone = "does not read its questions"
+        except OSError:
+            self.gone = "is gone"
+
+    def answer(self, question: int, deadline: float) -> int | None:
+        """The errno it answered ``question`` with; None if it cannot say in time."""
+        while not self.gone:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self._probe], [], [], remaining)[0]:
+                return None
+            try:
+                reply = self._probe.recv(32)
+            except OSError:
+                reply = b""
+            if not reply:
+                self.gone = "is gone"
+                break
+            number, _, error = reply.partition(b" ")
+            if number == b"%d" % question:
+                return int(error)
+            # (a late answer to an earlier question: skipped)
+        return None
 
     def close(self) -> None:
         self._probe.close()
@@ -81,31 +96,52 @@ class _Nest:
 
 class Nests:
     """The nested sandboxes with network rules of a running sandbox; ``rules_for``
-    tells the engine which of them a calling thread is in."""
+    tells the engine which of them a calling thread is in. The engine handles one
+    call at a time: so do these questions."""
 
     def __init__(self) -> None:
         self._nests: list[_Nest] = []
         self._lock = threading.Lock()
+        self._questions = 0
 
-    def add(self, rules: NetPolicy, probe: socket.socket, name: str) -> None:
+    def add(self, rules: NetPolicy, probe: socket.socket, name: str, trusted: bool = True) -> None:
         """A nested sandbox whose resident answers on ``probe`` (owned from now on).
         Threads judged earlier need no new question: none can enter its domain."""
         with self._lock:
-            self._nests = [*self._nests, _Nest(rules, probe, name)]
+            self._nests = [nest for nest in self._nests if nest.trusted or not nest.gone]
+            if len(self._nests) >= MAX_NESTS:
+                probe.close()
+                raise ValueError(f"at most {MAX_NESTS} nested sandboxes have network rules at once")
+            self._nests = [*self._nests, _Nest(rules, probe, name, trusted)]
 
-    def rules_for(self, tid: int, pidfd: int, known: dict[int, NetPolicy | None]) -> NetPolicy | None:
-        """The nested rules thread ``tid`` (``pidfd``) is under, None for the sandbox's
-        own; ``known``: the answers so far, by pidfd (the caller drops a pidfd's answer
-        with it). Raises Unknown, or ProcessLookupError if the pidfd is stale."""
+    def rules_for(self, tid: int, pidfd: int,
+                  known: dict[int, tuple[NetPolicy, ...]]) -> tuple[NetPolicy, ...]:
+        """The rules of every nested sandbox thread ``tid`` (``pidfd``) is in (none: the
+        sandbox's own alone); ``known``: the answers so far, by pidfd (the caller drops a
+        pidfd's answer with it). Raises Unknown, or ProcessLookupError if the pidfd is
+        stale (its thread is gone)."""
         if pidfd in known:
             return known[pidfd]
-        found = None
-        for nest in self._nests:
-            if nest.holds(pidfd, tid):
-                found = nest.rules
-                break
-        known[pidfd] = found
-        return found
+        self._questions += 1
+        nests = self._nests
+        for nest in nests:  # all asked at once: a slow one delays the answer once
+            nest.ask(pidfd, self._questions)
+        deadline = time.monotonic() + PROBE_TIMEOUT
+        found = []
+        for nest in nests:
+            error = nest.answer(self._questions, deadline)
+            if error == errno.ESRCH:
+                raise ProcessLookupError(tid)  # the pidfd names an earlier thread: reopen
+            if error == 0:
+                found.append(nest.rules)
+            elif not (error == errno.EPERM and _may_be_signalled(tid)) and nest.trusted:
+                why = nest.gone or ("does not answer" if error is None else os.strerror(error))
+                raise Unknown(f"{nest.name}'s resident {why}: thread {tid} cannot be told apart")
+        if any(nest.gone and not nest.trusted for nest in nests):
+            with self._lock:  # its run is over, and the processes it vouched for with it
+                self._nests = [nest for nest in self._nests if nest.trusted or not nest.gone]
+        known[pidfd] = rules = tuple(found)
+        return rules
 
     def close(self) -> None:
         with self._lock:

@@ -164,7 +164,7 @@ class Supervisor:
     def _read(self, notification: Notification, syscall: str, pidfd: int) -> Request:
         """The call's arguments, and which nested sandbox's rules, if any, its thread is
         under (a question only while there are nested ones, once per thread)."""
-        nested = None
+        nested = ()
         if self.nests is not None:
             try:
                 nested = self.nests.rules_for(notification.pid, pidfd, self._pidfds.notes)
@@ -362,9 +362,9 @@ class Supervisor:
         return decision
 
     def _narrowed(self, request: Request, address: SockAddress | None, decision: Decision) -> Decision:
-        if request.nested is None:
-            return decision
-        return narrowed(request.nested, self._context.pins, request.syscall, address, decision)
+        for rules in request.nested:  # (none, unless nested sandboxes have network rules)
+            decision = narrowed(rules, self._context.pins, request.syscall, address, decision)
+        return decision
 
     def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:
         if decision.allowed and not self._audit.logs_allowed:

@@ -33,6 +33,7 @@ from ..confinement import apply_static, neutral_layer
 from ..kernel import close_on_exec_from, exited_children, landlock
 from ._call import Runner
 from ._child import exec_argv
+from ._vouching import answer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class Resident:
                  work: Callable[[], object] | None, probe: int = -1) -> None:
         self._control_fd = control
         self._results = results  # -1 without work
-        self._probe = probe  # a nested sandbox's with network rules: see _answer_probe
+        self._probe = probe  # a nested sandbox's with network rules: see _vouching
         self._init = init
         self._work = work
         self._children: dict[int, int] = {}  # pid (in the sandbox) -> token
@@ -84,7 +85,7 @@ class Resident:
                     _drain(wake_r)
                     self._reap()
                 elif probe is not None and fd == self._probe:
-                    if not _answer_probe(probe):
+                    if not answer(probe):
                         poller.unregister(fd)  # sandlock asks no more
                 elif not self._serve(control):
                     return 0  # sandlock hung up: the sandbox ends with us
@@ -238,34 +239,6 @@ def _confine_further(nested: Nested, fds: list[int]) -> None:
         os.close(ruleset)
     except BaseException:  # noqa: BLE001 - never run unconfined
         os._exit(EXIT_SETUP)
-
-
-def _answer_probe(probe: socket.socket) -> bool:
-    """Whether the thread whose pidfd sandlock sent is in this resident's domain: the
-    errno of a null signal to it, which Landlock's signal scope refuses (EPERM) to a
-    thread outside (see net._nests). False once sandlock has hung up."""
-    try:
-        data, fds, _flags, _address = socket.recv_fds(probe, 16, 1)
-    except InterruptedError:
-        return True
-    except OSError:
-        return False
-    if not data:
-        return False
-    error = errno.EBADF
-    for pidfd in fds:
-        try:
-            _signal.pidfd_send_signal(pidfd, 0)
-            error = 0
-        except OSError as exc:
-            error = exc.errno or errno.EPERM
-        finally:
-            os.close(pidfd)
-    try:
-        probe.send(b"%d" % error)
-    except OSError:
-        return False
-    return True
 
 
 def _run_and_exit(runner: Runner) -> None:

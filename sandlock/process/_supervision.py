@@ -304,7 +304,7 @@ class Supervision:
             from .._errors import SetupError
 
             raise SetupError("the sandbox's network supervisor could not start")
-        network.nest(policy, probe, name)
+        network.nest(policy.net_allow_specs, policy.net_deny, policy.net_bind, probe, name)
 
     def _review_network(self, call: NetworkCall) -> int:
         """policy_fn's word on a network call. The engine asks with ``_handling`` held
