@@ -149,7 +149,7 @@ def test_sandlock_run_inside_keeps_the_outer_network_or_none(upstreams, tree):
 
 
 @pytest.mark.parametrize("option,value,named", [
-    ("--net-allow", "127.0.0.2:80", "--net-allow"), ("-m", "64M", "--max-memory"),
+    ("--unix-allow", "/run/x.sock", "--unix-allow"), ("-m", "64M", "--max-memory"),
     ("--http-allow", "GET example.test/*", "--http-allow")])
 def test_sandlock_run_inside_refuses_what_it_cannot_enforce(option, value, named, tree):
     result = outer(inner=[option, value, "--", "true"], cwd=str(tree))

@@ -13,6 +13,7 @@ import errno
 import os
 import sys
 import threading
+from functools import partial
 
 from ..kernel import DROPPED_CAPABILITIES, drop_capabilities, native_arch, restrict_self
 from ..proxy import HttpRules
@@ -24,7 +25,7 @@ from ._materialize import Socket
 from ._netpolicy import NetPolicy, canonical_address
 from ._pins import PinTable
 from ._ports import parse_ports
-from ._sockaddr import InetAddress, inet
+from ._sockaddr import InetAddress, UnixAddress, inet
 from ._spec import parse_allow, parse_deny, resolved_names
 from ._supervisor import Services, Supervisor
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from ..kernel import Listener, Notification
     from ..policy import Policy
     from ._http import HttpRun
+    from ._nesting import NestingService
     from ._ports import PortSet
     from ._review import NetworkCall
 
@@ -92,6 +94,7 @@ class Network(Services):
         self._closed = False
         self._ruleset_fd = ruleset_fd  # kept for a confined worker made on first need
         self._confined: ConfinedWorker | None = None
+        self._nesting: NestingService | None = None  # runs inside register there (_nesting)
         context = RunContext(rules, self.pins, self._listeners,
                              ipc_scoped=not (policy.allow_ipc or policy.full_access))
         self._supervisor = Supervisor(native_arch(), context, self.audit, self, review)
@@ -136,6 +139,19 @@ class Network(Services):
         self._listeners.others = frozenset((ip, port) for ip, port in addresses.values())
 
     # --- Services (for the supervisor) ---------------------------------------------
+
+    def nesting_target(self) -> UnixAddress | int:
+        from ._nesting import NestingService
+
+        with self._lock:
+            if self._closed:
+                return errno.ECONNREFUSED
+            if self._nesting is None:
+                try:
+                    self._nesting = NestingService(partial(self.nest, trusted=False))
+                except OSError as exc:
+                    return exc.errno or errno.ECONNREFUSED
+            return self._nesting.target
 
     def wait_for_pins(self) -> None:
         ready = self._pins_ready
@@ -265,6 +281,8 @@ class Network(Services):
             self._say_still_resolving()
         if responder is not None:
             responder.stop()
+        if self._nesting is not None:
+            self._nesting.close()
         if self._confined is not None:
             self._confined.stop()
         if self._ruleset_fd is not None:

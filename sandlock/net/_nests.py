@@ -28,12 +28,13 @@ import time
 
 from ._judge import Decision
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
-from ._sockaddr import InetAddress
+from ._sockaddr import InetAddress, UnixAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ._pins import PinTable
 
+NESTING_NAME = b"sandlock-nesting"  # where runs inside register (abstract; see _nesting)
 PROBE_TIMEOUT = 10.0  # seconds: a paused sandbox holds its nested residents too
 MAX_NESTS = 64  # each is asked about every thread's first call: a bound on that cost
 UNKNOWN = errno.EPERM  # the call's errno when the thread's sandbox cannot be told
@@ -130,7 +131,7 @@ class Nests:
         found = []
         for nest in nests:
             error = nest.answer(self._questions, deadline)
-            if error == errno.ESRCH:
+            if error == errno.ESRCH and nest.trusted:  # (an untrusted one could say it always)
                 raise ProcessLookupError(tid)  # the pidfd names an earlier thread: reopen
             if error == 0:
                 found.append(nest.rules)
@@ -148,6 +149,11 @@ class Nests:
             nests, self._nests = self._nests, []
         for nest in nests:
             nest.close()
+
+
+def is_nesting(address: object) -> bool:
+    """A connect to where runs inside the sandbox register their rules (``_nesting``)."""
+    return isinstance(address, UnixAddress) and address.abstract and address.path == NESTING_NAME
 
 
 def narrowed(rules: NetPolicy, pins: PinTable, syscall: str, address: object,

@@ -41,7 +41,7 @@ from ._materialize import (
     Socket,
     materialize,
 )
-from ._nests import UNKNOWN, Nests, Unknown, narrowed
+from ._nests import UNKNOWN, Nests, Unknown, is_nesting, narrowed
 from ._review import NetworkCall, reviewed
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
 from ._workers import PidfdCache, WorkerPool
@@ -72,6 +72,11 @@ class Services:
     def proxy_target(self, sock: Socket, destination: InetAddress, pid: int) -> InetAddress | int:
         """Route ``sock`` (meant for ``destination``) through the HTTP proxy: the
         proxy's address to connect to instead, or an errno."""
+        raise NotImplementedError
+
+    def nesting_target(self) -> UnixAddress | int:
+        """Where a run inside the sandbox registers its network rules (``_nesting``),
+        started on first use; or an errno."""
         raise NotImplementedError
 
 
@@ -239,6 +244,8 @@ class Supervisor:
             decision = judge_listen(request.socket, request.address, self._context)
             decision = self._narrowed(request, request.address, decision)
             self._record(request, request.address, decision)
+        elif syscall == "connect" and is_nesting(request.address):
+            return self._to_nesting(request)
         else:
             decision = self._decide(request, request.address, binding=syscall == "bind")
         if not decision.allowed:
@@ -259,6 +266,14 @@ class Supervisor:
         if decision.protocol == "netlink":  # a datagram socket: never Deferred
             return self._services.confined_worker().call(lambda: _execute.connect(request.socket, target))
         return _execute.connect(request.socket, target)  # may be Deferred
+
+    def _to_nesting(self, request: Request) -> Outcome | Deferred:
+        """A run inside the sandbox registering its network rules: to sandlock's service
+        (never to the abstract name, which anything could have bound)."""
+        target = self._services.nesting_target()
+        if isinstance(target, int):
+            return -1, target
+        return _execute.connect(request.socket, target)
 
     def _bind_as_the_command(self, sock: Socket, address: SockAddress) -> Outcome:
         """A unix socket the sandbox binds is its own IPC: remembered, so that the

@@ -60,6 +60,9 @@ class ChildSpec:
     # resident process): given the host's /proc (O_PATH, or -1), returns an exit status.
     function: Callable[[int], int] | None = None
     keep_host_proc: bool = False  # the function keeps the host's /proc (else -1)
+    # Inside a sandbox, with network rules of its own: the socket on which the keeper
+    # tells the enclosing supervisor which threads are the run's (_vouching).
+    probe_fd: int = -1
 
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,

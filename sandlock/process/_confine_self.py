@@ -166,31 +166,31 @@ def _threads() -> int:
 _ENCLOSED_RUN = APPLIED | {"timeout", "max_output", "env", "clean_env", "cwd"}
 
 
-def enclosed_confinement(policy: Policy, cwd: str, env: dict[str, str]) -> SelfConfinement:
+def enclosed_confinement(policy: Policy, cwd: str, env: dict[str, str]) -> tuple[SelfConfinement, bool]:
     """A run's confinement where sandlock itself is in a sandbox (``_enclosed``): the
-    static part of ``policy`` (its default workspace included, of ``cwd`` and ``env``)
-    and a network that is none or the enclosing sandbox's, as for a nested sandbox."""
-    keeps_network = _keeps_network(policy)
-    bare = policy.replace(net_allow=(), net_connect=(), net_bind=())
+    static part of ``policy`` (its default workspace included, of ``cwd`` and ``env``),
+    and whether it has network rules of its own, which the enclosing sandbox's
+    supervisor applies on top of its own (as for a nested sandbox)."""
+    bare, tcp, rules, own = _split_network(policy)
+    if own and (policy.allow_ipc or not policy.isolate_signals):
+        raise PolicyError("allow_ipc", "a run inside a sandbox with network rules of its own "
+                          "keeps its command from signalling its keeper, which vouches for its "
+                          "processes: signals must stay isolated")
     _check(bare, _ENCLOSED_RUN, enclosed=True)
-    tcp, network = _nested_network(keeps_network)
-    return SelfConfinement.prepare(bare, tcp, network, cwd=cwd, env=env, enclosed=True)
+    return SelfConfinement.prepare(bare, tcp, rules, cwd=cwd, env=env, enclosed=True), own
 
 
-def _keeps_network(policy: Policy) -> bool:
-    """True for net_allow=["*"] alone (the parent's network), False for none; a
-    PolicyError for rules of its own."""
-    keeps = tuple(policy.net_allow) == ("*",) and not policy.net_connect
-    if not keeps and (policy.net_allow or policy.net_connect):
-        raise PolicyError("net_allow", "a nested sandbox's network is none, or its parent's "
-                          "(net_allow=['*']): rules of its own would need a supervisor of its own")
-    return keeps
-
-
-def _nested_network(keeps: bool) -> tuple[TcpRules, dict | None]:
-    if keeps:
-        return TcpRules(connect=None, any_bind=True), {}  # no rule: the parent's filter decides
-    return TcpRules(), None  # every socket refused
+def _split_network(policy: Policy) -> tuple[Policy, TcpRules, dict | None, bool]:
+    """A nested policy without its network fields, the TCP and seccomp rules for its
+    network (none, or its parent's: nothing of its own decides in the kernel), and
+    whether it has rules of its own for its parent's supervisor to apply."""
+    network = {name: getattr(policy, name) for name in NESTED_NETWORK}
+    parents = network == {**dict.fromkeys(NESTED_NETWORK, ()), "net_allow": ("*",)}
+    own = any(network.values()) and not parents
+    bare = policy.replace(**dict.fromkeys(NESTED_NETWORK, ()))
+    if parents or own:
+        return bare, TcpRules(connect=None, any_bind=True), {}, own  # the parent's filter decides
+    return bare, TcpRules(), None, False  # every socket refused
 
 
 # A nested sandbox's network rules of its own: judged by the parent's supervisor.
@@ -206,10 +206,6 @@ def nested_confinement(policy: Policy) -> tuple[SelfConfinement, KernelLimits | 
     after its own (it performs the connects: no Landlock TCP rule would be consulted;
     nor can the nested processes have a listener of their own: the kernel allows one
     per chain of filters, EBUSY below the sandbox's; tried). See net._nests."""
-    network = {name: getattr(policy, name) for name in NESTED_NETWORK}
-    parents = network == {**dict.fromkeys(NESTED_NETWORK, ()), "net_allow": ("*",)}
-    own = any(network.values()) and not parents
-    bare = policy.replace(**dict.fromkeys(NESTED_NETWORK, ()))
+    bare, tcp, rules, own = _split_network(policy)
     _check(bare)
-    tcp, rules = _nested_network(parents or own)
     return SelfConfinement.prepare(bare, tcp, rules), _kernel_limits(policy), own

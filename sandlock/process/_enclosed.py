@@ -6,9 +6,11 @@ enclosing sandbox: the keeper (killing by kill(-1) in a signal-scoped domain), t
 command with its own Landlock domain and a seccomp filter without notification. What
 either policy forbids stays forbidden, and the enclosing sandbox's supervisor,
 network and limits go on holding for the nested command. What only a supervisor or
-namespaces of its own could enforce (host rules, HTTP rules, memory, CPU and process
-limits) is refused by name (``enclosed_confinement``); the network is none, or the
-enclosing sandbox's (``--net-allow '*'``).
+namespaces of its own could enforce (HTTP rules, DNS options, memory, CPU and process
+limits) is refused by name (``enclosed_confinement``). The network is none, the
+enclosing sandbox's (``--net-allow '*'``), or the enclosing sandbox's narrowed by the
+run's own rules: registered with the enclosing supervisor (net._nesting) before the
+command starts, and applied to the threads the keeper vouches for (``_vouching``).
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from ._terminal import Foreground
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Callable
 
+    from ..policy import Policy
     from ._process import SandboxedProcess
     from ._sandbox import Sandbox
 
 _PROBED: list[bool] = []  # the answer, once per process
+REGISTRATION_TIMEOUT = 10.0  # seconds for the enclosing supervisor to take the run's rules
 
 
 def enclosed() -> bool:
@@ -71,13 +76,20 @@ def launch_enclosed(sandbox: Sandbox, argv: list[str], function: Callable[[int],
                          "sandbox (no namespaces of its own here)")
     env = child_environment(policy, os.environ)
     cwd = policy.cwd or os.getcwd()
-    confinement = EnclosedConfinement(enclosed_confinement(policy, cwd, env))
+    confined, own_network = enclosed_confinement(policy, cwd, env)
+    confinement = EnclosedConfinement(confined)
+    try:
+        probe = _register_network(policy) if own_network else None
+    except BaseException:
+        confinement.close()
+        raise
     audit = open_audit(sandbox.audit)
     terminal = Foreground.detect() if foreground else None
     spec = ChildSpec(argv=argv, env=env, cwd=cwd, confinement=confinement, stdio=stdio,
                      tty_fd=terminal.fd if terminal else None,
                      ignored_signals=inherited_ignored_signals(), pass_fds=pass_fds,
-                     limits=kernel_limits(policy), function=function)
+                     limits=kernel_limits(policy), function=function,
+                     probe_fd=probe.fileno() if probe is not None else -1)
     try:
         process = spawn(spec, terminal)
     except BaseException:
@@ -86,5 +98,37 @@ def launch_enclosed(sandbox: Sandbox, argv: list[str], function: Callable[[int],
         raise
     finally:
         confinement.close()
+        if probe is not None:
+            probe.close()  # the keeper's now
     return finish_launch(sandbox, process, audit)
+
+
+def _register_network(policy: Policy) -> socket.socket:
+    """The enclosing supervisor told the run's network rules (net._nesting); returns
+    the keeper's end of the socket its questions will come on."""
+    import json
+    import socket
+
+    from ..net import NESTING_NAME
+
+    rules = {"allow": list(policy.net_allow_specs), "deny": list(policy.net_deny),
+             "bind": list(policy.net_bind)}
+    theirs, keepers = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as service:
+            service.settimeout(REGISTRATION_TIMEOUT)
+            service.connect(b"\0" + NESTING_NAME)
+            socket.send_fds(service, [json.dumps(rules).encode()], [theirs.fileno()])
+            reply = service.recv(4096)
+    except OSError as exc:
+        keepers.close()
+        raise SetupError(f"the enclosing sandbox cannot apply this run's network rules "
+                         f"({exc.strerror or exc}): only a sandlock sandbox can") from None
+    finally:
+        theirs.close()
+    if reply != b"ok":
+        keepers.close()
+        why = reply.removeprefix(b"error ").decode(errors="replace") or "no answer"
+        raise SetupError(f"the enclosing sandbox refused this run's network rules: {why}")
+    return keepers
 

@@ -136,9 +136,10 @@ def _run_command(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> int:
     command_pid = os.fork()
     if command_pid == 0:
         _child.exec_command(spec, keeper_pid, error_fd)
-    _reports.close_all_but(report_fd)
+    probe = spec.probe_fd
+    _reports.close_all_but(report_fd, *([probe] if probe >= 0 else []))
     _reports.send(report_fd, b"pid %d" % command_pid)
-    return _reports.wait_for_command(command_pid, report_fd, watch=True)
+    return _reports.wait_for_command(command_pid, report_fd, watch=True, probe=probe)
 
 
 def _become_keeper(report_fd: int, confinement: Confinement, *, scope: bool) -> bool:

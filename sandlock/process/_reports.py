@@ -18,6 +18,10 @@ import os
 import select
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+
 TASKS_PERIOD = 0.1  # seconds between counts, at least: ~20 µs plus ~13 µs a process
 TASKS_DUTY = 0.005  # and at most this share of a CPU (500 processes: ~7 ms, every 1.3 s)
 TASKS_LONGEST = 2.0  # but never further apart: a cap held this long is always seen
@@ -49,17 +53,19 @@ class SandlockGone(Exception):
 
 
 def wait_for_command(command_pid: int, report_fd: int, *, watch: bool = False,
-                     tasks: TaskCapWatch | None = None) -> int:
+                     tasks: TaskCapWatch | None = None, probe: int = -1) -> int:
     """Reap everything until the command itself ends; relay its stops to sandlock.
     ``watch``: also raise SandlockGone when sandlock is gone (no thread needed: SIGCHLD
     and the pipe's hang-up wake one poll); ``tasks`` (watching): count the sandbox's
-    tasks meanwhile, and report when they reach the cap."""
+    tasks meanwhile, and report when they reach the cap; ``probe`` (watching): answer
+    the enclosing supervisor's questions on it meanwhile (``_vouching``)."""
     wakeup = _child_wakeup(report_fd) if watch else None
+    asked = _questions(wakeup, probe) if wakeup is not None and probe >= 0 else None
     flags = os.WUNTRACED | (os.WNOHANG if watch else 0)
     while True:
         pid, status = os.waitpid(-1, flags)
         if pid == 0:  # (watching) nothing has changed yet
-            _sleep(wakeup, report_fd, tasks.timeout_ms() if tasks else -1)
+            _sleep(wakeup, report_fd, tasks.timeout_ms() if tasks else -1, asked)
             if tasks is not None and (count := tasks.check()):
                 send(report_fd, b"tasks %d" % count)
             continue
@@ -85,11 +91,25 @@ def _child_wakeup(report_fd: int) -> select.poll:
     return poller
 
 
-def _sleep(poller: select.poll | None, report_fd: int, timeout_ms: int) -> None:
+def _questions(poller: select.poll, probe: int) -> socket.socket:
+    import socket
+
+    poller.register(probe, select.POLLIN)
+    return socket.socket(fileno=probe)
+
+
+def _sleep(poller: select.poll | None, report_fd: int, timeout_ms: int,
+           asked: socket.socket | None = None) -> None:
     assert poller is not None
     for fd, _ in poller.poll(timeout_ms):
         if fd == report_fd:
             raise SandlockGone
+        if asked is not None and fd == asked.fileno():
+            from ._vouching import answer
+
+            if not answer(asked):
+                poller.unregister(fd)  # the enclosing supervisor asks no more
+            continue
         while True:
             try:
                 if not os.read(fd, 64):

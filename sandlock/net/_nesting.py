@@ -1,0 +1,107 @@
+"""Where a ``sandlock run`` inside the sandbox hands the sandbox's supervisor its network
+rules (net._nests judges by them).
+
+The run connects a SOCK_SEQPACKET unix socket to the abstract name ``NESTING_NAME``
+(``_nests``);
+the supervisor performs that connect to this service instead (the name is never looked
+up), and the run sends one registration: its rules, as JSON lists in the grammars of
+--net-allow, --net-deny and --net-bind, with the socket its keeper answers the
+supervisor's questions on attached. The reply is ``ok`` or ``error MESSAGE``. Anything
+in the sandbox may register: a registration only narrows the threads its keeper claims
+(an untrusted nest, in net._nests), and at most ``MAX_NESTS`` are kept.
+
+    sandlock run (inside) ──connect("\\0sandlock-nesting")──> supervisor
+                          ══ this service: {"allow": [...], ...} + keeper's socket ══> "ok"
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import tempfile
+import threading
+
+from ._sockaddr import UnixAddress
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    Register = Callable[[Sequence[str], Sequence[str], Sequence[str], socket.socket, str], None]
+
+MAX_REGISTRATION = 1 << 16  # bytes of rules
+REGISTRATION_TIMEOUT = 5.0  # seconds a connected run has to send its registration
+
+
+class NestingService:
+    """A listening socket of sandlock's, in a directory of its own, and the thread that
+    takes registrations on it; ``target`` is where the supervisor connects a run."""
+
+    def __init__(self, register: Register) -> None:
+        self._register = register
+        self._directory = tempfile.mkdtemp(prefix="sandlock-nesting-")
+        path = os.path.join(self._directory, "socket")
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._server.bind(path)
+        self._server.listen(8)
+        found = os.stat(path)
+        self.target = UnixAddress(os.fsencode(path), False, identity=(found.st_dev, found.st_ino))
+        threading.Thread(target=self._serve, daemon=True, name="sandlock-nesting").start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _address = self._server.accept()
+            except OSError:
+                return  # closed
+            with connection:
+                connection.settimeout(REGISTRATION_TIMEOUT)
+                try:
+                    connection.send(self._take(connection))
+                except OSError:
+                    pass  # the run is gone: nothing registered (or its keeper's socket closed)
+
+    def _take(self, connection: socket.socket) -> bytes:
+        data, fds, _flags, _address = socket.recv_fds(connection, MAX_REGISTRATION, 1)
+        try:
+            if len(fds) != 1 or not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
+                return b"error a registration comes with its keeper's socket"
+            try:
+                allow, deny, bind = _rules(data)
+            except ValueError as exc:
+                return b"error " + str(exc).encode()
+            probe = socket.socket(fileno=fds.pop())
+            try:
+                self._register(allow, deny, bind, probe, "a sandlock run in the sandbox")
+            except ValueError as exc:  # (a bad rule, too many nests; the probe is closed)
+                return b"error " + str(exc).encode()
+            return b"ok"
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def close(self) -> None:
+        try:
+            self._server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._server.close()
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+
+def _rules(data: bytes) -> tuple[list[str], list[str], list[str]]:
+    """The registration's three lists of rule strings (ValueError if malformed)."""
+    try:
+        rules = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("the registration is not JSON") from None
+    if not isinstance(rules, dict) or set(rules) != {"allow", "deny", "bind"}:
+        raise ValueError("a registration has allow, deny and bind, and nothing else")
+    lists = [rules[key] for key in ("allow", "deny", "bind")]
+    if not all(isinstance(items, list) and all(isinstance(item, str) for item in items)
+               for items in lists):
+        raise ValueError("allow, deny and bind are lists of rules (strings)")
+    return lists[0], lists[1], lists[2]

@@ -1,0 +1,143 @@
+"""`sandlock run --net-allow ...` inside `sandlock run`: the inner run registers its
+rules with the enclosing sandbox's supervisor, which judges the threads the inner
+keeper vouches for by both. Anything in the sandbox may register, so a registration
+can only ever narrow: a hostile one is tried here too. Real curl against real
+loopback servers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from conftest import SANDLOCK, sandlock
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+SYSTEM = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+READS = [f"--fs-read={path}" for path in SYSTEM]
+INNER = [sys.executable, "-m", "sandlock", "run", *READS]
+
+
+def curl(url: str) -> str:
+    return f"curl -s -m 5 -o /dev/null -w '%{{http_code}} ' {url}"
+
+
+def env() -> dict[str, str]:
+    values = {**os.environ, "SANDLOCK_FS_READ": ROOT}
+    values.pop("SANDLOCK_FS_WRITE", None)  # (the suite's: all of pytest's temporary tree)
+    return values
+
+
+def outer(upstreams, *options: str, inner: list[str], script: str, **kwargs: object):
+    """`sandlock run` allowing both upstreams, then sh -c SCRIPT in it, where $INNER is
+    `sandlock run INNER-OPTIONS`."""
+    a, b = upstreams
+    rules = ["--net-allow", f"127.0.0.2:{a.port}", "--net-allow", f"127.0.0.3:{b.port}"]
+    inner_run = " ".join([*INNER, *inner])
+    return sandlock("run", *READS, "-r", ROOT, *rules, *options, "--", "sh", "-c",
+                    script.replace("$INNER", inner_run), env=env(), cwd=tempfile.gettempdir(),
+                    **kwargs)
+
+
+def urls(upstreams) -> tuple[str, str]:
+    a, b = upstreams
+    return f"http://127.0.0.2:{a.port}/a", f"http://127.0.0.3:{b.port}/b"
+
+
+def test_an_inner_run_narrows_the_outer_network(upstreams):
+    (a, b), (url_a, url_b) = upstreams, urls(upstreams)
+    result = outer(upstreams, "-q", inner=["--net-allow", f"127.0.0.2:{a.port}"],
+                   script=f"$INNER -- sh -c \"{curl(url_a)}; {curl(url_b)}\"; {curl(url_b)}")
+    assert result.stdout == "200 000 200 ", result.stderr  # the outer's own: both
+    assert a.paths() == ["/a"] and b.paths() == ["/b"]
+
+
+def test_an_inner_run_never_widens_the_outer_network(upstreams):
+    (a, b), (url_a, url_b) = upstreams, urls(upstreams)
+    result = sandlock("run", *READS, "-r", ROOT, "-q", "--net-allow", f"127.0.0.2:{a.port}", "--",
+                      *INNER, "--net-allow", "127.0.0.0/8", "--", "sh", "-c",
+                      f"{curl(url_a)}; {curl(url_b)}", env=env(), cwd=tempfile.gettempdir())
+    assert result.stdout == "200 000 ", result.stderr
+    assert b.paths() == []
+
+
+def test_the_inner_command_cannot_signal_its_keeper(upstreams):
+    (a, _), (url_a, url_b) = upstreams, urls(upstreams)
+    result = outer(upstreams, "-q", inner=["--net-allow", f"127.0.0.2:{a.port}"],
+                   script=f"$INNER -- sh -c \"kill -9 \\$PPID; {curl(url_a)}; {curl(url_b)}\"")
+    assert "Operation not permitted" in result.stderr
+    assert result.stdout == "200 000 ", result.stderr
+
+
+# A process of the outer sandbox that registers rules allowing everything, and answers
+# every question with "yes, that thread is mine": it may only narrow.
+HOSTILE = textwrap.dedent("""
+    import json, socket, sys
+    theirs, mine = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    service = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    service.connect(b"\\0sandlock-nesting")
+    rules = json.loads(sys.argv[1])
+    socket.send_fds(service, [json.dumps(rules).encode()], [theirs.fileno()])
+    reply = service.recv(100).decode()
+    print(reply, flush=True)
+    theirs.close()
+    while reply == "ok":
+        question, fds, _, _ = socket.recv_fds(mine, 32, 1)
+        if not question:
+            break
+        mine.send(question[1:] + b" " + (sys.argv[2] if len(sys.argv) > 2 else "0").encode())
+""")
+
+
+def test_a_hostile_registration_only_narrows(upstreams, tmp_path):
+    (a, b), (url_a, url_b) = upstreams, urls(upstreams)
+    hostile = tmp_path / "hostile.py"
+    hostile.write_text(HOSTILE)
+    everything = '{"allow": ["*"], "deny": [], "bind": []}'
+    result = outer(upstreams, "-q", "-r", str(tmp_path),
+                   inner=["--net-allow", f"127.0.0.2:{a.port}"],
+                   script=(f"{sys.executable} {hostile} '{everything}' & sleep 1; "
+                           f"$INNER -- sh -c \"{curl(url_a)}; {curl(url_b)}\"; kill %1"))
+    assert result.stdout.split() == ["ok", "200", "000"], result.stderr
+    assert b.paths() == []
+
+
+def test_a_registration_cannot_make_threads_fail(upstreams, tmp_path):
+    """A fake keeper that answers ESRCH (thread gone) for every thread: from an untrusted
+    one, that is only "not mine"."""
+    (a, _), (url_a, _) = upstreams, urls(upstreams)
+    hostile = tmp_path / "hostile.py"
+    hostile.write_text(HOSTILE)
+    rules = '{"allow": [], "deny": [], "bind": []}'
+    result = outer(upstreams, "-q", "-r", str(tmp_path), inner=[],
+                   script=f"{sys.executable} {hostile} '{rules}' 3 & sleep 1; {curl(url_a)}; kill %1")
+    assert result.stdout.split() == ["ok", "200"], result.stderr
+
+
+def test_a_malformed_registration_is_refused(upstreams, tmp_path):
+    hostile = tmp_path / "hostile.py"
+    hostile.write_text(HOSTILE)
+    bad = '{"allow": ["tcp://"], "deny": [], "bind": []}'
+    result = outer(upstreams, "-q", "-r", str(tmp_path), inner=[],
+                   script=f"{sys.executable} {hostile} '{bad}'")
+    assert result.stdout.startswith("error no target after the scheme"), result.stderr
+
+
+def test_network_rules_inside_need_isolated_signals(upstreams):
+    result = outer(upstreams, inner=["--allow-ipc", "--net-allow", "127.0.0.2:80", "--", "true"],
+                   script="$INNER")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("sandlock: error: --allow-ipc"), result.stderr
+
+
+def test_an_inner_run_with_network_rules_as_an_unprivileged_user(upstreams, as_nobody):
+    (a, _), (url_a, url_b) = upstreams, urls(upstreams)
+    inner = " ".join([*INNER, "--net-allow", f"127.0.0.2:{a.port}"])
+    argv = [*SANDLOCK, "run", *READS, "-r", ROOT, "-q", "--net-allow", "127.0.0.0/8", "--",
+            "sh", "-c", f"{inner} -- sh -c \"{curl(url_a)}; {curl(url_b)}\""]
+    result = subprocess.run(as_nobody(argv), capture_output=True, text=True, env=env(),
+                            cwd=tempfile.gettempdir(), timeout=60)
+    assert result.stdout == "200 000 ", result.stderr
