@@ -108,7 +108,7 @@ def test_a_hostile_registration_only_narrows(upstreams, tmp_path):
 def test_a_registration_cannot_make_threads_fail(upstreams, tmp_path):
     """A fake keeper that answers ESRCH (thread gone) for every thread: from an untrusted
     one, that is only "not mine"."""
-    (a, _), (url_a, _) = upstreams, urls(upstreams)
+    url_a, _ = urls(upstreams)
     hostile = tmp_path / "hostile.py"
     hostile.write_text(HOSTILE)
     rules = '{"allow": [], "deny": [], "bind": []}'

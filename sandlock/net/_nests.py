@@ -23,10 +23,12 @@ import errno
 import os
 import select
 import socket
+import sys
 import threading
 import time
 
 from ._judge import Decision
+from ._materialize import Refused
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
 from ._sockaddr import InetAddress, UnixAddress
 
@@ -119,10 +121,21 @@ class Nests:
                   known: dict[int, tuple[NetPolicy, ...]]) -> tuple[NetPolicy, ...]:
         """The rules of every nested sandbox thread ``tid`` (``pidfd``) is in (none: the
         sandbox's own alone); ``known``: the answers so far, by pidfd (the caller drops a
-        pidfd's answer with it). Raises Unknown, or ProcessLookupError if the pidfd is
-        stale (its thread is gone)."""
+        pidfd's answer with it). Refused(ESRCH) if the pidfd is stale (its thread is
+        gone: the caller opens a fresh one), Refused(UNKNOWN) if it cannot be told."""
         if pidfd in known:
             return known[pidfd]
+        try:
+            rules = self._ask(tid, pidfd)
+        except ProcessLookupError:
+            raise Refused(errno.ESRCH) from None
+        except Unknown as unknown:
+            print(f"sandlock: a network call refused: {unknown.why}", file=sys.stderr, flush=True)
+            raise Refused(UNKNOWN) from None
+        known[pidfd] = rules
+        return rules
+
+    def _ask(self, tid: int, pidfd: int) -> tuple[NetPolicy, ...]:
         self._questions += 1
         nests = self._nests
         for nest in nests:  # all asked at once: a slow one delays the answer once
@@ -141,8 +154,7 @@ class Nests:
         if any(nest.gone and not nest.trusted for nest in nests):
             with self._lock:  # its run is over, and the processes it vouched for with it
                 self._nests = [nest for nest in self._nests if nest.trusted or not nest.gone]
-        known[pidfd] = rules = tuple(found)
-        return rules
+        return tuple(found)
 
     def close(self) -> None:
         with self._lock:

@@ -41,7 +41,7 @@ from ._materialize import (
     Socket,
     materialize,
 )
-from ._nests import UNKNOWN, Nests, Unknown, is_nesting, narrowed
+from ._nests import Nests, is_nesting, narrowed
 from ._review import NetworkCall, reviewed
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
 from ._workers import PidfdCache, WorkerPool
@@ -167,18 +167,10 @@ class Supervisor:
         return request
 
     def _read(self, notification: Notification, syscall: str, pidfd: int) -> Request:
-        """The call's arguments, and which nested sandbox's rules, if any, its thread is
-        under (a question only while there are nested ones, once per thread)."""
-        nested = ()
-        if self.nests is not None:
-            try:
-                nested = self.nests.rules_for(notification.pid, pidfd, self._pidfds.notes)
-            except ProcessLookupError:
-                raise Refused(errno.ESRCH) from None
-            except Unknown as unknown:
-                print(f"sandlock: a network call refused: {unknown.why}", file=sys.stderr,
-                      flush=True)
-                raise Refused(UNKNOWN) from None
+        """The call's arguments, and the rules of the nested sandboxes its thread is in,
+        if any (a question only while there are some, once per thread)."""
+        nests = self.nests
+        nested = nests.rules_for(notification.pid, pidfd, self._pidfds.notes) if nests else ()
         return materialize(notification, syscall, pidfd, nested)
 
     def _pidfd(self, tid: int, fresh: bool = False) -> int:
