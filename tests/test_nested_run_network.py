@@ -105,6 +105,31 @@ def test_a_hostile_registration_only_narrows(upstreams, tmp_path):
     assert b.paths() == []
 
 
+IMPOSTOR = textwrap.dedent("""
+    import socket, sys, time
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.bind(b"\\0sandlock-nesting")
+    server.listen()
+    print("bound", flush=True)
+    while True:
+        connection, _ = server.accept()
+        connection.recv(1 << 16)
+        connection.send(b"ok")  # "registered": the rules would be lost
+""")
+
+
+def test_a_process_that_binds_the_registration_name_gets_no_registration(upstreams, tmp_path):
+    (a, b), (url_a, url_b) = upstreams, urls(upstreams)
+    impostor = tmp_path / "impostor.py"
+    impostor.write_text(IMPOSTOR)
+    result = outer(upstreams, "-q", "-r", str(tmp_path),
+                   inner=["--net-allow", f"127.0.0.2:{a.port}"],
+                   script=(f"{sys.executable} {impostor} & sleep 1; "
+                           f"$INNER -- sh -c \"{curl(url_a)}; {curl(url_b)}\"; kill %1"))
+    assert result.stdout.split() == ["bound", "200", "000"], result.stderr
+    assert b.paths() == []
+
+
 def test_a_registration_cannot_make_threads_fail(upstreams, tmp_path):
     """A fake keeper that answers ESRCH (thread gone) for every thread: from an untrusted
     one, that is only "not mine"."""

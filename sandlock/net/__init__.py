@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._dns import DnsSettings
     from ._engine import Network, compile_policy
     from ._http import HttpRun
-    from ._nests import NESTING_NAME
+    from ._judge import NESTING_NAME
     from ._netpolicy import Endpoint, NetPolicy, Verdict, rules_admit
     from ._pins import PinTable
     from ._ports import parse_ports
@@ -68,7 +68,7 @@ _EXPORTS = {
     "read_dns_server": "_spec",
     "read_resolve": "_spec",
     "resolved_names": "_spec",
-    "NESTING_NAME": "_nests",
+    "NESTING_NAME": "_judge",
     "pins_at_start": "_spec",
 }
 

@@ -25,9 +25,10 @@ from ._materialize import Socket
 from ._netpolicy import NetPolicy, canonical_address
 from ._pins import PinTable
 from ._ports import parse_ports
+from ._services import Services
 from ._sockaddr import InetAddress, UnixAddress, inet
 from ._spec import parse_allow, parse_deny, resolved_names
-from ._supervisor import Services, Supervisor
+from ._supervisor import Supervisor
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:

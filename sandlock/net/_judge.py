@@ -181,6 +181,12 @@ def _judge_inet(protocol: str, address: InetAddress, ctx: RunContext, binding: b
     return Decision(verdict.allowed, address, verdict, protocol)
 
 
+# Where a run inside the sandbox registers its network rules: an abstract name, never
+# looked up (anything could bind it): the connect goes to sandlock's service instead.
+NESTING_NAME = b"sandlock-nesting"
+TO_NESTING = Verdict(True, "sandlock's nesting service")
+
+
 def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decision:
     if address.unnamed:
         return Decision(True, address, _ALLOWED_UNGOVERNED, "")  # autobind, socketpair-like
@@ -189,6 +195,8 @@ def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decisio
         # performs it, so Landlock decides, exactly as for the command itself (and the
         # socket is remembered as the sandbox's own).
         return Decision(True, address, _ALLOWED_UNGOVERNED, "unix")
+    if address.abstract and address.path == NESTING_NAME:  # whoever bound that name
+        return Decision(True, None, TO_NESTING, "unix")
     if address in ctx.own_sockets:
         return Decision(True, address, Verdict(True, "bound inside the sandbox"), "unix")
     if address.abstract:

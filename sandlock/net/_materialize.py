@@ -104,31 +104,27 @@ class Refused(Exception):
         self.errno = errno_
 
 
-def materialize(notification: Notification, syscall: str, pidfd: int,
-                nested: tuple[NetPolicy, ...] = ()) -> Request:
-    """Copy what ``syscall`` needs from the child (``nested``: the Request's, as
-    given). Raises Refused, Fault or OSError."""
+def materialize(notification: Notification, syscall: str, pidfd: int) -> Request:
+    """Copy what ``syscall`` needs from the child. Raises Refused, Fault or OSError."""
     args = notification.args
     pid = notification.pid
     sock = _socket(pidfd, _fd_arg(args[0]))
     owned: list[int] = []
-
-    def request(**read: object) -> Request:
-        return Request(notification, syscall, sock, nested=nested, **read)
-
     try:
         if syscall in ("connect", "bind"):
             address = _address(pid, args[1], args[2])
-            return request(address=_anchor(address, pid, must_exist=syscall == "connect"))
+            return Request(notification, syscall, sock,
+                           address=_anchor(address, pid, must_exist=syscall == "connect"))
         if syscall == "sendto":
             destination = _address(pid, args[4], args[5]) if args[4] else None
             data = read_memory(pid, args[1], args[2])
             message = Message(_anchor(destination, pid), (data,))
-            return request(messages=(message,), flags=args[3] & 0xFFFFFFFF)
+            return Request(notification, syscall, sock, messages=(message,), flags=args[3] & 0xFFFFFFFF)
         if syscall == "sendmsg":
             raw = read_memory(pid, args[1], _MSGHDR.size)
             message = _message(pid, pidfd, raw, owned, [MAX_COPY])
-            return request(messages=(message,), flags=args[2] & 0xFFFFFFFF, owned_fds=tuple(owned))
+            return Request(notification, syscall, sock, messages=(message,),
+                           flags=args[2] & 0xFFFFFFFF, owned_fds=tuple(owned))
         if syscall == "sendmmsg":
             count = min(args[2] & 0xFFFFFFFF, MMSG_MAX)
             table = read_memory(pid, args[1], count * MMSGHDR_SIZE)
@@ -137,11 +133,11 @@ def materialize(notification: Notification, syscall: str, pidfd: int,
                 _message(pid, pidfd, table[i * MMSGHDR_SIZE:i * MMSGHDR_SIZE + _MSGHDR.size], owned, budget)
                 for i in range(count)
             )
-            return request(messages=messages, flags=args[3] & 0xFFFFFFFF, msgvec=args[1],
-                           owned_fds=tuple(owned))
+            return Request(notification, syscall, sock, messages=messages, flags=args[3] & 0xFFFFFFFF,
+                           msgvec=args[1], owned_fds=tuple(owned))
         if syscall == "listen":
             backlog = _INT.unpack(struct.pack("=I", args[1] & 0xFFFFFFFF))[0]
-            return request(address=_local_address(sock.fd), flags=backlog)
+            return Request(notification, syscall, sock, address=_local_address(sock.fd), flags=backlog)
         raise ValueError(f"not a supervised syscall: {syscall}")
     except BaseException:
         for fd in (sock.fd, *owned):

@@ -2,7 +2,7 @@
 rules (net._nests judges by them).
 
 The run connects a SOCK_SEQPACKET unix socket to the abstract name ``NESTING_NAME``
-(``_nests``);
+(``_judge``);
 the supervisor performs that connect to this service instead (the name is never looked
 up), and the run sends one registration: its rules, as JSON lists in the grammars of
 --net-allow, --net-deny and --net-bind, with the socket its keeper answers the

@@ -30,13 +30,12 @@ import time
 from ._judge import Decision
 from ._materialize import Refused
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
-from ._sockaddr import InetAddress, UnixAddress
+from ._sockaddr import InetAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ._pins import PinTable
 
-NESTING_NAME = b"sandlock-nesting"  # where runs inside register (abstract; see _nesting)
 PROBE_TIMEOUT = 10.0  # seconds: a paused sandbox holds its nested residents too
 MAX_NESTS = 64  # each is asked about every thread's first call: a bound on that cost
 UNKNOWN = errno.EPERM  # the call's errno when the thread's sandbox cannot be told
@@ -161,11 +160,6 @@ class Nests:
             nests, self._nests = self._nests, []
         for nest in nests:
             nest.close()
-
-
-def is_nesting(address: object) -> bool:
-    """A connect to where runs inside the sandbox register their rules (``_nesting``)."""
-    return isinstance(address, UnixAddress) and address.abstract and address.path == NESTING_NAME
 
 
 def narrowed(rules: NetPolicy, pins: PinTable, syscall: str, address: object,

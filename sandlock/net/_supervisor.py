@@ -30,8 +30,15 @@ from ..kernel import (
 )
 from . import _execute
 from ._audit import Audit
-from ._execute import ConfinedWorker, Deferred, Outcome
-from ._judge import Decision, RunContext, judge_destination, judge_listen, judge_message
+from ._execute import Deferred, Outcome
+from ._judge import (
+    TO_NESTING,
+    Decision,
+    RunContext,
+    judge_destination,
+    judge_listen,
+    judge_message,
+)
 from ._materialize import (
     MMSGHDR_SIZE,
     MSG_LEN_OFFSET,
@@ -41,8 +48,9 @@ from ._materialize import (
     Socket,
     materialize,
 )
-from ._nests import Nests, is_nesting, narrowed
+from ._nests import Nests, narrowed
 from ._review import NetworkCall, reviewed
+from ._services import Services
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
 from ._workers import PidfdCache, WorkerPool
 
@@ -51,33 +59,6 @@ _U32 = struct.Struct("=I")
 # capabilities: unix binds create files; netlink checks the capabilities of the thread
 # that binds, connects or sends (sandlock's own, root's perhaps, would be lent out).
 _AS_THE_COMMAND = ("unix", "netlink")
-
-
-class Services:
-    """What the supervisor needs from the run around it (_engine.Network provides it)."""
-
-    def wait_for_pins(self) -> None:
-        """Return once start-up pinning is over (IP destinations can be judged)."""
-        raise NotImplementedError
-
-    def dns_responder(self, protocol: str, family: int) -> InetAddress | None:
-        """The responder's address for ``protocol`` on a socket of ``family``, started
-        on first use; None if it could not start."""
-        raise NotImplementedError
-
-    def confined_worker(self) -> ConfinedWorker:
-        """The thread running filesystem-bound operations under the command's rules."""
-        raise NotImplementedError
-
-    def proxy_target(self, sock: Socket, destination: InetAddress, pid: int) -> InetAddress | int:
-        """Route ``sock`` (meant for ``destination``) through the HTTP proxy: the
-        proxy's address to connect to instead, or an errno."""
-        raise NotImplementedError
-
-    def nesting_target(self) -> UnixAddress | int:
-        """Where a run inside the sandbox registers its network rules (``_nesting``),
-        started on first use; or an errno."""
-        raise NotImplementedError
 
 
 class Supervisor:
@@ -170,8 +151,11 @@ class Supervisor:
         """The call's arguments, and the rules of the nested sandboxes its thread is in,
         if any (a question only while there are some, once per thread)."""
         nests = self.nests
-        nested = nests.rules_for(notification.pid, pidfd, self._pidfds.notes) if nests else ()
-        return materialize(notification, syscall, pidfd, nested)
+        if nests is None:
+            return materialize(notification, syscall, pidfd)
+        nested = nests.rules_for(notification.pid, pidfd, self._pidfds.notes)
+        request = materialize(notification, syscall, pidfd)
+        return request.replace(nested=nested) if nested else request
 
     def _pidfd(self, tid: int, fresh: bool = False) -> int:
         try:
@@ -234,10 +218,9 @@ class Supervisor:
             return self._send(request)
         if syscall == "listen":
             decision = judge_listen(request.socket, request.address, self._context)
-            decision = self._narrowed(request, request.address, decision)
+            if request.nested:
+                decision = self._narrowed(request, request.address, decision)
             self._record(request, request.address, decision)
-        elif syscall == "connect" and is_nesting(request.address):
-            return self._to_nesting(request)
         else:
             decision = self._decide(request, request.address, binding=syscall == "bind")
         if not decision.allowed:
@@ -258,14 +241,6 @@ class Supervisor:
         if decision.protocol == "netlink":  # a datagram socket: never Deferred
             return self._services.confined_worker().call(lambda: _execute.connect(request.socket, target))
         return _execute.connect(request.socket, target)  # may be Deferred
-
-    def _to_nesting(self, request: Request) -> Outcome | Deferred:
-        """A run inside the sandbox registering its network rules: to sandlock's service
-        (never to the abstract name, which anything could have bound)."""
-        target = self._services.nesting_target()
-        if isinstance(target, int):
-            return -1, target
-        return _execute.connect(request.socket, target)
 
     def _bind_as_the_command(self, sock: Socket, address: SockAddress) -> Outcome:
         """A unix socket the sandbox binds is its own IPC: remembered, so that the
@@ -349,7 +324,8 @@ class Supervisor:
         if not binding:
             address = self._context.own_sockets.identify(address)
         decision = judge_destination(request.socket, address, self._context, binding=binding)
-        decision = self._narrowed(request, address, decision)
+        if request.nested:
+            decision = self._narrowed(request, address, decision)
         decision = reviewed(self._review, request.notification.pid, request.syscall, address,
                             decision)
         self._record(request, address, decision)
@@ -362,14 +338,15 @@ class Supervisor:
         if identified is not message.destination:
             message = replace(message, destination=identified)
         decision = judge_message(request.socket, message, self._context)
-        decision = self._narrowed(request, message.destination, decision)
+        if request.nested:
+            decision = self._narrowed(request, message.destination, decision)
         decision = reviewed(self._review, request.notification.pid, request.syscall,
                             message.destination, decision)
         self._record(request, message.destination, decision)
         return decision
 
     def _narrowed(self, request: Request, address: SockAddress | None, decision: Decision) -> Decision:
-        for rules in request.nested:  # (none, unless nested sandboxes have network rules)
+        for rules in request.nested:  # (only once nested sandboxes have network rules)
             decision = narrowed(rules, self._context.pins, request.syscall, address, decision)
         return decision
 
@@ -388,6 +365,8 @@ class Supervisor:
         the HTTP proxy (an errno if the socket cannot be steered there)."""
         if decision.to_dns_responder:
             return self._services.dns_responder(decision.protocol, request.socket.family)
+        if decision.verdict is TO_NESTING:
+            return self._services.nesting_target()
         if decision.to_proxy:
             return self._services.proxy_target(request.socket, decision.target,
                                                request.notification.pid)

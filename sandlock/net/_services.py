@@ -1,0 +1,37 @@
+"""What the network supervisor needs from the run around it: the interface the engine
+(``_engine.Network``) implements, so that the supervisor never reaches into it."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._execute import ConfinedWorker
+    from ._materialize import Socket
+    from ._sockaddr import InetAddress, UnixAddress
+
+
+class Services:
+    """What the supervisor needs from the run around it (_engine.Network provides it)."""
+
+    def wait_for_pins(self) -> None:
+        """Return once start-up pinning is over (IP destinations can be judged)."""
+        raise NotImplementedError
+
+    def dns_responder(self, protocol: str, family: int) -> InetAddress | None:
+        """The responder's address for ``protocol`` on a socket of ``family``, started
+        on first use; None if it could not start."""
+        raise NotImplementedError
+
+    def confined_worker(self) -> ConfinedWorker:
+        """The thread running filesystem-bound operations under the command's rules."""
+        raise NotImplementedError
+
+    def proxy_target(self, sock: Socket, destination: InetAddress, pid: int) -> InetAddress | int:
+        """Route ``sock`` (meant for ``destination``) through the HTTP proxy: the
+        proxy's address to connect to instead, or an errno."""
+        raise NotImplementedError
+
+    def nesting_target(self) -> UnixAddress | int:
+        """Where a run inside the sandbox registers its network rules (``_nesting``),
+        started on first use; or an errno."""
+        raise NotImplementedError
