@@ -184,9 +184,12 @@ def narrowed(rules: NetPolicy, pins: PinTable, syscall: str, address: object,
 
 def _may_be_signalled(tid: int) -> bool:
     """Whether the kernel's credential check lets a process of sandlock's user signal
-    ``tid`` (its real or saved uid is the user's), so that an EPERM was the domain's.
-    A process that changed its uids (root in the sandbox may) cannot be told."""
+    ``tid`` (its real or saved uid is the user's, or the user is root), so that an
+    EPERM was the domain's. Otherwise (a process that changed its uids) it cannot be
+    told."""
     uid = os.geteuid()
+    if uid == 0:
+        return True  # root's sandbox keeps CAP_KILL (not a dropped capability): no uid is refused
     try:
         with open(f"/proc/{tid}/status", "rb") as status:
             for line in status:
