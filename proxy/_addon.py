@@ -19,7 +19,7 @@ from .._record import record
 from ._credentials import AUTH_FLAG, AuthRule, first_auth, header_value, plain_refusal
 from ._protocol import Route
 from ._routes import RouteTable
-from ._rules import PASS, REFUSE, HttpRules, TlsDecision, normalise_host
+from ._rules import INSPECT, PASS, REFUSE, HttpDecision, HttpRules, TlsDecision, normalise_host
 
 DENIED_HEADER = "X-Sandlock-Denied"
 DENIED = "sandlock_denied"  # flow metadata: its request body is dropped (see _mitm)
@@ -53,6 +53,7 @@ class Enforcer:
         # Each rule's header value, made once; a str is the value, a Refusal why there is
         # none (fail closed: a request that should carry a credential is denied).
         self._values = {rule.text: _value(rule, secrets or {}) for rule in rules.auth}
+        self._nested: dict[tuple, HttpRules] = {}  # nested sandboxes' rules, parsed once
 
     # --- TLS: decided on the ClientHello ------------------------------------------------
 
@@ -79,7 +80,24 @@ class Enforcer:
             return TlsDecision(REFUSE, "connection not steered by sandlock")
         if sni and not _names(route, normalise_host(sni)):
             return TlsDecision(REFUSE, f"SNI {sni} is not a name pinned to {_where(route)}")
-        return self._rules.tls_decision(sni, self._inspect, self._can_inspect)
+        decision = self._rules.tls_decision(sni, self._inspect, self._can_inspect)
+        for rules in self._nested_rules(route):  # the strictest: refuse, inspect, pass
+            nested = rules.tls_decision(sni, self._inspect, self._can_inspect)
+            if nested.action == REFUSE or (nested.action == INSPECT and decision.action == PASS):
+                decision = TlsDecision(nested.action, f"nested sandbox: {nested.reason}")
+            if decision.action == REFUSE:
+                break
+        return decision
+
+    def _nested_rules(self, route: Route) -> list[HttpRules]:
+        """The HTTP rules of the nested sandboxes the route's thread is in."""
+        found = []
+        for texts in route.nested:
+            rules = self._nested.get(texts)
+            if rules is None:
+                rules = self._nested[texts] = HttpRules.parse(*texts)
+            found.append(rules)
+        return found
 
     def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         why = self._refused.get(data.client.id)
@@ -107,6 +125,11 @@ class Enforcer:
             self._deny(flow, route, host, refusal)
             return
         decision = self._rules.decide(flow.request.method, host, flow.request.path)
+        for rules in self._nested_rules(route) if decision.allowed else ():
+            nested = rules.decide(flow.request.method, host, flow.request.path)
+            if not nested.allowed:
+                decision = HttpDecision(False, f"nested sandbox: {nested.reason}")
+                break
         if not decision.allowed:
             self._deny(flow, route, host, Refusal(FORBIDDEN, decision.reason))
             return

@@ -44,6 +44,9 @@ class Route:
     destination: tuple[str, int]  # the pinned address and port it connected to
     names: tuple[str, ...]  # the names pinned to that address (Host and SNI must be one)
     pid: int = 0  # the thread that connected, for the audit log
+    # The HTTP rules (allow, deny texts) of each nested sandbox the thread is in: a
+    # request must pass them too.
+    nested: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
 
 
 @record
@@ -119,13 +122,15 @@ def receive(channel: socket.socket, decode: Callable[[bytes], dict]) -> Iterator
 
 def route_message(route: Route) -> bytes:
     return to_proxy(ROUTE, peer=route.peer, destination=route.destination, names=route.names,
-                  pid=route.pid)
+                    pid=route.pid, nested=route.nested)
 
 
 def route_from(message: dict) -> Route:
     peer, destination, names = message["peer"], message["destination"], message["names"]
+    nested = tuple((_strings(allow, "nested"), _strings(deny, "nested"))
+                   for allow, deny in message.get("nested", ()))
     return Route(_address(peer), _address(destination), tuple(str(n) for n in names),
-                 int(message.get("pid", 0)))
+                 int(message.get("pid", 0)), nested)
 
 
 def config_message(config: ProxyConfig) -> bytes:

@@ -202,3 +202,66 @@ def test_what_a_nested_sandbox_still_refuses_is_named():
     with Sandbox(Policy()) as sb:
         with pytest.raises(PolicyError, match="dns_servers"):
             sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=["*:443"], dns_servers=["127.0.0.1"]))
+
+
+# --- HTTP rules: the parent's proxy applies a nested sandbox's too ----------------------
+
+
+def test_nested_http_rules_narrow_the_parents():
+    from httpservers import Upstream, free_port_on
+
+    port = free_port_on("127.0.0.2")
+    with Upstream("127.0.0.2", port, name="api") as api:
+        parent = Policy(fs_readable=SYSTEM, resolve=["api.test=127.0.0.2"], http_ports=[port],
+                        https_inspect="off", http_allow=["GET api.test/*"])
+        with Sandbox(parent, quiet=True) as sb:
+            nested = sb.sandbox(Policy(fs_readable=SYSTEM, http_allow=["GET api.test/public/*"]))
+            codes = [nested.run(fetch(f"http://api.test:{port}{path}")).stdout
+                     for path in ("/public/notes", "/private", "/public/../private")]
+            assert codes == [b"200", b"403", b"403"]
+            post = nested.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
+                               f"http://api.test:{port}/public/notes"])
+            assert post.stdout == b"403"  # the parent's rules too: GET only
+            assert sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=["*"])).run(
+                fetch(f"http://api.test:{port}/private")).stdout == b"200"
+    assert api.paths() == ["/public/notes", "/private"]
+
+
+def test_nested_http_rules_need_the_parents_proxy():
+    from sandlock import PolicyError
+
+    with Sandbox(Policy(net_allow=["*:80"]), quiet=True) as sb:
+        with pytest.raises(PolicyError, match="http_allow.*no HTTP rules"):
+            sb.sandbox(Policy(fs_readable=SYSTEM, http_allow=["GET example.test/*"]))
+
+
+def test_nested_http_rules_over_https(tmp_path, monkeypatch):
+    """Inspected by the parent's proxy, with its CA (which nested processes can read);
+    where the parent passes TLS through (no CA), path rules of the nested sandbox
+    refuse the connection rather than let it through unseen."""
+    import trustme
+    from httpservers import Upstream, free_port_on
+
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # no persistent CA
+    port = free_port_on("127.0.0.2")
+    url = f"https://api.test:{port}"
+    common = dict(fs_readable=SYSTEM, resolve=["api.test=127.0.0.2"], http_ports=[port],
+                  upstream_ca=[str(ca_file)])
+    curl = ["curl", "-sS", "-m", "10"]
+    with Upstream("127.0.0.2", port, name="api", tls=ca, tls_names=("api.test",)) as api:
+        with Sandbox(Policy(**common, http_allow=["GET api.test/*"]), quiet=True) as sb:
+            nested = sb.sandbox(Policy(fs_readable=SYSTEM, http_allow=["GET api.test/public/*"]))
+            assert nested.run([*curl, f"{url}/public/x"]).stdout == b"api GET /public/x\n"
+            assert b"nested sandbox" in nested.run([*curl, f"{url}/private"]).stdout
+        with Sandbox(Policy(**{**common, "fs_readable": [*SYSTEM, str(tmp_path)]},
+                            http_allow=["* api.test"]), quiet=True) as sb:
+            nested = sb.sandbox(Policy(fs_readable=[*SYSTEM, str(tmp_path)],
+                                       http_allow=["GET api.test/public/*"]))
+            refused = nested.run([*curl, "--cacert", str(ca_file), f"{url}/public/x"])
+            assert refused.exit_code == 35, refused.stderr  # (the TLS handshake was cut)
+            passed = sb.sandbox(Policy(fs_readable=[*SYSTEM, str(tmp_path)], net_allow=["*"]))
+            assert passed.run([*curl, "--cacert", str(ca_file), f"{url}/any"]).exit_code == 0
+    assert api.paths() == ["/public/x", "/any"]

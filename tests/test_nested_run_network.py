@@ -148,7 +148,7 @@ def test_a_malformed_registration_is_refused(upstreams, tmp_path):
     bad = '{"allow": ["tcp://"], "deny": [], "bind": []}'
     result = outer(upstreams, "-q", "-r", str(tmp_path), inner=[],
                    script=f"{sys.executable} {hostile} '{bad}'")
-    assert result.stdout.startswith("error no target after the scheme"), result.stderr
+    assert result.stdout.startswith("error - no target after the scheme"), result.stderr
 
 
 def test_network_rules_inside_need_isolated_signals(upstreams):
@@ -166,3 +166,18 @@ def test_an_inner_run_with_network_rules_as_an_unprivileged_user(upstreams, as_n
     result = subprocess.run(as_nobody(argv), capture_output=True, text=True, env=env(),
                             cwd=tempfile.gettempdir(), timeout=60)
     assert result.stdout == "200 000 ", result.stderr
+
+
+def test_an_inner_run_narrows_the_outer_http_rules():
+    from httpservers import Upstream, free_port_on
+
+    port = free_port_on("127.0.0.2")
+    with Upstream("127.0.0.2", port, name="api") as api:
+        url = f"http://api.test:{port}"
+        result = sandlock("run", *READS, "-r", ROOT, "-q", "--resolve", "api.test=127.0.0.2",
+                          "--http-port", str(port), "--http-allow", "GET api.test/*", "--",
+                          *INNER, "--http-allow", "GET api.test/public/*", "--", "sh", "-c",
+                          f"{curl(url + '/public/x')}; {curl(url + '/private')}",
+                          env=env(), cwd=tempfile.gettempdir())
+        assert result.stdout == "200 403 ", result.stderr
+    assert api.paths() == ["/public/x"]

@@ -57,11 +57,13 @@ class SelfConfinement:
     @classmethod
     def prepare(cls, policy: Policy, tcp: TcpRules,
                 network: dict[str, seccomp.Rule] | None = None, *, cwd: str = "/",
-                env: Mapping[str, str] | None = None, enclosed: bool = False) -> SelfConfinement:
+                env: Mapping[str, str] | None = None, enclosed: bool = False,
+                readable: tuple[str, ...] = ()) -> SelfConfinement:
         """``policy`` has nothing that needs a supervisor (the caller checked);
         PolicyError for a write grant over autorun files, SetupError for what the
         kernel lacks. ``network``: the filter's rules for the network instead of those
-        ``tcp`` implies ({}: none, the network is a supervisor's). ``enclosed``: for
+        ``tcp`` implies ({}: none, the network is a supervisor's). ``readable``: what
+        must be readable whatever the policy (a parent sandbox's CA bundle). ``enclosed``: for
         a process already in a sandbox, whose mounts hold its autorun files, and whose
         default workspace (of ``cwd`` and ``env``) may then be granted as it is."""
         any_connect = tcp.connect is None
@@ -70,7 +72,8 @@ class SelfConfinement:
         # "/" for the working directory unless enclosed: only the default workspace
         # would use it, and there it is refused (a whole machine writable).
         filesystem = _filesystem_ruleset(policy, landlock.abi_version(), cwd,
-                                         os.environ if env is None else env, (), [], handled_net)
+                                         os.environ if env is None else env, readable, [],
+                                         handled_net)
         if filesystem is None or filesystem.ruleset is None:  # full access (the caller refuses it)
             raise PolicyError("mode", "full-access confines nothing")
         ruleset = filesystem.ruleset

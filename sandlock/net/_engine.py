@@ -22,6 +22,7 @@ from ._audit import Audit
 from ._execute import ConfinedWorker
 from ._judge import OwnListeners, RunContext
 from ._materialize import Socket
+from ._nests import NestRefused
 from ._netpolicy import NetPolicy, canonical_address
 from ._pins import PinTable
 from ._ports import parse_ports
@@ -33,7 +34,7 @@ from ._supervisor import Supervisor
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     import socket
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from .._auditlog import AuditLog
     from ..kernel import Listener, Notification
@@ -64,6 +65,11 @@ def _bind_ports(specs: Sequence[str]) -> PortSet | None:
         ports = parse_ports(spec)
         bind = ports if bind is None else bind | ports
     return bind
+
+
+def _http_texts(rules: HttpRules) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """HTTP rules as written (allow, deny): what ``HttpRules.parse`` takes back."""
+    return tuple(rule.text for rule in rules.allow), tuple(rule.text for rule in rules.deny)
 
 
 class Network(Services):
@@ -115,16 +121,17 @@ class Network(Services):
         """The run's loop is over: the listener goes once no worker holds a call."""
         self._supervisor.release(listener)
 
-    def nest(self, allow: Sequence[str], deny: Sequence[str], bind: Sequence[str],
-             probe: socket.socket, name: str, trusted: bool = True) -> None:
-        """A nested sandbox whose processes' calls these rules (--net-allow,
-        --net-deny, --net-bind grammars) narrow, told apart by its resident on
-        ``probe`` (owned from now on; see ``_nests``). ValueError for a bad rule."""
+    def nest(self, texts: Mapping[str, Sequence[str]], probe: socket.socket, name: str,
+             trusted: bool = True) -> None:
+        """A nested sandbox whose processes' calls these rules narrow (``texts``: lists
+        of rules in the grammars of --net-allow, --net-deny, --net-bind, --http-allow
+        and --http-deny, by "allow", "deny", "bind", "http_allow", "http_deny"), told
+        apart by its resident on ``probe`` (owned from now on; see ``_nests``).
+        ValueError for a bad rule, or HTTP rules in a sandbox without a proxy."""
         from ._nests import Nests
 
         try:
-            rules = NetPolicy(allow=tuple(map(parse_allow, allow)), deny=tuple(map(parse_deny, deny)),
-                              bind_ports=_bind_ports(bind))
+            rules = self._nested_policy(texts)
         except BaseException:
             probe.close()
             raise
@@ -135,6 +142,16 @@ class Network(Services):
             if self._supervisor.nests is None:
                 self._supervisor.nests = Nests()
             self._supervisor.nests.add(rules, probe, name, trusted)
+
+    def _nested_policy(self, texts: Mapping[str, Sequence[str]]) -> NetPolicy:
+        http = HttpRules.parse(tuple(texts.get("http_allow", ())), tuple(texts.get("http_deny", ())))
+        if http and self._http is None:
+            raise NestRefused("http_allow", "a nested sandbox's HTTP rules are applied by its "
+                              "parent's proxy, and the parent has no HTTP rules (so no proxy)")
+        return NetPolicy(allow=tuple(map(parse_allow, texts.get("allow", ()))),
+                         deny=tuple(map(parse_deny, texts.get("deny", ()))),
+                         bind_ports=_bind_ports(texts.get("bind", ())), http=http,
+                         http_ports=self._rules.http_ports)
 
     def _proxy_listens(self, addresses: dict[int, tuple[str, int]]) -> None:
         self._listeners.others = frozenset((ip, port) for ip, port in addresses.values())
@@ -167,9 +184,11 @@ class Network(Services):
             return None
         return InetAddress(family, address.address, address.port)  # v4-mapped on IPv6 sockets
 
-    def proxy_target(self, sock: Socket, destination: InetAddress, pid: int) -> InetAddress | int:
+    def proxy_target(self, sock: Socket, destination: InetAddress, pid: int,
+                     nested: tuple[NetPolicy, ...] = ()) -> InetAddress | int:
         """Steer ``sock`` to the proxy: bind it to a known local address, tell the proxy
-        where it meant to go, and return the proxy's address (or an errno)."""
+        where it meant to go (and the HTTP rules of the nested sandboxes the thread is
+        in), and return the proxy's address (or an errno)."""
         from ..proxy._launcher import ProxyUnavailable
         from ..proxy._protocol import Route
 
@@ -185,7 +204,8 @@ class Network(Services):
         address = canonical_address(destination.address)
         names = tuple(sorted(self.pins.names_for(address)))
         try:
-            proxy.route(Route(local, (str(address), destination.port), names, pid))
+            proxy.route(Route(local, (str(address), destination.port), names, pid,
+                              tuple(_http_texts(rules.http) for rules in nested if rules.http)))
         except ProxyUnavailable:
             return errno.ECONNREFUSED
         return inet(sock.family, *listener)

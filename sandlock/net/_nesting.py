@@ -5,8 +5,9 @@ The run connects a SOCK_SEQPACKET unix socket to the abstract name ``NESTING_NAM
 (``_judge``);
 the supervisor performs that connect to this service instead (the name is never looked
 up), and the run sends one registration: its rules, as JSON lists in the grammars of
---net-allow, --net-deny and --net-bind, with the socket its keeper answers the
-supervisor's questions on attached. The reply is ``ok`` or ``error MESSAGE``. Anything
+--net-allow, --net-deny, --net-bind, --http-allow and --http-deny, with the socket
+its keeper answers the supervisor's questions on attached. The reply is ``ok``, or ``error FIELD MESSAGE``
+(FIELD: the policy field at fault, or ``-``). Anything
 in the sandbox may register: a registration only narrows the threads its keeper claims
 (an untrusted nest, in net._nests), and at most ``MAX_NESTS`` are kept.
 
@@ -28,9 +29,9 @@ from ._sockaddr import UnixAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
-    Register = Callable[[Sequence[str], Sequence[str], Sequence[str], socket.socket, str], None]
+    Register = Callable[[Mapping[str, Sequence[str]], socket.socket, str], None]
 
 MAX_REGISTRATION = 1 << 16  # bytes of rules
 REGISTRATION_TIMEOUT = 5.0  # seconds a connected run has to send its registration
@@ -68,16 +69,16 @@ class NestingService:
         data, fds, _flags, _address = socket.recv_fds(connection, MAX_REGISTRATION, 1)
         try:
             if len(fds) != 1 or not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
-                return b"error a registration comes with its keeper's socket"
+                return b"error - a registration comes with its keeper's socket"
             try:
-                allow, deny, bind = _rules(data)
+                rules = _rules(data)
             except ValueError as exc:
-                return b"error " + str(exc).encode()
+                return b"error - " + str(exc).encode()
             probe = socket.socket(fileno=fds.pop())
             try:
-                self._register(allow, deny, bind, probe, "a sandlock run in the sandbox")
+                self._register(rules, probe, "a sandlock run in the sandbox")
             except ValueError as exc:  # (a bad rule, too many nests; the probe is closed)
-                return b"error " + str(exc).encode()
+                return b"error %s %s" % (getattr(exc, "field", "-").encode(), str(exc).encode())
             return b"ok"
         finally:
             for fd in fds:
@@ -92,16 +93,18 @@ class NestingService:
         shutil.rmtree(self._directory, ignore_errors=True)
 
 
-def _rules(data: bytes) -> tuple[list[str], list[str], list[str]]:
-    """The registration's three lists of rule strings (ValueError if malformed)."""
+RULES = ("allow", "deny", "bind", "http_allow", "http_deny")
+
+
+def _rules(data: bytes) -> dict[str, list[str]]:
+    """The registration's lists of rule strings (ValueError if malformed)."""
     try:
         rules = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         raise ValueError("the registration is not JSON") from None
-    if not isinstance(rules, dict) or set(rules) != {"allow", "deny", "bind"}:
-        raise ValueError("a registration has allow, deny and bind, and nothing else")
-    lists = [rules[key] for key in ("allow", "deny", "bind")]
+    if not isinstance(rules, dict) or not set(rules) <= set(RULES):
+        raise ValueError(f"a registration has {', '.join(RULES)}, and nothing else")
     if not all(isinstance(items, list) and all(isinstance(item, str) for item in items)
-               for items in lists):
-        raise ValueError("allow, deny and bind are lists of rules (strings)")
-    return lists[0], lists[1], lists[2]
+               for items in rules.values()):
+        raise ValueError("its values are lists of rules (strings)")
+    return rules

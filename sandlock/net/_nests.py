@@ -41,6 +41,14 @@ MAX_NESTS = 64  # each is asked about every thread's first call: a bound on that
 UNKNOWN = errno.EPERM  # the call's errno when the thread's sandbox cannot be told
 
 
+class NestRefused(ValueError):
+    """A nested sandbox's rules cannot be applied here: ``field`` names the policy's."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(why)
+        self.field = field
+
+
 class Unknown(Exception):
     """Which sandbox the thread belongs to cannot be told: refuse its call."""
 

@@ -7,6 +7,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ._execute import ConfinedWorker
     from ._materialize import Socket
+    from ._netpolicy import NetPolicy
     from ._sockaddr import InetAddress, UnixAddress
 
 
@@ -26,7 +27,8 @@ class Services:
         """The thread running filesystem-bound operations under the command's rules."""
         raise NotImplementedError
 
-    def proxy_target(self, sock: Socket, destination: InetAddress, pid: int) -> InetAddress | int:
+    def proxy_target(self, sock: Socket, destination: InetAddress, pid: int,
+                     nested: tuple[NetPolicy, ...] = ()) -> InetAddress | int:
         """Route ``sock`` (meant for ``destination``) through the HTTP proxy: the
         proxy's address to connect to instead, or an errno."""
         raise NotImplementedError

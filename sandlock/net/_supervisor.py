@@ -369,7 +369,7 @@ class Supervisor:
             return self._services.nesting_target()
         if decision.to_proxy:
             return self._services.proxy_target(request.socket, decision.target,
-                                               request.notification.pid)
+                                               request.notification.pid, request.nested)
         return decision.target
 
 

@@ -193,11 +193,21 @@ def _split_network(policy: Policy) -> tuple[Policy, TcpRules, dict | None, bool]
     return bare, TcpRules(), None, False  # every socket refused
 
 
-# A nested sandbox's network rules of its own: judged by the parent's supervisor.
-NESTED_NETWORK = ("net_allow", "net_allow_hosts", "net_connect", "net_deny", "net_bind")
+# A nested sandbox's network rules of its own: judged by the parent's supervisor (and
+# the HTTP rules by its proxy).
+NESTED_NETWORK = ("net_allow", "net_allow_hosts", "net_connect", "net_deny", "net_bind",
+                  "http_allow", "http_deny")
 
 
-def nested_confinement(policy: Policy) -> tuple[SelfConfinement, KernelLimits | None, bool]:
+def nested_network_rules(policy: Policy) -> dict[str, list[str]]:
+    """A nested policy's network rules as the parent's engine takes them (net._nesting)."""
+    return {"allow": list(policy.net_allow_specs), "deny": list(policy.net_deny),
+            "bind": list(policy.net_bind), "http_allow": list(policy.http_allow),
+            "http_deny": list(policy.http_deny)}
+
+
+def nested_confinement(policy: Policy, readable: tuple[str, ...] = ()
+                       ) -> tuple[SelfConfinement, KernelLimits | None, bool]:
     """What a sandbox nested in a running one adds on top of it (``sb.sandbox``): the
     static part of ``policy``, compiled here, applied by its resident, and whether it
     has network rules of its own. Its network is none (a seccomp ERRNO, which takes
@@ -205,7 +215,9 @@ def nested_confinement(policy: Policy) -> tuple[SelfConfinement, KernelLimits | 
     its parent's narrowed by rules of its own, which the parent's supervisor applies
     after its own (it performs the connects: no Landlock TCP rule would be consulted;
     nor can the nested processes have a listener of their own: the kernel allows one
-    per chain of filters, EBUSY below the sandbox's; tried). See net._nests."""
+    per chain of filters, EBUSY below the sandbox's; tried). See net._nests.
+    ``readable``: what every process of the parent must read (its CA bundle)."""
     bare, tcp, rules, own = _split_network(policy)
     _check(bare)
-    return SelfConfinement.prepare(bare, tcp, rules), _kernel_limits(policy), own
+    return (SelfConfinement.prepare(bare, tcp, rules, readable=readable), _kernel_limits(policy),
+            own)

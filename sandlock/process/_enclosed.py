@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from .._errors import SetupError
+from .._errors import PolicyError, SetupError
 from ..confinement import EnclosedConfinement
 from ._child import ChildSpec
 from ._process import spawn
@@ -110,9 +110,9 @@ def _register_network(policy: Policy) -> socket.socket:
     import socket
 
     from ..net import NESTING_NAME
+    from ._confine_self import nested_network_rules
 
-    rules = {"allow": list(policy.net_allow_specs), "deny": list(policy.net_deny),
-             "bind": list(policy.net_bind)}
+    rules = nested_network_rules(policy)
     theirs, keepers = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as service:
@@ -128,7 +128,10 @@ def _register_network(policy: Policy) -> socket.socket:
         theirs.close()
     if reply != b"ok":
         keepers.close()
-        why = reply.removeprefix(b"error ").decode(errors="replace") or "no answer"
+        words = reply.decode(errors="replace").split(" ", 2)  # error FIELD MESSAGE
+        field, why = (words[1], words[2]) if len(words) == 3 else ("-", "no answer")
+        if field != "-":
+            raise PolicyError(field, why)
         raise SetupError(f"the enclosing sandbox refused this run's network rules: {why}")
     return keepers
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import socket
 
-from .._errors import EXIT_TIMEOUT, SetupError
+from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
 from ..policy import Policy
 from ._live import LiveSandbox
 
@@ -44,7 +44,10 @@ class NestedSandbox:
         if not isinstance(policy, Policy):
             raise TypeError(f"policy: expected a Policy or a profile name, got {type(policy).__name__}")
         self.policy = policy
-        confinement, limits, own_network = nested_confinement(policy)
+        if policy.has_http_rules and not live._sandbox.policy.has_http_rules:
+            raise PolicyError("http_allow", "a nested sandbox's HTTP rules are applied by its "
+                              "parent's proxy, and the parent has no HTTP rules (so no proxy)")
+        confinement, limits, own_network = nested_confinement(policy, live._process.readable)
         try:
             self._live = NestedLive(live, (confinement.program, limits),
                                     confinement.ruleset.fileno(), policy if own_network else None)
@@ -121,8 +124,15 @@ class NestedLive(LiveSandbox):
             for end in ends:
                 end.close()
         if network is not None:
+            from ._confine_self import nested_network_rules
+
             # Before any process of it exists: none could make a call the rules miss.
-            parent._process.nest_network(network, ours[1], f"nested sandbox {token}")
+            try:
+                parent._process.nest_network(nested_network_rules(network), ours[1],
+                                             f"nested sandbox {token}")
+            except BaseException:
+                self._control.close()  # its resident ends
+                raise
 
     def _ended(self) -> None:
         """Its resident is gone (the sandbox is ending, or it was killed): what it

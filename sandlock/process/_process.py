@@ -48,6 +48,7 @@ class SandboxedProcess:
         self.audit: AuditLog | None = None  # the run's audit log, if it keeps one
         self.pauser: Watches | None = None  # a long-lived sandbox's pause and resume
         self.nest_network: Callable[..., None] | None = None  # Supervision.nest_network
+        self.readable: tuple[str, ...] = ()  # what its processes read whatever their policy
         self.workspace_layer = -1  # a --max-disk workspace's tmpfs, taken from the command
         self.scratch: tuple[int, ...] = ()  # its private tmpfs directories, likewise
         self.workspace: WorkspaceOutcome | None = None  # with a workdir, once it has ended

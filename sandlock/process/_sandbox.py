@@ -267,6 +267,7 @@ class Sandbox:
             confinement.close()  # the child holds its own copy until it restricts itself
         process.pauser = supervision.watches if resident else None
         process.nest_network = supervision.nest_network if resident else None
+        process.readable = http.readable_paths if http else ()  # (its CA bundle)
         process.on_exit(supervision.close)
         process.on_task_cap(supervision.task_cap_reached)
         if cow is not None:

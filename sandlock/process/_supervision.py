@@ -295,7 +295,7 @@ class Supervision:
             self._network = network
         return network
 
-    def nest_network(self, policy: Policy, probe: socket.socket, name: str) -> None:
+    def nest_network(self, rules: dict[str, list[str]], probe: socket.socket, name: str) -> None:
         """A nested sandbox's own network rules (net._nests); ``probe``: owned."""
         with self._handling:
             network = self._network or self._build_network()
@@ -304,7 +304,7 @@ class Supervision:
             from .._errors import SetupError
 
             raise SetupError("the sandbox's network supervisor could not start")
-        network.nest(policy.net_allow_specs, policy.net_deny, policy.net_bind, probe, name)
+        network.nest(rules, probe, name)
 
     def _review_network(self, call: NetworkCall) -> int:
         """policy_fn's word on a network call. The engine asks with ``_handling`` held
