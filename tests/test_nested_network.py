@@ -124,6 +124,24 @@ def test_every_thread_of_a_nested_call_is_judged(upstreams):
         assert sb.call(connect_from_threads, args=("127.0.0.3", b.port, 4)).value == [0] * 4
 
 
+def test_nested_rules_and_policy_fn_together(upstreams):
+    """policy_fn reviews calls after the nested rules, and lets other calls go on
+    meanwhile: the nested sandbox's questions stay one at a time."""
+    a, b = upstreams
+    seen = []
+
+    def review(event, ctx):
+        if event.category == "network":
+            seen.append((event.port, event.denied))
+        return 0
+
+    with Sandbox(both(upstreams), quiet=True, policy_fn=review) as sb:
+        nested = sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.2:{a.port}"]))
+        assert nested.call(connect_from_threads, args=("127.0.0.2", a.port, 8)).value == [0] * 8
+        assert set(nested.call(connect_from_threads, args=("127.0.0.3", b.port, 8)).value) == {13}
+    assert (b.port, True) in seen and (a.port, False) in seen  # denied: the nested rules'
+
+
 def bind_port(port: int) -> int:
     with socket.socket() as sock:
         try:

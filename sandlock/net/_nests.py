@@ -106,12 +106,13 @@ class _Nest:
 
 class Nests:
     """The nested sandboxes with network rules of a running sandbox; ``rules_for``
-    tells the engine which of them a calling thread is in. The engine handles one
-    call at a time: so do these questions."""
+    tells the engine which of them a calling thread is in. One question at a time
+    (the engine lets a call go on while policy_fn reviews another)."""
 
     def __init__(self) -> None:
         self._nests: list[_Nest] = []
         self._lock = threading.Lock()
+        self._asking = threading.Lock()
         self._questions = 0
 
     def add(self, rules: NetPolicy, probe: socket.socket, name: str, trusted: bool = True) -> None:
@@ -133,7 +134,8 @@ class Nests:
         if pidfd in known:
             return known[pidfd]
         try:
-            rules = self._ask(tid, pidfd)
+            with self._asking:
+                rules = self._ask(tid, pidfd)
         except ProcessLookupError:
             raise Refused(errno.ESRCH) from None
         except Unknown as unknown:
