@@ -132,13 +132,15 @@ def test_a_process_that_binds_the_registration_name_gets_no_registration(upstrea
 
 def test_a_registration_cannot_make_threads_fail(upstreams, tmp_path):
     """A fake keeper that answers ESRCH (thread gone) for every thread: from an untrusted
-    one, that is only "not mine"."""
+    one, that is only "not mine". (The curl runs in an inner run of the outer's network:
+    under a filter of its own, so that the supervisor asks about it.)"""
     url_a, _ = urls(upstreams)
     hostile = tmp_path / "hostile.py"
     hostile.write_text(HOSTILE)
     rules = '{"allow": [], "deny": [], "bind": []}'
-    result = outer(upstreams, "-q", "-r", str(tmp_path), inner=[],
-                   script=f"{sys.executable} {hostile} '{rules}' 3 & sleep 1; {curl(url_a)}; kill %1")
+    result = outer(upstreams, "-q", "-r", str(tmp_path), inner=["--net-allow", "'*'"],
+                   script=(f"{sys.executable} {hostile} '{rules}' 3 & sleep 1; "
+                           f"$INNER -- {curl(url_a)}; kill %1"))
     assert result.stdout.split() == ["ok", "200"], result.stderr
 
 

@@ -114,6 +114,10 @@ class Nests:
         self._lock = threading.Lock()
         self._asking = threading.Lock()
         self._questions = 0
+        # The sandbox's processes run under one seccomp filter more than sandlock; a
+        # nested sandbox's, under at least one more again (its own). Filters are never
+        # shed, so a thread with no more than the sandbox's is in none: not asked about.
+        self._sandbox_filters = (_seccomp_filters("self") or 0) + 1
 
     def add(self, rules: NetPolicy, probe: socket.socket, name: str, trusted: bool = True) -> None:
         """A nested sandbox whose resident answers on ``probe`` (owned from now on).
@@ -133,9 +137,13 @@ class Nests:
         gone: the caller opens a fresh one), Refused(UNKNOWN) if it cannot be told."""
         if pidfd in known:
             return known[pidfd]
+        filters = _seccomp_filters(str(tid))
         try:
-            with self._asking:
-                rules = self._ask(tid, pidfd)
+            if filters is not None and filters <= self._sandbox_filters:
+                rules = ()  # (if the pidfd names an earlier thread, it is dropped, and this)
+            else:
+                with self._asking:
+                    rules = self._ask(tid, pidfd)
         except ProcessLookupError:
             raise Refused(errno.ESRCH) from None
         except Unknown as unknown:
@@ -190,6 +198,20 @@ def narrowed(rules: NetPolicy, pins: PinTable, syscall: str, address: object,
     refusal = Verdict(False, f"nested sandbox: {verdict.reason}", verdict.hostname or
                       decision.verdict.hostname)
     return Decision(False, None, refusal, decision.protocol, errno.EACCES)
+
+
+def _seccomp_filters(task: str) -> int | None:
+    """How many seccomp filters the thread ``task`` (a tid, or "self") runs under."""
+    try:
+        fd = os.open(f"/proc/{task}/status", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            status = os.read(fd, 8192)  # (one read: the whole file, ~1.5 KB)
+        finally:
+            os.close(fd)
+        start = status.index(b"Seccomp_filters:") + 16
+        return int(status[start:status.index(b"\n", start)])
+    except (OSError, ValueError):
+        return None
 
 
 def _may_be_signalled(tid: int) -> bool:
