@@ -77,14 +77,16 @@ class Network(Services):
 
     def __init__(self, policy: Policy, ruleset_fd: int | None, audit_log: AuditLog | None, *,
                  quiet: bool, http: HttpRun | None = None,
-                 review: Callable[[NetworkCall], int] | None = None) -> None:
+                 review: Callable[[NetworkCall], int] | None = None, keeper: int = 0) -> None:
         """``ruleset_fd``: the command's Landlock ruleset (owned from now on), for the
-        confined worker, and ``http`` (the run's proxy): owned from now on; ``audit_log``:
+        confined worker, and ``http`` (the run's proxy): owned from now on; ``keeper``:
+        the pid of the run's keeper (under the sandbox's filters, but its own); ``audit_log``:
         the run's (it closes it); ``review``: the runtime policy's word on each call."""
         self._policy = policy
         self._http = http
         self._rules = rules = compile_policy(policy)
         self._quiet = quiet
+        self._keeper = keeper
         self.pins = PinTable()
         self.audit = Audit(audit_log, quiet)
         self._listeners = OwnListeners()
@@ -140,7 +142,7 @@ class Network(Services):
                 probe.close()
                 return
             if self._supervisor.nests is None:
-                self._supervisor.nests = Nests()
+                self._supervisor.nests = Nests(self._keeper)
             self._supervisor.nests.add(rules, probe, name, trusted)
 
     def _nested_policy(self, texts: Mapping[str, Sequence[str]]) -> NetPolicy:

@@ -109,15 +109,19 @@ class Nests:
     tells the engine which of them a calling thread is in. One question at a time
     (the engine lets a call go on while policy_fn reviews another)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keeper: int) -> None:
+        """``keeper``: the pid of the sandbox's keeper, forked by the thread that started
+        it (so under the same seccomp filters), which never adds one."""
         self._nests: list[_Nest] = []
         self._lock = threading.Lock()
         self._asking = threading.Lock()
         self._questions = 0
-        # The sandbox's processes run under one seccomp filter more than sandlock; a
+        # The sandbox's processes run under one seccomp filter more than its keeper; a
         # nested sandbox's, under at least one more again (its own). Filters are never
         # shed, so a thread with no more than the sandbox's is in none: not asked about.
-        self._sandbox_filters = (_seccomp_filters("self") or 0) + 1
+        # (Unknown, e.g. the keeper gone as the run ends: every thread is asked.)
+        keepers = _seccomp_filters(str(keeper)) if keeper > 0 else None
+        self._sandbox_filters = -1 if keepers is None else keepers + 1
 
     def add(self, rules: NetPolicy, probe: socket.socket, name: str, trusted: bool = True) -> None:
         """A nested sandbox whose resident answers on ``probe`` (owned from now on).

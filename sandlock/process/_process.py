@@ -184,12 +184,12 @@ def _exit_code(status: int | None) -> int:
 
 
 def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
-          adopt_listener: Callable[[int, int, int], Callable[[], None]] | None = None,
+          adopt_listener: Callable[[int, int, int, int], Callable[[], None]] | None = None,
           ) -> SandboxedProcess:
     """Fork the keeper (which forks the command) and wait until the command exec'd.
 
     With ``adopt_listener``, the command hands over its seccomp listener before exec:
-    ``adopt_listener(pid, fd, proc)`` must take it (and ``proc``, the sandbox's /proc,
+    ``adopt_listener(pid, fd, proc, keeper_pid)`` must take it (and ``proc``, the sandbox's /proc,
     when not -1; the command waits until it returns) and returns what to do once the
     command has been told to go on.
     """
@@ -219,8 +219,8 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     while not process.pid and process.returncode is None:
         process._read_reports()
     if adopt_listener:
-        process.workspace_layer, process.scratch = _take_listener(to_sandlock, from_sandlock,
-                                                                  adopt_listener)
+        process.workspace_layer, process.scratch = _take_listener(
+            to_sandlock, from_sandlock, lambda *handed: adopt_listener(*handed, keeper_pid))
     process.start_error = describe_start_error(spec.argv[0], _read_all(error_r))
     return process
 

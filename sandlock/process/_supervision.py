@@ -66,9 +66,8 @@ class Supervision:
         if self._counts_processes or policy_fn is not None:
             self._processes = self._process_caps()
         if self._counts_processes:
-            # The receivers' imports (~0.2 ms), before the fork: after it, every page
-            # sandlock writes is copied first (the keeper shares them), which made them
-            # cost ~0.9 ms and slowed the sandbox's set-up by ~0.6 ms (measured).
+            # The receivers' imports (~0.2 ms) before the fork: after it, every page sandlock
+            # writes is copied first (the keeper shares them): ~0.9 ms then (measured).
             from ..kernel import Listener  # noqa: F401
             from ._receiving import hung_up  # noqa: F401
         self._runtime: RuntimePolicy | None = None
@@ -83,7 +82,7 @@ class Supervision:
         self.wants_scratch = confinement.memory_watched
         self._lock = _thread.allocate_lock()
         self._network: Network | None = None
-        self._network_failed = False
+        self._network_failed, self._keeper = False, 0  # (the keeper's pid: take_listener)
         self._closed = False
         # Decided before the fork: the command waits while take_listener runs.
         self._pins_at_start = False
@@ -98,11 +97,13 @@ class Supervision:
         self._handling = _thread.allocate_lock()  # network calls: one at a time
         self.notices: list[str] = []
 
-    def take_listener(self, pid: int, fd: int, proc: int) -> Callable[[], None]:
+    def take_listener(self, pid: int, fd: int, proc: int, keeper: int) -> Callable[[], None]:
         """While the command waits to exec: its listener (and /proc, for the process cap
-        and the memory watch); returns what to start once it has been told to go on."""
+        and the memory watch); returns what to start once it has been told to go on.
+        ``keeper``: its pid (the engine counts the sandbox's seccomp filters on it)."""
         from ..kernel import take_fd
 
+        self._keeper = keeper
         listener_fd = take_fd(pid, fd)
         try:
             proc_fd = take_fd(pid, proc) if proc >= 0 else -1
@@ -277,8 +278,8 @@ class Supervision:
                 from ..net import Network
 
                 review = self._review_network if self._runtime is not None else None
-                network = Network(self._policy, self._ruleset_fd, self._audit,
-                                  quiet=self._quiet, http=self._http, review=review)
+                network = Network(self._policy, self._ruleset_fd, self._audit, quiet=self._quiet,
+                                  http=self._http, review=review, keeper=self._keeper)
         except BaseException as exc:
             self._network_failed = True
             if self._http is not None:
