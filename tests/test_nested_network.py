@@ -297,3 +297,16 @@ def test_nested_http_rules_over_https(tmp_path, monkeypatch):
             passed = sb.sandbox(Policy(fs_readable=[*SYSTEM, str(tmp_path)], net_allow=["*"]))
             assert passed.run([*curl, "--cacert", str(ca_file), f"{url}/any"]).exit_code == 0
     assert api.paths() == ["/public/x", "/any"]
+
+
+def test_nested_sandboxes_with_network_rules_are_bounded(upstreams):
+    """Every one is asked about each new thread that might be its: at most 64."""
+    from sandlock import SetupError
+
+    a, _ = upstreams
+    with Sandbox(both(upstreams), quiet=True) as sb:
+        nests = [sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.2:{a.port}"]))
+                 for _ in range(64)]
+        with pytest.raises(SetupError, match="at most 64"):
+            sb.sandbox(Policy(fs_readable=SYSTEM, net_allow=[f"127.0.0.2:{a.port}"]))
+        assert nests[-1].call(connect_from_threads, args=("127.0.0.2", a.port, 1)).value == [0]

@@ -9,9 +9,15 @@ the process is in its layer or below. So the engine asks it, once per thread: th
 thread's pidfd goes over, and the resident answers the errno of
 ``pidfd_send_signal(pidfd, 0)``. No process can leave a domain, forge one, or answer
 for the resident (no process of the sandbox can reach it), and a thread's answer
-holds for its life: its pidfd names it for good.
+holds for its life: its pidfd names it for good. (A pidfd gives its receiver nothing
+it could not get with pidfd_open: every permission is checked when it is used.)
 
-    engine ──"?" + pidfd──> nested resident: pidfd_send_signal(pidfd, 0) ──errno──> engine
+    engine ──"?N" + pidfd──> nested resident: pidfd_send_signal(pidfd, 0) ──"N errno"──> engine
+
+Only threads under more seccomp filters than the sandbox's own processes are asked
+about: a nested sandbox adds its filter, and filters are never shed. A ``sandlock
+run`` inside the sandbox registers the same way (``_nesting``), its keeper answering;
+anything in the sandbox can, so such a nest is untrusted: it may only narrow.
 
 A call allowed by the sandbox's rules is then judged again by the nested rules, with
 the sandbox's pinned names: a destination must be allowed by both.
@@ -70,6 +76,7 @@ class _Nest:
         self.name = name
         self.trusted = trusted
         self.gone = ""  # why it can answer no more
+        self._unasked = 0  # a question its full socket could not take
         self._probe = probe
         self._probe.setblocking(False)
 
@@ -77,13 +84,13 @@ class _Nest:
         try:
             socket.send_fds(self._probe, [b"?%d" % question], [pidfd])
         except BlockingIOError:
-            self.gone = "does not read its questions"
+            self._unasked = question  # (it reads none: answered as silence)
         except OSError:
             self.gone = "is gone"
 
     def answer(self, question: int, deadline: float) -> int | None:
         """The errno it answered ``question`` with; None if it cannot say in time."""
-        while not self.gone:
+        while not self.gone and self._unasked != question:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([self._probe], [], [], remaining)[0]:
                 return None
@@ -130,7 +137,8 @@ class Nests:
             self._nests = [nest for nest in self._nests if nest.trusted or not nest.gone]
             if len(self._nests) >= MAX_NESTS:
                 probe.close()
-                raise ValueError(f"at most {MAX_NESTS} nested sandboxes have network rules at once")
+                raise NestRefused("-", f"at most {MAX_NESTS} nested sandboxes have network rules "
+                                  "at once")
             self._nests = [*self._nests, _Nest(rules, probe, name, trusted)]
 
     def rules_for(self, tid: int, pidfd: int,

@@ -130,8 +130,11 @@ class NestedLive(LiveSandbox):
             try:
                 parent._process.nest_network(nested_network_rules(network), ours[1],
                                              f"nested sandbox {token}")
-            except BaseException:
+            except ValueError as exc:  # (net._nests.NestRefused: too many)
                 self._control.close()  # its resident ends
+                raise SetupError(str(exc)) from None
+            except BaseException:
+                self._control.close()
                 raise
 
     def _ended(self) -> None:
