@@ -183,3 +183,30 @@ def test_an_inner_run_narrows_the_outer_http_rules():
                           env=env(), cwd=tempfile.gettempdir())
         assert result.stdout == "200 403 ", result.stderr
     assert api.paths() == ["/public/x"]
+
+
+CALL_INSIDE = textwrap.dedent("""
+    import socket, sys
+    from sandlock import Policy, Sandbox
+
+    def reach(port):
+        with socket.socket() as sock:
+            return [sock.connect_ex((host, port)) for host in ("127.0.0.2", "127.0.0.3")]
+
+    a, b = map(int, sys.argv[1:])
+    policy = Policy(fs_readable=["/usr", "/lib", "/lib64", "/bin", "/etc", "/tmp"],
+                    net_allow=[f"127.0.0.2:{a}"])
+    print(Sandbox(policy).call(reach, args=(a,)).value[0],
+          Sandbox(policy).call(reach, args=(b,)).value[1])
+""")
+
+
+def test_a_call_inside_a_sandbox_keeps_its_network_rules(upstreams, tmp_path):
+    """Sandbox.call in a sandboxed program: the function runs in a fork of its keeper's
+    child, where the keeper's question socket is /dev/null by then."""
+    a, b = upstreams
+    script = tmp_path / "call.py"
+    script.write_text(CALL_INSIDE)
+    result = outer(upstreams, "-q", "-r", str(tmp_path), inner=[],
+                   script=f"{sys.executable} {script} {a.port} {b.port}")
+    assert result.stdout.split() == ["0", "13"], result.stderr
