@@ -190,3 +190,16 @@ def test_the_api_inside_a_sandbox(tree):
     env.pop("SANDLOCK_FS_WRITE", None)
     result = sandlock("run", "--", sys.executable, "-c", BLOCK_INSIDE, cwd=str(tree), env=env)
     assert result.stdout.split("\n")[:3] == ["0", "3", "refused: True"], result.stderr
+
+
+def test_a_call_inside_a_sandbox_without_proc_says_why(tree):
+    """A function's process lists its descriptors in /proc before it confines itself:
+    where the enclosing sandbox grants no /proc, the call fails saying so."""
+    env = {**os.environ, "SANDLOCK_FS_READ": ROOT}
+    env.pop("SANDLOCK_FS_WRITE", None)
+    program = ("from sandlock import Policy, Sandbox\n"
+               "print(Sandbox(Policy()).call(sum, args=([1, 2],)).error.message)")
+    reads = [f"--fs-read={path}" for path in SYSTEM]
+    result = sandlock("run", *reads, "-r", ROOT, "--", sys.executable, "-c", program,
+                      cwd=str(tree), env=env)
+    assert "grant /proc there" in result.stdout, result.stderr

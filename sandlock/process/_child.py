@@ -158,7 +158,13 @@ def _run_function(function: Callable[[int], int], env: dict[str, str], held: lis
 
 def _open_descriptors(keep: tuple[int, ...]) -> list[int]:
     """The descriptors above 2 that are open and not in ``keep``."""
-    return [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and fd not in keep]
+    try:
+        listed = os.listdir("/proc/self/fd")
+    except PermissionError:  # only inside a sandbox whose policy does not grant /proc
+        raise PermissionError(errno.EACCES, "a function's process lists its descriptors in "
+                              "/proc/self/fd, which the enclosing sandbox does not let it read "
+                              "(grant /proc there)") from None
+    return [fd for fd in map(int, listed) if fd > 2 and fd not in keep]
 
 
 def _exists(path: str) -> bool:
