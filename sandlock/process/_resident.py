@@ -152,7 +152,9 @@ class Resident:
         code = EXIT_SETUP
         try:
             if scoped:
-                neutral_layer(landlock.SCOPE_SIGNAL).restrict_self()
+                layer = neutral_layer(landlock.SCOPE_SIGNAL)
+                layer.restrict_self()
+                layer.close()
             self._forget(keep=(self._host_proc, control, probe))
             code = Resident(control, -1, None, None, probe)(self._host_proc)
         finally:
