@@ -163,3 +163,35 @@ def test_values_from_processes_that_are_no_clones_are_not_kept():
         assert [clone.wait(30) for clone in clones] == [0, 0, 0]
         assert [clone.value for clone in clones] == [0, 1, 2]
         assert len(sb._live._unclaimed) <= 3  # bounded by the clones awaited, not the senders
+
+
+PRINTING = """
+import os, sys
+from sandlock import Policy, Sandbox
+
+def init():
+    print("init ran", end="")  # buffered: stdout is a pipe
+
+def work():
+    print(f"clone {os.environ['CLONE_ID']} ran")
+
+def called():
+    print("the call ran")
+
+with Sandbox(Policy(), init, work) as sb:
+    assert [clone.wait(30) for clone in sb.fork(3)] == [0, 0, 0]
+    print(sb.call(called).stdout.decode(), end="", file=sys.stderr)
+"""
+
+
+def test_what_init_and_the_clones_print_comes_out_once_each(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "printing.py"
+    script.write_text(PRINTING)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.replace("init ran", "init ran\n").splitlines()
+    assert sorted(lines) == ["clone 0 ran", "clone 1 ran", "clone 2 ran", "init ran"]
+    assert done.stderr == "the call ran\n"

@@ -24,7 +24,7 @@ from .._record import record
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Protocol
+    from typing import Protocol, TextIO
 
     from ._process import SandboxedProcess
     from ._sandbox import Sandbox
@@ -97,7 +97,7 @@ def call_in(sandbox: Sandbox, start: Callable[[int, int, int], Waitable],
 
     timeout = sandbox.policy.timeout if timeout is None else timeout
     result_r, result_w = os.pipe()
-    _flush_streams()  # else the copy would print again what the caller buffered
+    flush_streams()  # else the copy would print again what the caller buffered
     with Capture(None, True, limit=sandbox.policy.max_output, extra=result_r) as capture:
         stdio = capture.child_stdio()
         try:
@@ -120,11 +120,15 @@ class Runner:
     """What the function's process runs: the call, its outcome pickled to ``fd``."""
 
     def __init__(self, function: Callable[..., object], args: tuple, kwargs: dict,
-                 fd: int) -> None:
+                 fd: int, streams: bool = True) -> None:
+        """``streams``: give sys.stdin/stdout/stderr to descriptors 0-2 first; False
+        where they are there already (the processes a running sandbox's resident
+        forks: it made them once, with nothing buffered)."""
         self._function, self._args, self._kwargs, self._fd = function, args, kwargs, fd
+        self._streams = streams
 
     @classmethod
-    def loading(cls, payload: bytes, fd: int) -> Runner:
+    def loading(cls, payload: bytes, fd: int, streams: bool = True) -> Runner:
         """The runner of a function and arguments pickled by sandlock (a running
         sandbox's call); one that raises why, if they cannot be loaded here."""
         try:
@@ -135,15 +139,16 @@ class Runner:
             def unloadable() -> None:
                 raise error
 
-            return cls(unloadable, (), {}, fd)
-        return cls(function, args, kwargs, fd)
+            return cls(unloadable, (), {}, fd, streams)
+        return cls(function, args, kwargs, fd, streams)
 
     def __call__(self, host_proc: int = -1) -> int:
-        _standard_streams()
+        if self._streams:
+            standard_streams()
         try:
             value = self._function(*self._args, **self._kwargs)
         except SystemExit as exc:  # sys.exit(): a status, not an error of the call
-            _flush_streams()
+            flush_streams()
             return _exit_status(exc.code)
         except BaseException as exc:  # noqa: BLE001 - any failure is the call's result
             self._send(_error_message(exc))
@@ -157,7 +162,7 @@ class Runner:
         return 0
 
     def _send(self, payload: bytes) -> None:
-        _flush_streams()
+        flush_streams()
         try:
             _write_all(self._fd, payload)
         except OSError as exc:
@@ -175,13 +180,21 @@ def _write_all(fd: int, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _standard_streams() -> None:
+def standard_streams() -> None:
     """sys.stdin/stdout/stderr on descriptors 0-2, which are the call's: the caller's
-    may have been something else (a test's capture, a notebook's socket), now /dev/null."""
-    sys.stdin = open(0, encoding="utf-8", closefd=False)
-    sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
-    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False,
-                      buffering=1)
+    may have been something else (a test's capture, a notebook's socket), now /dev/null.
+    A descriptor that is not open gives None, as at the interpreter's start."""
+    sys.stdin = _stream(0, "r", errors="strict")
+    sys.stdout = _stream(1, "w")
+    sys.stderr = _stream(2, "w", buffering=1)
+
+
+def _stream(fd: int, mode: str, buffering: int = -1,
+            errors: str = "backslashreplace") -> TextIO | None:
+    try:
+        return open(fd, mode, buffering, encoding="utf-8", errors=errors, closefd=False)
+    except OSError:
+        return None
 
 
 def _error_message(exc: BaseException, context: str = "") -> bytes:
@@ -247,7 +260,7 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-def _flush_streams() -> None:
+def flush_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:

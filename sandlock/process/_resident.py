@@ -31,7 +31,7 @@ import socket
 from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
 from ..confinement import apply_static, neutral_layer
 from ..kernel import close_on_exec_from, exited_children, landlock
-from ._call import Runner
+from ._call import Runner, flush_streams, standard_streams
 from ._child import exec_argv
 from ._vouching import answer
 
@@ -66,6 +66,8 @@ class Resident:
         self._host_proc = host_proc
         self._null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self._fence = _fence(scoped=self._probe >= 0)
+        self._enter_fence = self._fence.restricter() if self._fence is not None else None
+        standard_streams()  # once, here: the processes it forks keep them (see Runner)
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         _signal.set_wakeup_fd(wake_w)  # a SIGCHLD wakes the poll below
         _signal.signal(_signal.SIGCHLD, _noted)
@@ -97,6 +99,8 @@ class Resident:
             except BaseException as exc:  # noqa: BLE001 - said to sandlock, which raises it
                 self._say(b"failed " + f"{type(exc).__name__}: {exc}".encode(errors="replace"))
                 return False
+            finally:
+                flush_streams()  # else every process forked would print again what init buffered
         self._say(b"ready")
         return True
 
@@ -137,7 +141,7 @@ class Resident:
         result, stdout, stderr = fds
         _place({0: self._null, 1: stdout, 2: stderr})
         self._forget(keep=(result,))
-        _run_and_exit(Runner.loading(payload, result))
+        _run_and_exit(Runner.loading(payload, result, streams=False))
 
     def _nest(self, token: int, nested: Nested, scoped: bool, *, fds: list[int]) -> None:
         """Fork the resident of a nested sandbox (``sb.sandbox``): confined further by
@@ -167,7 +171,7 @@ class Resident:
                 continue
             os.environ["CLONE_ID"] = str(clone_id)
             self._forget(keep=(self._results,))
-            _run_and_exit(Runner(self._work, (), {}, self._results))
+            _run_and_exit(Runner(self._work, (), {}, self._results, streams=False))
 
     def _fork(self, token: int) -> bool:
         """True in the resident (the child is remembered), False in the new process,
@@ -181,8 +185,8 @@ class Resident:
             self._children[pid] = token
             return True
         try:
-            if self._fence is not None:
-                self._fence.restrict_self()  # first: out of the resident's reach at once
+            if self._enter_fence is not None:
+                self._enter_fence()  # first: out of the resident's reach at once
             _signal.set_wakeup_fd(-1)
             _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
             host_pid = (int(os.readlink("self", dir_fd=self._host_proc)) if self._host_proc >= 0
