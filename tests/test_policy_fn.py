@@ -242,6 +242,37 @@ def test_a_slow_exec_callback_holds_back_that_exec_only():
     assert order == ["fast asked", "slow answered"]
 
 
+def test_a_slow_callback_on_a_threaded_process_exec_holds_back_that_process_only():
+    # The caller has another thread, held while the callback ponders its exec; another
+    # process's exec is asked about and runs meanwhile. Then the held thread is let go
+    # with the exec refused, and the process goes on.
+    order = []
+
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.argv[-1:] == ("slow-marker",):
+            time.sleep(1.5)
+            order.append("slow answered")
+            return True
+        if event.syscall == "execve" and event.argv == ("/bin/echo", "fast"):
+            order.append("fast asked")
+        return 0
+
+    threaded = ("import os, threading, time\n"
+                "ticks = []\n"
+                "threading.Thread(target=lambda: [ticks.append(time.sleep(0.01)) "
+                "for _ in iter(int, 1)], daemon=True).start()\n"
+                "try:\n"
+                "    os.execv('/bin/echo', ['/bin/echo', 'slow-marker'])\n"
+                "except PermissionError:\n"
+                "    before = len(ticks); time.sleep(0.2)\n"
+                "    print('refused, thread running:', len(ticks) > before)")
+    result = Sandbox(Policy(), policy_fn=decide).run(
+        ["sh", "-c", f"{SYSTEM_PY} -c \"{threaded}\" & sleep 0.3; /bin/echo fast; wait"],
+        timeout=60)
+    assert result.stdout == b"fast\nrefused, thread running: True\n", result.stderr
+    assert order == ["fast asked", "slow answered"]
+
+
 def test_every_end_that_came_during_the_run_is_told_before_it_returns():
     # A slow callback on the first end: the others come meanwhile, and the run ends
     # before the callback is back; they are still told, before run() returns.

@@ -15,6 +15,10 @@ from _thread import _local, allocate_lock  # threading's, without importing thre
 from .._record import record
 from ._libc import ioctl
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from _thread import LockType
+
 _NOTIF = struct.Struct("<QIIiIQ6Q")  # id, pid, flags, nr, arch, ip, args[6]
 _RESP = struct.Struct("<QqiI")  # id, val, error, flags
 _ID = struct.Struct("<Q")
@@ -51,8 +55,8 @@ class Listener:
         self._closing = False
         self._lock = allocate_lock()
         self._callers: dict[int, int] | None = None  # id -> thread, while replies are held
-        self._held: frozenset[int] = frozenset()
-        self._unheld = allocate_lock()  # taken while replies to ``_held`` must wait
+        # holder -> (a lock it holds, the threads whose replies wait for it)
+        self._holds: dict[object, tuple[LockType, frozenset[int]]] = {}
         self._thread = _local()  # .deferred: this thread's answers, while it defers them
         try:
             # The flags are the ioctl's argument itself, not a pointer to them.
@@ -84,18 +88,27 @@ class Listener:
         if self._callers is None:
             self._callers = {}
 
-    def hold_replies(self, tids: frozenset[int]) -> None:
-        """Until ``release_replies``, an answer to a call of one of ``tids`` waits:
-        they stay in the kernel (sandlock's exec check keeps them from the memory it
-        read). One holder at a time; ``track_callers`` first."""
-        if not self._held:
-            self._unheld.acquire()
-        self._held = self._held | tids
+    def hold_replies(self, holder: object, tids: frozenset[int]) -> None:
+        """Until ``release_replies(holder)``, an answer to a call of one of ``tids``
+        waits: they stay in the kernel (sandlock's exec check keeps them from the memory
+        it read). Several holders may hold the same thread; ``track_callers`` first.
+        Only the tracer's thread holds and releases."""
+        lock, held = self._holds.get(holder) or (None, frozenset())
+        if lock is None:
+            lock = allocate_lock()
+            lock.acquire()
+        self._holds[holder] = (lock, held | tids)
 
-    def release_replies(self) -> None:
-        if self._held:
-            self._held = frozenset()
-            self._unheld.release()
+    def release_replies(self, holder: object) -> None:
+        lock, _ = self._holds.pop(holder, (None, None))
+        if lock is not None:
+            lock.release()
+
+    def _wait_unheld(self, caller: int) -> None:
+        """Until no holder holds ``caller``'s replies."""
+        while locks := [lock for lock, held in list(self._holds.values()) if caller in held]:
+            with locks[0]:
+                pass
 
     def check_valid(self, notif_id: int) -> None:
         """Raise Gone unless the notification is still pending.
@@ -156,9 +169,8 @@ class Listener:
             return True  # (nobody needs to know, yet, whether the caller is still there)
         if self._callers is not None:
             caller = self._callers.pop(notif_id, None)
-            if caller in self._held:
-                with self._unheld:  # until the holder is done
-                    pass
+            if caller is not None and self._holds:
+                self._wait_unheld(caller)
         try:
             ioctl(self.fd, IOCTL_SEND, response)
             return True

@@ -10,9 +10,10 @@ memory. Those tasks are stopped with ptrace (seize, interrupt: none runs another
 instruction), so is the caller, to learn when its exec is over; all are let go after.
 Tasks made meanwhile are caught too: threads of a held task are traced from their
 birth (TRACECLONE); a process is made only through the supervisor, which makes none
-while an exec is held, but for a hold of the caller alone (single-threaded, private
-memory), whose callback runs on a helper thread: a process made meanwhile can share
-no memory with it (only the caller could make one, and it waits in its exec).
+while an exec is held, but for a hold of the caller's process alone (``local``:
+private memory shared with no other process), whose callback runs on a helper thread:
+a process made meanwhile can share no memory with it (only the caller's threads could
+make one: the caller waits in its exec, the others are held, their calls deferred).
 """
 
 from __future__ import annotations
@@ -58,14 +59,26 @@ class ExecHold:
         self._everyone = everyone  # the filesystem matters too: nobody in the sandbox runs
         self._numbers = numbers
         self._seen: set[int] = {tid}
+        self._beyond = False  # tasks of other processes were held
         self._traced: list[int] = []
         self._stopped: dict[int, tuple[str, int]] = {}  # tid -> its stop, already taken
 
     @property
-    def caller_only(self) -> bool:
-        """Nothing but the caller is held (nor any answer): the tracer may do other work
-        while this check waits for the callback, the caller waiting in the kernel."""
-        return not self._everyone and self._seen == {self._tid}
+    def local(self) -> bool:
+        """Nothing but the caller's process is held: the tracer may do other work while
+        this check waits for the callback (``hold_aside``), the caller waiting in the
+        kernel."""
+        return not self._everyone and not self._beyond
+
+    def hold_aside(self) -> None:
+        """Its callback runs aside: the caller's other threads are held for it until
+        ``release`` (jobs for their calls wait; their stops are kept here)."""
+        for tid in self._seen - {self._tid}:
+            self._tracer.held[tid] = self
+
+    def keep(self, tid: int, report: tuple[str, int]) -> None:
+        """A stop of a held task that another check's wait took."""
+        self._stopped[tid] = report
 
     def hold(self, ranges: tuple[tuple[int, int], ...] | None) -> bool:
         """Hold the writers of ``ranges`` of the caller's memory (None: not known yet,
@@ -85,7 +98,7 @@ class ExecHold:
             # First: an answer to a call of theirs now waits. Then each is left where
             # it is if it cannot run before that (waiting for an answer, or for a
             # vfork child), else stopped.
-            self._listener.hold_replies(frozenset(new))
+            self._listener.hold_replies(self, frozenset(new))
             stopping = [tid for tid in new if not self._parked(tid) and self._seize(tid)]
             self._settle(stopping)
 
@@ -97,12 +110,16 @@ class ExecHold:
         processes = [self._pid]
         if everyone or (self._shared_vm and self._memory_shared()):
             processes = [pid for pid in tasks.processes_under(self._root) if pid != self._root]
+            self._beyond = True
         newborn = self._tracer.newborn  # stopped before their first instruction: left alone
         # Callers whose exec waits for the callback on a helper thread cannot run until a
         # later job answers them (while they wait in the call: a pid reused is held).
         checking = self._tracer.checking
+        # Threads held for a check whose callback runs aside stay held while this one
+        # lasts: it is not local, so it ends on the tracer before that one can end.
+        held = self._tracer.held
         return [tid for pid in processes if pid not in newborn for tid in tasks.threads_of(pid)
-                if tid not in checking or not self._parked(tid)]
+                if (tid not in checking or not self._parked(tid)) and tid not in held]
 
     def _memory_shared(self) -> bool:
         return any(pid not in (self._pid, self._root) and tasks.share_memory(self._pid, pid)
@@ -192,10 +209,11 @@ class ExecHold:
         """Let every held task go: the held answers first (the exec is over or
         refused), then each traced task, at once if stopped, else by the tracer as
         soon as it stops (ptrace lets go only of a stopped task)."""
-        self._listener.release_replies()
+        self._listener.release_replies(self)
         try:
             for tid in self._traced:
                 self._tracer.let_go(tid, self._stopped.get(tid))
         finally:
             self._traced.clear()
             self._stopped.clear()
+            self._tracer.let_held_go(self)

@@ -112,12 +112,14 @@ class RuntimePolicy:
             self._refuse_path(listener, notification, syscall, call.path)
             return False
         event = Event(syscall, PROCESS, pid, parent, argv=call.argv, path=call.path)
-        if not hold.caller_only:  # others held: nothing else may be traced meanwhile
+        if not hold.local:  # other processes held: nothing else may be traced meanwhile
             self._finish_exec(listener, notification, hold, self._callback.ask(event))
             return False
-        # Only the caller is held, and it waits in the kernel: the callback is asked on a
-        # helper thread, so that a slow one holds back this exec alone.
+        # Only the caller's process is held, the caller waiting in the kernel: the
+        # callback is asked on a helper thread, so that a slow one holds back this
+        # process alone.
         self._tracer.checking.add(notification.pid)
+        hold.hold_aside()
         try:
             self._tracer.aside(lambda: self._callback.ask(event),
                                lambda answer: self._conclude_exec(listener, notification, hold,

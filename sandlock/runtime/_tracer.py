@@ -12,6 +12,12 @@ A new process waits, stopped at its birth, for the callback's word on it; the ca
 runs aside (``aside``), so that a slow one holds back only that process, and the
 tracer concludes when it has answered. Exec checks leave such a ``newborn`` alone: it
 has not run an instruction.
+
+An exec check that holds no more than the caller's own process runs its callback aside
+too. Meanwhile the caller's other threads stay held for it (``held``): a job for a call
+one of them made waits until that check lets them go (its answer would wait too);
+other checks count them as held; their stops, whoever's wait takes them, are kept for
+that check (``reported``).
 """
 
 from __future__ import annotations
@@ -25,9 +31,12 @@ from ..kernel import ptrace
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import TypeVar
+    from typing import Protocol, TypeVar
 
     T = TypeVar("T")
+
+    class Holder(Protocol):
+        def keep(self, tid: int, report: tuple[str, int]) -> None: ...
 
 _IDLE = object()
 _POLL_SECONDS = 0.001  # while tasks wait to be let go
@@ -41,6 +50,8 @@ class Tracer:
         self.newborn: set[int] = set()
         self.checking: set[int] = set()  # callers whose exec's callback runs aside
         self.queued: set[int] = set()  # threads whose call waits for a job not started yet
+        self.held: dict[int, Holder] = {}  # threads held for a check whose callback runs aside
+        self._deferred: list[tuple[int, Callable[[], None]]] = []
         self._aside: queue.SimpleQueue = queue.SimpleQueue()
         self._helpers = 0
         threading.Thread(target=self._run, daemon=True, name="sandlock-tracer").start()
@@ -80,9 +91,23 @@ class Tracer:
         elif report[0] != "exit" and not ptrace.detach(tid, _signal_of(report)):
             self.pending.add(tid)  # dying: its end is next
 
+    def let_held_go(self, holder: Holder) -> None:
+        """``holder``'s tasks are no longer held for it: deferred jobs are tried again."""
+        mine = [tid for tid, by in self.held.items() if by is holder]
+        if not mine:
+            return  # (a check that held nothing aside: nothing deferred waits for it)
+        for tid in mine:
+            del self.held[tid]
+        deferred, self._deferred = self._deferred, []
+        for caller, job in deferred:
+            self._jobs.put((caller, job))
+
     def reported(self, tid: int, report: tuple[str, int]) -> None:
-        """A report of ``tid`` someone else's wait took: a pending task is let go."""
-        if tid in self.pending:
+        """A report of ``tid`` someone else's wait took: kept for the check that holds
+        it, or a pending task is let go."""
+        if tid in self.held:
+            self.held[tid].keep(tid, report)
+        elif tid in self.pending:
             self.pending.discard(tid)
             self.let_go(tid, report)
 
@@ -102,7 +127,9 @@ class Tracer:
                 job = _IDLE
             if job is None:
                 return
-            if job is not _IDLE:
+            if job is not _IDLE and caller in self.held:  # its answer would wait: later
+                self._deferred.append((caller, job))
+            elif job is not _IDLE:
                 self.queued.discard(caller)
                 try:
                     job()
