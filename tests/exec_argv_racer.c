@@ -1,10 +1,12 @@
 /* The argv race of an exec check (test_policy_fn): a second thread rewrites the
    argument back and forth while the main thread execs "/bin/echo <arg>". The check
    may see "good" or "EVIL"; what runs must be what it saw.
-   racer ROUNDS data|heap|shared|vm: where the argument lives and who writes it (a
-   thread, in the program's .data or malloc'd memory; another process through a
-   shared mapping; a process sharing the whole address space, made by clone(CLONE_VM)). */
+   racer ROUNDS data|heap|shared|vm|procmem: where the argument lives and who writes it
+   (a thread, in the program's .data or malloc'd memory; another process through a
+   shared mapping; a process sharing the whole address space, made by clone(CLONE_VM);
+   the parent, through the exec'ing child's /proc/PID/mem). */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <pthread.h>
@@ -40,6 +42,23 @@ static void *race(void *unused) {
     return NULL;
 }
 
+/* As its parent (Yama's ptrace_scope 1 lets an ancestor write a process's memory):
+   until the child has exec'd and ended. */
+static void race_through_proc(pid_t child) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/mem", (int)child);
+    int fd = open(path, O_RDWR);
+    if (fd < 0) {
+        perror("racer: /proc/PID/mem");
+        exit(2);
+    }
+    while (waitpid(child, NULL, WNOHANG) == 0) {
+        pwrite(fd, "EVIL", 4, (off_t)(unsigned long)arg);
+        pwrite(fd, "good", 4, (off_t)(unsigned long)arg);
+    }
+    close(fd);
+}
+
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 50;
     const char *where = argc > 2 ? argv[2] : "data";
@@ -54,7 +73,7 @@ int main(int argc, char **argv) {
                 _exit(0);
             }
         } else {
-            arg = strcmp(where, "heap") == 0 ? strdup("good") : in_data;
+            arg = strcmp(where, "heap") == 0 || strcmp(where, "procmem") == 0 ? strdup("good") : in_data;
         }
         pid_t pid = fork();
         if (pid == 0) {
@@ -62,13 +81,18 @@ int main(int argc, char **argv) {
             if (strcmp(where, "vm") == 0)  /* a process, not a thread, in this memory */
                 clone(race_in_process, vm_stack + sizeof vm_stack, CLONE_VM | SIGCHLD,
                       (void *)(long)getpid());
-            else if (!writer)
+            else if (!writer && strcmp(where, "procmem") != 0)
                 pthread_create(&thread, NULL, race, NULL);
             usleep(200);
-            char *args[] = {"/bin/echo", arg, NULL};
-            execv("/bin/echo", args);
+            /* (the literal lies in the program's file: procmem wants every byte in
+               private anonymous memory, as a thread alone could write it) */
+            char *echo = strdup("/bin/echo");
+            char *args[] = {echo, arg, NULL};
+            execv(echo, args);
             _exit(127);
         }
+        if (strcmp(where, "procmem") == 0)
+            race_through_proc(pid);
         waitpid(pid, NULL, 0);
         if (writer) {
             kill(writer, 9);

@@ -539,6 +539,29 @@ def test_argv_rewritten_by_a_racing_thread_never_runs_unchecked(racer, where):
     assert len(seen) == 60
 
 
+def test_argv_rewritten_by_the_parent_through_proc_mem_never_runs_unchecked(racer):
+    """Where the policy lets the sandbox write /proc, a parent can write its child's
+    memory through /proc/PID/mem (Yama lets an ancestor): the exec check holds every
+    process then, and nothing but what the callback allowed runs, even with a callback
+    slow enough to leave the writer ample time."""
+    seen: list[str] = []
+
+    def decide(event, ctx):
+        if event.syscall == "execve" and event.path == "/bin/echo":
+            seen.append(event.argv[1])
+            time.sleep(0.002)
+            return event.argv[1] != "good"
+        return 0
+
+    policy = Policy(fs_readable=[*SYSTEM, os.path.dirname(racer)], fs_writable=["/proc"])
+    result = Sandbox(policy, policy_fn=decide, quiet=True).run([racer, "40", "procmem"],
+                                                               timeout=120)
+    printed = result.stdout.decode().split()
+    assert result.exit_code == 0, result.stderr
+    assert set(printed) <= {"good"}
+    assert len(printed) == seen.count("good") and len(seen) == 40
+
+
 def test_an_exec_from_a_process_busy_making_threads():
     """Threads made while the caller's threads are being held are held from birth
     (traced on creation): the exec is checked and runs."""

@@ -69,6 +69,9 @@ class Confinement:
     counts_processes: bool = False  # fork-like calls go to the supervisor (process cap)
     task_cap: int = 0  # RLIMIT_NPROC in the sandbox's user namespace (0: none)
     memory_watched: bool = False  # a memory limit, now or later: memfd_create supervised
+    # A rule lets the sandbox write under /proc (or nothing confines its files): a
+    # process may write another's memory there (/proc/PID/mem, Yama permitting).
+    writes_proc: bool = True
 
     @classmethod
     def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str],
@@ -114,7 +117,7 @@ class Confinement:
         # of the user on the machine.)
         task_cap = DEFAULT_TASK_CAP if isolation is not None and not policy.max_processes else 0
         return cls(ruleset, program, scopes_signals, warnings, isolation, counted, task_cap,
-                   memory)
+                   memory, filesystem is None or _writes_proc(filesystem.rules))
 
     def apply(self) -> int:
         """Confine the calling process (the child, right before exec); returns the
@@ -199,6 +202,12 @@ def _filesystem_ruleset(
         raise
     return _Filesystem(ruleset, tuple(added), tuple(read), tuple(write), private,
                        tuple(home for home, _ in homes), caches(homes[0][0], env))
+
+
+def _writes_proc(rules: tuple[tuple[str, int], ...]) -> bool:
+    return any(access & landlock.FS_WRITE_FILE and (path == "/" or path == "/proc"
+                                                    or path.startswith("/proc/"))
+               for path, access in rules)
 
 
 def _scratch_size(policy: Policy) -> int | None:

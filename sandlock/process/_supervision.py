@@ -75,7 +75,7 @@ class Supervision:
             from ..runtime import RuntimePolicy
 
             self._runtime = RuntimePolicy(policy_fn, audit, quiet, self._processes.tighten,
-                                          self.watches.lower_memory)
+                                          self.watches.lower_memory, confinement.writes_proc)
         self.wants_proc = self._counts_processes or self._watched or self._pausable
         # The private scratch directories' files are memory: for a memory limit, now or
         # set by policy_fn later.

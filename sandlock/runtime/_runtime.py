@@ -48,8 +48,11 @@ _STOP_SECONDS = 0.05  # an interrupted caller's stop, waited for here (else: let
 class RuntimePolicy:
     def __init__(self, fn: Callable[[Event, Context], object], audit: AuditLog | None,
                  quiet: bool, on_max_processes: Callable[[int], None],
-                 on_max_memory: Callable[[int], None]) -> None:
+                 on_max_memory: Callable[[int], None], writes_proc: bool) -> None:
+        """``writes_proc``: the sandbox may write under /proc, so a process may write
+        another's memory (/proc/PID/mem): every exec check holds the whole sandbox."""
         self.rules = LiveRules()
+        self._writes_proc = writes_proc
         self._callback = Callback(fn, Context(self.rules, on_max_processes, on_max_memory), audit)
         self._quiet = quiet
         self._numbers = CallNumbers.native()
@@ -101,8 +104,8 @@ class RuntimePolicy:
         self._tracer.submit(lambda: self._check_exec(listener, notification), notification.pid)
 
     def _check_exec(self, listener: Listener, notification: Notification) -> None:
-        self._held_check(listener, notification, "an exec", bool(self.rules.denied),
-                         self._judge_exec)
+        self._held_check(listener, notification, "an exec",
+                         self._writes_proc or bool(self.rules.denied), self._judge_exec)
 
     def _judge_exec(self, listener: Listener, notification: Notification, syscall: str,
                     hold: ExecHold, pid: int, parent: int) -> bool:
