@@ -195,3 +195,36 @@ def test_what_init_and_the_clones_print_comes_out_once_each(tmp_path):
     lines = done.stdout.replace("init ran", "init ran\n").splitlines()
     assert sorted(lines) == ["clone 0 ran", "clone 1 ran", "clone 2 ran", "init ran"]
     assert done.stderr == "the call ran\n"
+
+
+READING = """
+import sys
+from sandlock import Policy, Sandbox
+
+def init():
+    sys.stdin.readline()  # reads ahead: the rest of the input sits in its buffer
+
+def work():
+    return sys.stdin.read()
+
+def read_stdin():
+    return sys.stdin.read()
+
+with Sandbox(Policy(), init, work) as sb:
+    print(repr(sb.call(read_stdin).value))
+    [clone] = sb.fork(1)
+    clone.wait(30)
+    print(repr(clone.value))
+"""
+
+
+def test_what_init_read_ahead_is_read_by_no_call_nor_clone(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "reading.py"
+    script.write_text(READING)
+    done = subprocess.run([sys.executable, str(script)], input="first\nsecond\nthird\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "''\n''\n"  # a call's stdin is /dev/null; a clone's, what is left

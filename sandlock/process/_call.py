@@ -184,9 +184,14 @@ def standard_streams() -> None:
     """sys.stdin/stdout/stderr on descriptors 0-2, which are the call's: the caller's
     may have been something else (a test's capture, a notebook's socket), now /dev/null.
     A descriptor that is not open gives None, as at the interpreter's start."""
-    sys.stdin = _stream(0, "r", errors="strict")
+    sys.stdin = fresh_stdin()
     sys.stdout = _stream(1, "w")
     sys.stderr = _stream(2, "w", buffering=1)
+
+
+def fresh_stdin() -> TextIO | None:
+    """sys.stdin anew on descriptor 0: nothing read ahead."""
+    return _stream(0, "r", errors="strict")
 
 
 def _stream(fd: int, mode: str, buffering: int = -1,

@@ -27,11 +27,12 @@ import os
 import pickle
 import select
 import socket
+import sys
 
 from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
 from ..confinement import apply_static, neutral_layer
 from ..kernel import close_on_exec_from, exited_children, landlock
-from ._call import Runner, flush_streams, standard_streams
+from ._call import Runner, flush_streams, fresh_stdin, standard_streams
 from ._child import exec_argv
 from ._vouching import answer
 
@@ -101,6 +102,7 @@ class Resident:
                 return False
             finally:
                 flush_streams()  # else every process forked would print again what init buffered
+                sys.stdin = fresh_stdin()  # and what it read ahead is not theirs to read
         self._say(b"ready")
         return True
 
