@@ -59,7 +59,7 @@ class ExecHold:
         self._everyone = everyone  # the filesystem matters too: nobody in the sandbox runs
         self._numbers = numbers
         self._seen: set[int] = {tid}
-        self._beyond = False  # tasks of other processes were held
+        self._beyond = False  # tasks of other processes were held (or are, for another)
         self._traced: list[int] = []
         self._stopped: dict[int, tuple[str, int]] = {}  # tid -> its stop, already taken
 
@@ -115,11 +115,14 @@ class ExecHold:
         # Callers whose exec waits for the callback on a helper thread cannot run until a
         # later job answers them (while they wait in the call: a pid reused is held).
         checking = self._tracer.checking
+        writers = [tid for pid in processes if pid not in newborn for tid in tasks.threads_of(pid)
+                   if tid not in checking or not self._parked(tid)]
         # Threads held for a check whose callback runs aside stay held while this one
-        # lasts: it is not local, so it ends on the tracer before that one can end.
+        # lasts, which must then not be local: it ends on the tracer before that one can.
         held = self._tracer.held
-        return [tid for pid in processes if pid not in newborn for tid in tasks.threads_of(pid)
-                if (tid not in checking or not self._parked(tid)) and tid not in held]
+        if any(tid in held for tid in writers):
+            self._beyond = True
+        return [tid for tid in writers if tid not in held]
 
     def _memory_shared(self) -> bool:
         return any(pid not in (self._pid, self._root) and tasks.share_memory(self._pid, pid)
