@@ -8,7 +8,9 @@ copied them, or refuse (execute). open, once deny_path is used: the same with th
 whole sandbox held, the file found compared instead of asking. Process creation: let
 the kernel make the process while tracing the caller for one creation event, so that
 the new process is known, stopped before its first instruction, when the callback
-hears of it. All three run on the tracer's thread, one at a time.
+hears of it. All three run on the tracer's thread, one at a time; the callback about
+a new process, or about an exec whose hold is its caller's process alone, is asked on
+a helper thread meanwhile.
 """
 
 from __future__ import annotations
