@@ -31,6 +31,7 @@ ALLOWED = {
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
     "sandlock.process._supervision", "sandlock.process._sandbox", "sandlock.process._terminal",
     "sandlock.process._inputs",  # (split from _sandbox: the checks of argv, fds, environment)
+    "sandlock.process._networkslot",  # (split from _supervision: the engine, built when needed)
     "sandlock.net",  # the package only: the engine is built after the command execs
 }
 # Never loaded by a default run, not even after exec (TLS, the proxy, policy files,

@@ -1,4 +1,5 @@
-"""A tiny assembler for classic BPF programs run by seccomp.
+"""A tiny assembler for classic BPF programs run by seccomp, and the compilation of a
+syscall policy (``Rule`` per syscall number) into one.
 
 Only what a seccomp filter needs: 32-bit loads from ``struct seccomp_data``, an AND
 with a constant, forward conditional jumps to symbolic labels, and returns.
@@ -12,6 +13,10 @@ from __future__ import annotations
 
 import struct
 import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 # Opcodes (linux/bpf_common.h), already combined with their operand mode.
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS: A = 32-bit word of seccomp_data at k
@@ -122,3 +127,119 @@ class Assembler:
 def returns(program: bytes) -> frozenset[int]:
     """The values of ``program``'s return instructions: every action it can take."""
     return frozenset(k for code, _, _, k in _INSN.iter_unpack(program) if code == _RET_K)
+
+
+# A syscall policy as data, and its compilation (see _seccomp for the layout).
+
+_WORD = 0xFFFFFFFF
+
+
+class Match:
+    """Holds when ``(32-bit word of args[arg]) & mask`` is one of ``values``.
+
+    The low word unless ``high``. Arguments the kernel reads as int or unsigned int
+    need only the low word: the kernel truncates them the same way.
+    """
+
+    __slots__ = ("arg", "values", "mask", "high")
+
+    def __init__(self, arg: int, values: Iterable[int], mask: int = _WORD, high: bool = False) -> None:
+        self.arg = arg
+        self.values = tuple(sorted(set(values)))
+        self.mask = mask
+        self.high = high
+        if not self.values:
+            raise ValueError("a Match needs at least one value")
+
+
+class Clause:
+    """``action`` when every Match holds."""
+
+    __slots__ = ("action", "matches")
+
+    def __init__(self, action: int, *matches: Match) -> None:
+        self.action = action
+        self.matches = matches
+
+
+class Rule:
+    """The first Clause that holds decides; ``default`` when none does (or there are none)."""
+
+    __slots__ = ("clauses", "default")
+
+    def __init__(self, *clauses: Clause, default: int) -> None:
+        self.clauses = clauses
+        self.default = default
+
+
+def compile_filter(audit_arch: int, syscall_bit: int, rules: Mapping[int, Rule], *,
+                   kill: int, unsupported: int, allow: int) -> bytes:
+    """The program enforcing ``rules`` (syscall number -> Rule) for one ABI: another
+    audit arch gets ``kill``, numbers from ``syscall_bit`` up ``unsupported``, a syscall
+    without a rule ``allow``."""
+    asm = Assembler()
+    _emit_abi_checks(asm, audit_arch, syscall_bit, kill, unsupported)
+    for number, rule in rules.items():
+        if rule.clauses:
+            _emit_conditional(asm, number, rule)
+    _emit_dispatch(asm, {number: rule.default for number, rule in rules.items() if not rule.clauses},
+                   allow)
+    return asm.assemble()
+
+
+def _emit_abi_checks(asm: Assembler, audit_arch: int, syscall_bit: int, kill: int,
+                     unsupported: int) -> None:
+    # Syscall numbers only mean something for one ABI: another audit arch is an
+    # attempt to reach different syscalls under known numbers, so kill, not refuse.
+    native = Label()
+    asm.load_arch()
+    asm.jeq(audit_arch, jt=native)
+    asm.ret(kill)
+    asm.place(native)
+    # x32 shares the native audit arch and marks its numbers with a high bit.
+    supported = Label()
+    asm.load_nr()
+    asm.jge(syscall_bit, jf=supported)
+    asm.ret(unsupported)
+    asm.place(supported)
+
+
+def _emit_conditional(asm: Assembler, number: int, rule: Rule) -> None:
+    """``if nr == number`` then the rule's clauses in order; A = nr on the way past."""
+    other_syscall = Label()
+    asm.jeq(number, jf=other_syscall)
+    for clause in rule.clauses:
+        next_clause = Label()
+        for match in clause.matches:
+            _emit_match(asm, match, miss=next_clause)
+        asm.ret(clause.action)
+        asm.place(next_clause)
+    asm.ret(rule.default)
+    asm.place(other_syscall)
+
+
+def _emit_match(asm: Assembler, match: Match, miss: Label) -> None:
+    """Fall through when the match holds, jump to ``miss`` otherwise."""
+    asm.load_arg(match.arg, match.high)
+    if match.mask != _WORD:
+        asm.and_(match.mask)
+    hit = Label()
+    *others, last = match.values
+    for value in others:
+        asm.jeq(value, jt=hit)
+    asm.jeq(last, jf=miss)
+    asm.place(hit)
+
+
+def _emit_dispatch(asm: Assembler, actions: dict[int, int], allow: int) -> None:
+    """``nr == N`` jumps to one shared return per action; anything else is ``allow``ed.
+
+    Jumps span at most the chain plus the returns, far below the 255 limit.
+    """
+    targets = {action: Label() for action in dict.fromkeys(actions.values())}
+    for number, action in sorted(actions.items()):
+        asm.jeq(number, jt=targets[action])
+    asm.ret(allow)
+    for action, label in targets.items():
+        asm.place(label)
+        asm.ret(action)

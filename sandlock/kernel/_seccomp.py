@@ -20,6 +20,7 @@ import ctypes
 import errno
 
 from . import _bpf
+from ._bpf import Clause, Match, Rule, compile_filter
 from ._libc import syscall
 from ._syscalls import Arch, nr
 
@@ -50,47 +51,6 @@ EPERM = ret_errno(errno.EPERM)
 EACCES = ret_errno(errno.EACCES)
 ENOSYS = ret_errno(errno.ENOSYS)
 NOTIFY = SECCOMP_RET_USER_NOTIF
-
-_WORD = 0xFFFFFFFF
-
-
-class Match:
-    """Holds when ``(32-bit word of args[arg]) & mask`` is one of ``values``.
-
-    The low word unless ``high``. Arguments the kernel reads as int or unsigned int
-    need only the low word: the kernel truncates them the same way.
-    """
-
-    __slots__ = ("arg", "values", "mask", "high")
-
-    def __init__(self, arg: int, values: Iterable[int], mask: int = _WORD, high: bool = False) -> None:
-        self.arg = arg
-        self.values = tuple(sorted(set(values)))
-        self.mask = mask
-        self.high = high
-        if not self.values:
-            raise ValueError("a Match needs at least one value")
-
-
-class Clause:
-    """``action`` when every Match holds."""
-
-    __slots__ = ("action", "matches")
-
-    def __init__(self, action: int, *matches: Match) -> None:
-        self.action = action
-        self.matches = matches
-
-
-class Rule:
-    """The first Clause that holds decides; ``default`` when none does (or there are none)."""
-
-    __slots__ = ("clauses", "default")
-
-    def __init__(self, *clauses: Clause, default: int) -> None:
-        self.clauses = clauses
-        self.default = default
-
 
 # Constants from the uapi headers, spelled out: importing socket/termios costs
 # milliseconds on every run.
@@ -305,70 +265,9 @@ def build_filter(
             raise ValueError(f"{name} already has a rule; it cannot also be notified")
         rules[name] = SUPERVISED.get(name, Rule(default=NOTIFY))
 
-    asm = _bpf.Assembler()
-    _emit_abi_checks(asm, arch)
-    for name, rule in rules.items():
-        if rule.clauses:
-            _emit_conditional(asm, arch.numbers[name], rule)
-    _emit_dispatch(asm, {arch.numbers[n]: r.default for n, r in rules.items() if not r.clauses})
-    return asm.assemble()
-
-
-def _emit_abi_checks(asm: _bpf.Assembler, arch: Arch) -> None:
-    # Syscall numbers only mean something for one ABI: another audit arch is an
-    # attempt to reach different syscalls under known numbers, so kill, not refuse.
-    native = _bpf.Label()
-    asm.load_arch()
-    asm.jeq(arch.audit_arch, jt=native)
-    asm.ret(SECCOMP_RET_KILL_PROCESS)
-    asm.place(native)
-    # x32 shares the native audit arch and marks its numbers with a high bit.
-    supported = _bpf.Label()
-    asm.load_nr()
-    asm.jge(arch.syscall_bit, jf=supported)
-    asm.ret(ENOSYS)
-    asm.place(supported)
-
-
-def _emit_conditional(asm: _bpf.Assembler, number: int, rule: Rule) -> None:
-    """``if nr == number`` then the rule's clauses in order; A = nr on the way past."""
-    other_syscall = _bpf.Label()
-    asm.jeq(number, jf=other_syscall)
-    for clause in rule.clauses:
-        next_clause = _bpf.Label()
-        for match in clause.matches:
-            _emit_match(asm, match, miss=next_clause)
-        asm.ret(clause.action)
-        asm.place(next_clause)
-    asm.ret(rule.default)
-    asm.place(other_syscall)
-
-
-def _emit_match(asm: _bpf.Assembler, match: Match, miss: _bpf.Label) -> None:
-    """Fall through when the match holds, jump to ``miss`` otherwise."""
-    asm.load_arg(match.arg, match.high)
-    if match.mask != _WORD:
-        asm.and_(match.mask)
-    hit = _bpf.Label()
-    *others, last = match.values
-    for value in others:
-        asm.jeq(value, jt=hit)
-    asm.jeq(last, jf=miss)
-    asm.place(hit)
-
-
-def _emit_dispatch(asm: _bpf.Assembler, actions: dict[int, int]) -> None:
-    """``nr == N`` jumps to one shared return per action; anything else is allowed.
-
-    Jumps span at most the chain plus the returns, far below the 255 limit.
-    """
-    targets = {action: _bpf.Label() for action in dict.fromkeys(actions.values())}
-    for number, action in sorted(actions.items()):
-        asm.jeq(number, jt=targets[action])
-    asm.ret(ALLOW)
-    for action, label in targets.items():
-        asm.place(label)
-        asm.ret(action)
+    numbers = {arch.numbers[name]: rule for name, rule in rules.items()}
+    return compile_filter(arch.audit_arch, arch.syscall_bit, numbers, kill=SECCOMP_RET_KILL_PROCESS,
+                          unsupported=ENOSYS, allow=ALLOW)
 
 
 class _SockFprog(ctypes.Structure):

@@ -45,3 +45,17 @@ class _ResponsiveSwitching:
 
 
 responsive_switching = _ResponsiveSwitching()  # one for the process: the interval is global
+
+
+def process_creation() -> frozenset[int]:
+    """The numbers of the fork-like calls the process caps count."""
+    global _CREATION_NUMBERS
+    if _CREATION_NUMBERS is None:
+        from ..kernel import PROCESS_CREATION, native_arch
+
+        numbers = native_arch().numbers
+        _CREATION_NUMBERS = frozenset(numbers[name] for name in PROCESS_CREATION)
+    return _CREATION_NUMBERS
+
+
+_CREATION_NUMBERS: frozenset[int] | None = None

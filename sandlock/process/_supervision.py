@@ -8,9 +8,10 @@ names at start; and the memory watch and CPU throttle (``limits``), with
 from __future__ import annotations
 
 import _thread  # threading costs ~1 ms of start-up; its Lock and a daemon thread are these
-import errno
 import os
 import sys
+
+from ._networkslot import NetworkSlot
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from .._auditlog import AuditLog
     from ..confinement import Confinement
     from ..kernel import Listener, Notification
-    from ..net import HttpRun, Network, NetworkCall
+    from ..net import HttpRun
     from ..policy import Policy
     from ..runtime import Context, Event, RuntimePolicy
     from ._processcap import ProcessCaps
@@ -43,11 +44,9 @@ class Supervision:
         ``pausable``: keep the sandbox's /proc for pause() and resume(); ``policy_fn``:
         the runtime policy's callback (confinement ``observed``)."""
         self._policy = policy
-        self._http = http  # owned from now on
+        self._http = http  # the network slot's
         self._quiet = quiet
         self._audit = audit
-        # The confined worker restricts itself with the command's ruleset, later.
-        self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         # The sandbox's /proc: processes are counted, their memory summed and their CPU
         # time taken there.
         self._watched = ((policy.max_memory is not None or policy.max_cpu is not None)
@@ -81,9 +80,12 @@ class Supervision:
         # set by policy_fn later.
         self.wants_scratch = confinement.memory_watched
         self._lock = _thread.allocate_lock()
-        self._network: Network | None = None
-        self._network_failed, self._keeper = False, 0  # (the keeper's pid: take_listener)
         self._closed = False
+        # The confined worker restricts itself with the command's ruleset, later.
+        ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
+        self._network = NetworkSlot(policy, ruleset_fd, audit, quiet, http,
+                                    self._runtime.review_network if self._runtime else None,
+                                    lambda: self._closed)
         # Decided before the fork: the command waits while take_listener runs.
         self._pins_at_start = False
         if policy.net_allow_specs or policy.has_http_rules:  # (only then: an import)
@@ -94,7 +96,6 @@ class Supervision:
         self._receivers = 0  # threads waiting for the command's calls
         self._grown = False  # the receivers joined at the first fork-like call
         self._over = _thread.allocate_lock()  # held until the last receiver is over
-        self._handling = _thread.allocate_lock()  # network calls: one at a time
         self.notices: list[str] = []
 
     def take_listener(self, pid: int, fd: int, proc: int, keeper: int) -> Callable[[], None]:
@@ -103,7 +104,7 @@ class Supervision:
         ``keeper``: its pid (the engine counts the sandbox's seccomp filters on it)."""
         from ..kernel import take_fd
 
-        self._keeper = keeper
+        self._network.keeper = keeper
         listener_fd = take_fd(pid, fd)
         try:
             proc_fd = take_fd(pid, proc) if proc >= 0 else -1
@@ -143,7 +144,7 @@ class Supervision:
             # receivers waiting (4 comparisons of 5; this VM's noise is about that size).
             self._grow(listener)
         if self._pins_at_start:
-            _thread.start_new_thread(self._build_network_now, ())
+            _thread.start_new_thread(self._network.build_now, ())
 
     def task_cap_reached(self, count: int) -> None:
         """The keeper saw the sandbox at its default task cap (``ProcessCaps``)."""
@@ -174,12 +175,8 @@ class Supervision:
             self._done(None)
             raise
         if self._pins_at_start:
-            self._build_network_now()
+            self._network.build_now()
         self._receive(listener)
-
-    def _build_network_now(self) -> None:
-        with self._handling:
-            self._build_network()
 
     def _receive(self, listener: Listener) -> None:
         """One of the threads waiting in the kernel for the command's next call. The
@@ -189,9 +186,12 @@ class Supervision:
         (a shell's SIGCHLD made its next fork fail). Once the command forks, several
         wait, so that a burst of calls is received while Python is busy with one. They
         end when the sandbox is gone (the listener hangs up)."""
-        from ._receiving import (
-            hung_up,  # (in the thread: a default run loads it after exec)
+        from ._receiving import (  # (in the thread: a default run loads it after exec)
+            hung_up,
+            process_creation,
         )
+
+        self._creations = process_creation()
 
         try:
             while True:
@@ -238,7 +238,7 @@ class Supervision:
             self.watches.memfds_in_use()
             return
         caps = self._processes
-        if caps is not None and caps.supervised and notification.nr in _process_creation():
+        if caps is not None and caps.supervised and notification.nr in self._creations:
             if not self._grown:  # before the answer: a second fork may follow at once
                 self._grow(listener)
             admitted = caps.admit(listener, notification)
@@ -253,69 +253,11 @@ class Supervision:
         if self._runtime is not None and notification.nr in self._runtime.numbers.opens:
             self._runtime.open(listener, notification)
             return
-        listener.defer_answers()  # sent once the engine's lock is let go
-        try:
-            with self._handling:  # the network engine answers one call at a time
-                network = self._network or self._build_network()
-                if network is None:  # fail closed: the command's network calls fail
-                    listener.reply(notification.id, error=errno.ENOSYS)
-                    return
-                network.handle(listener, notification)
-        finally:
-            try:
-                listener.send_deferred()
-            except OSError as exc:  # (only a bug of ours): said, and this receiver goes on
-                print(f"sandlock: internal error answering a network call: {exc}",
-                      file=sys.stderr, flush=True)
-
-    def _build_network(self) -> Network | None:
-        if self._network is not None or self._network_failed:
-            return self._network
-        from ._receiving import responsive_switching
-
-        try:
-            with responsive_switching:
-                from ..net import Network
-
-                review = self._review_network if self._runtime is not None else None
-                network = Network(self._policy, self._ruleset_fd, self._audit, quiet=self._quiet,
-                                  http=self._http, review=review, keeper=self._keeper)
-        except BaseException as exc:
-            self._network_failed = True
-            if self._http is not None:
-                self._http.close()
-            with self._lock:
-                if self._closed:
-                    return None  # the run ended meanwhile (its proxy with it): nothing to say
-            print(f"sandlock: error: the network supervisor could not start: {exc}",
-                  file=sys.stderr, flush=True)
-            return None
-        self._ruleset_fd = None  # the engine's now
-        network.start()
-        with self._lock:
-            self._network = network
-        return network
+        self._network.handle(listener, notification)
 
     def nest_network(self, rules: dict[str, list[str]], probe: socket.socket, name: str) -> None:
         """A nested sandbox's own network rules (net._nests); ``probe``: owned."""
-        with self._handling:
-            network = self._network or self._build_network()
-        if network is None:
-            probe.close()
-            from .._errors import SetupError
-
-            raise SetupError("the sandbox's network supervisor could not start")
-        network.nest(rules, probe, name)
-
-    def _review_network(self, call: NetworkCall) -> int:
-        """policy_fn's word on a network call. The engine asks with ``_handling`` held
-        (a judged call, nothing half done): it is let go meanwhile, so that a slow
-        callback holds back only the thread that made this call."""
-        self._handling.release()
-        try:
-            return self._runtime.review_network(call)
-        finally:
-            self._handling.acquire()
+        self._network.nest(rules, probe, name)
 
     def _done(self, listener: Listener | None) -> None:
         """A receiver is over; the last one releases the listener: it closes once no
@@ -324,10 +266,7 @@ class Supervision:
             self._receivers -= 1
             if self._receivers:
                 return
-        if self._network is not None:
-            self._network.release(listener)
-        elif listener is not None:
-            listener.close_when_idle()
+        self._network.release(listener)
         if self._processes is not None:
             self._processes.close()
         self._over.release()
@@ -362,17 +301,7 @@ class Supervision:
             # the receivers end, before the run does: no thread of ours wakes later, when
             # the interpreter may be shutting down.
             self._over.acquire(timeout=_WAKE_TIMEOUT)
-        network = self._network
-        if network is None:
-            # Not built: what it would have owned is closed here. The proxy is ended
-            # here and now (idempotent), so that it never outlives sandlock.
-            if self._http is not None:
-                self._http.close()
-            if self._ruleset_fd is not None:
-                os.close(self._ruleset_fd)
-            summary = None
-        else:
-            summary = network.close()
+        summary = self._network.close()
         lines = [*self.notices, *([summary] if summary else [])]
         return "\n".join(lines) if lines else None
 
@@ -382,19 +311,6 @@ def _memfd_number() -> int:
     from ..kernel import native_arch
 
     return native_arch().numbers[MEMFD_CALL]
-
-
-def _process_creation() -> frozenset[int]:
-    global _CREATION_NUMBERS
-    if _CREATION_NUMBERS is None:
-        from ..kernel import PROCESS_CREATION, native_arch
-
-        numbers = native_arch().numbers
-        _CREATION_NUMBERS = frozenset(numbers[name] for name in PROCESS_CREATION)
-    return _CREATION_NUMBERS
-
-
-_CREATION_NUMBERS: frozenset[int] | None = None
 
 
 _WAKE_TIMEOUT = 5.0  # receivers need microseconds to see the hang-up; this bounds a stuck one
