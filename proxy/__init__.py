@@ -7,7 +7,8 @@ runs that have HTTP rules.
 """
 
 from ._credentials import AuthRule, header_value, parse_auth_rule
-from ._rules import HttpDecision, HttpRule, HttpRules, normalise_path, parse_rule
+from ._paths import normalise_path
+from ._rules import HttpDecision, HttpRule, HttpRules, parse_rule
 
 __all__ = ["AuthRule", "HttpDecision", "HttpRule", "HttpRules", "header_value", "normalise_path",
            "parse_auth_rule", "parse_rule"]

@@ -19,12 +19,22 @@ from .._record import record
 from ._credentials import AUTH_FLAG, AuthRule, first_auth, header_value, plain_refusal
 from ._protocol import Route
 from ._routes import RouteTable
-from ._rules import INSPECT, PASS, REFUSE, HttpDecision, HttpRules, TlsDecision, normalise_host
+from ._rules import (
+    INSPECT,
+    OVERRIDE_HEADERS,
+    PASS,
+    REFUSE,
+    HttpDecision,
+    HttpRules,
+    TlsDecision,
+    normalise_host,
+)
 
 DENIED_HEADER = "X-Sandlock-Denied"
 DENIED = "sandlock_denied"  # flow metadata: its request body is dropped (see _mitm)
 MISDIRECTED = 421
 FORBIDDEN = 403
+_OVERRIDE_NAMES = {name.lower().encode(): name for name in OVERRIDE_HEADERS}
 
 Report = Callable[..., None]
 
@@ -119,14 +129,20 @@ class Enforcer:
         self._deny(flow, None, "", Refusal(FORBIDDEN, "CONNECT is not allowed through sandlock"))
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
+        request = flow.request
+        # mitmproxy reads the method upper-case: forward it as the rules judge it ('get'
+        # is judged as GET, and a server must not get something else).
+        request.method = method = request.method
         route = self._routes.get(flow.client_conn.id)
         host, refusal = self._request_host(flow, route)
         if refusal is not None:
             self._deny(flow, route, host, refusal)
             return
-        decision = self._rules.decide(flow.request.method, host, flow.request.path)
+        path = request.path
+        overrides = _overrides(request)
+        decision = self._rules.decide(method, host, path, overrides)
         for rules in self._nested_rules(route) if decision.allowed else ():
-            nested = rules.decide(flow.request.method, host, flow.request.path)
+            nested = rules.decide(method, host, path, overrides)
             if not nested.allowed:
                 decision = HttpDecision(False, f"nested sandbox: {nested.reason}")
                 break
@@ -134,15 +150,15 @@ class Enforcer:
             self._deny(flow, route, host, Refusal(FORBIDDEN, decision.reason))
             return
         auth = self._rules.auth  # HttpRules.auth_for, without its import on each request
-        rule = first_auth(auth, flow.request.method, host, flow.request.path) if auth else None
+        rule = first_auth(auth, method, host, path, overrides) if auth else None
         if rule is not None:
             refusal = self._authorise(flow, rule)
             if refusal is not None:
                 self._deny(flow, route, host, refusal, credential=rule.credential)
                 return
-        flow.request.stream = True  # bodies are never buffered whole
+        request.stream = True  # bodies are never buffered whole
         if self._report_allowed:
-            self._audit(route, flow.request.method, host, flow.request.path, True, decision.reason,
+            self._audit(route, method, host, path, True, decision.reason,
                         credential=rule.credential if rule else "")
 
     def _authorise(self, flow: http.HTTPFlow, rule: AuthRule) -> Refusal | None:
@@ -237,6 +253,13 @@ def _value(rule: AuthRule, secrets: dict[str, str]) -> str | Refusal:
         return header_value(rule, secret)
     except ValueError as exc:
         return Refusal(FORBIDDEN, f"{AUTH_FLAG} {rule.text}: {exc}")
+
+
+def _overrides(request: http.Request) -> tuple[tuple[str, str], ...]:
+    """(name, value) of each method-override header, in one pass over the raw fields
+    (a fifth of the time of a lookup per name: this runs on every request)."""
+    return tuple((_OVERRIDE_NAMES[name.lower()], value.decode("utf-8", "surrogateescape"))
+                 for name, value in request.headers.fields if name.lower() in _OVERRIDE_NAMES)
 
 
 def _names(route: Route, host: str) -> bool:

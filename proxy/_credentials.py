@@ -12,7 +12,8 @@ Secrets never appear in what this module says: errors name the credential, not i
 from __future__ import annotations
 
 from .._record import record
-from ._rules import HttpRule, host_matches, normalise_host, parse_rule, readings
+from ._paths import UnclearPath, readings
+from ._rules import HttpRule, host_matches, named_methods, normalise_host, parse_rule
 
 BEARER, BASIC, HEADER = "bearer", "basic", "header"
 AUTHORIZATION = "Authorization"
@@ -100,17 +101,21 @@ def header_value(rule: AuthRule, secret: str) -> str:
     return "Bearer " + secret if rule.scheme == BEARER else secret
 
 
-def first_auth(rules: tuple[AuthRule, ...], method: str, host: str, target: str) -> AuthRule | None:
+def first_auth(rules: tuple[AuthRule, ...], method: str, host: str, target: str,
+               overrides: tuple[tuple[str, str], ...] = ()) -> AuthRule | None:
     """The first rule matching the request on every path it could mean (None for a
-    malformed one): a credential goes only where each reading of the path is covered."""
-    method, host = method.upper(), normalise_host(host)
-    candidates = [rule for rule in rules if rule.covers(method, host)]
+    refused one) and every method it names (``_rules.named_methods``): a credential goes
+    only where each reading of the path, and each method a server may act on, is covered."""
+    host = normalise_host(host)
+    methods = [named for _, named in named_methods(method, target, overrides)]
+    candidates = [rule for rule in rules if all(rule.covers(named, host) for named in methods)]
     if not candidates:  # the common case, and cheap: the path is not read again
         return None
-    paths = readings(target)
-    if paths is None:
+    try:
+        paths = readings(target)
+    except UnclearPath:
         return None
-    return next((rule for rule in candidates if rule.matches(method, host, paths)), None)
+    return next((rule for rule in candidates if rule.matches(methods[0], host, paths)), None)
 
 
 def plain_refusal(rule: AuthRule) -> str:

@@ -4,14 +4,18 @@ Shared by Policy validation, the network engine (which hosts the rules cover), t
 proxy addon (the verdict on each TLS connection and request) and ``sandlock policy
 test``: one piece of code decides, wherever the question is asked.
 
-Matching is done on a normalised request path. Where the path could mean different
-things to different servers (an encoded ``/`` or ``\\``), every reading is checked and
-the request is allowed only if all of them are: deny when in doubt.
+Matching is done on the canonical form of paths, rules' and requests' alike
+(``_paths``). Where the path could mean different things to different servers (an
+encoded ``/`` or ``\\``), every reading is checked and the request is allowed only if
+all of them are: deny when in doubt. Likewise every method a request names (its own and
+the method-override headers and ``_method`` parameter that frameworks honour) must be
+allowed.
 """
 
 from __future__ import annotations
 
 from .._record import record
+from ._paths import UnclearPath, canonical, readings
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,9 +30,10 @@ DENY_FLAG = "--http-deny"
 _UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _METHOD_CHARS = _UPPER | frozenset("0123456789_-")  # RFC 9110 tokens in practice; no odd bytes
 _LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
-_HEX = frozenset("0123456789abcdefABCDEF")
-_STAR = "\ue000"  # a private-use character standing for '*' while a rule path is normalised
-_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# Where frameworks take a method that overrides the request's own (Rails, Symfony,
+# Laravel, Express's method-override, ...): each is judged like the request's method.
+OVERRIDE_HEADERS = ("X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override")
+OVERRIDE_PARAMETER = "_method"
 
 
 @record
@@ -41,12 +46,14 @@ class HttpRule:
     host: str
     path: str
     _glob: tuple[str, ...]  # the path split at its stars
+    _folded: tuple[str, ...]  # the same, lower-case
 
-    def matches(self, method: str, host: str, path: str) -> bool:
-        """``method`` upper-case, ``host`` normalised, ``path`` normalised."""
+    def matches(self, method: str, host: str, path: str, any_case: bool = False) -> bool:
+        """``method`` upper-case, ``host`` normalised, ``path`` canonical; ``any_case``:
+        ``path`` is lower-cased, and compared with the rule's path lower-cased."""
         if self.methods is not None and method not in self.methods:
             return False
-        return host_matches(self.host, host) and glob_matches(self._glob, path)
+        return host_matches(self.host, host) and glob_matches(self._folded if any_case else self._glob, path)
 
     @property
     def any_request_to_host(self) -> bool:
@@ -73,6 +80,7 @@ def parse_rule(text: str) -> HttpRule:
         host=_host_pattern(host_text),
         path=path,
         _glob=tuple(path.split("*")),
+        _folded=tuple(path.lower().split("*")),
     )
 
 
@@ -156,11 +164,10 @@ def _label(label: str) -> bool:
 def _rule_path(path: str) -> str:
     if "?" in path or "#" in path:
         raise ValueError(f"{path!r}: the query string is not matched; remove '?' and '#'")
-    # The glob's stars survive normalisation as a character no path can contain.
-    normal = normalise_path(path.replace("*", _STAR))
-    if normal is None:
-        raise ValueError(f"{path!r}: malformed path (bad %-escape or '..' above the root)")
-    return normal.replace(_STAR, "*")
+    try:
+        return canonical(path)  # a raw '*' stays as it is: the glob's star
+    except UnclearPath as exc:
+        raise ValueError(f"{path!r}: {exc}") from None
 
 
 # --- request side --------------------------------------------------------------------
@@ -178,83 +185,6 @@ def host_matches(pattern: str, host: str) -> bool:
     if pattern.startswith("*."):
         return host.endswith(pattern[1:])  # a subdomain, never the apex itself
     return host == pattern
-
-
-def normalise_path(target: str) -> str | None:
-    """The path of a request target as rules see it, or None when it is malformed.
-
-    The query is dropped; escapes of unreserved characters are decoded (``%7E`` is
-    ``~``, ``%2e`` is ``.``), other escapes kept with upper-case hex; dot-segments
-    are resolved and repeated slashes collapsed. A malformed escape, a NUL byte or a
-    ``..`` climbing above the root: None (the caller denies). So is a ``#``: never
-    valid in a request, and a server keeping it would see a different path.
-    """
-    if "#" in target:
-        return None
-    path = target.split("?", 1)[0]
-    if not path.startswith("/"):
-        return None
-    decoded = _decode_unreserved(path)
-    if decoded is None:
-        return None
-    return _resolve_segments(decoded)
-
-
-def readings(target: str) -> tuple[str, ...] | None:
-    """Every path a server could take ``target`` for: the normalised path; with encoded
-    or backslash separators taken as ``/``; with ``;params`` cut from each segment (as
-    Tomcat and Jetty do: ``/x/..;/y`` is ``/y`` to them). None: malformed."""
-    normal = normalise_path(target)
-    if normal is None:
-        return None
-    found = [normal]
-    if any(sep in normal for sep in ("%2F", "%5C", "\\")):
-        found.append(normal.replace("%2F", "/").replace("%5C", "/").replace("\\", "/"))
-    if ";" in normal or "%3B" in normal:
-        found += ["/".join(segment.split(";", 1)[0] for segment in path.replace("%3B", ";").split("/"))
-                  for path in list(found)]
-    paths = [_resolve_segments(path) for path in found]
-    if None in paths:
-        return None
-    return tuple(dict.fromkeys(paths))  # type: ignore[arg-type]
-
-
-def _decode_unreserved(path: str) -> str | None:
-    out: list[str] = []
-    i = 0
-    while i < len(path):
-        char = path[i]
-        if char == "\0":
-            return None
-        if char != "%":
-            out.append(char)
-            i += 1
-            continue
-        escape = path[i + 1 : i + 3]
-        if len(escape) != 2 or not set(escape) <= _HEX:
-            return None
-        decoded = chr(int(escape, 16))
-        if decoded == "\0":
-            return None
-        out.append(decoded if decoded in _UNRESERVED else "%" + escape.upper())
-        i += 3
-    return "".join(out)
-
-
-def _resolve_segments(path: str) -> str | None:
-    segments: list[str] = []
-    parts = path.split("/")[1:]
-    for part in parts:
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not segments:
-                return None  # above the root: a server would clamp, a scanner probes
-            segments.pop()
-            continue
-        segments.append(part)
-    trailing = parts[-1] in ("", ".", "..") and bool(segments)
-    return "/" + "/".join(segments) + ("/" if trailing else "")
 
 
 # --- the verdict ---------------------------------------------------------------------
@@ -298,28 +228,33 @@ class HttpRules:
     def __bool__(self) -> bool:
         return bool(self.allow or self.deny)
 
-    def decide(self, method: str, host: str, target: str) -> HttpDecision:
-        """``target``: the request's path with its query, as sent."""
-        method = method.upper()
+    def decide(self, method: str, host: str, target: str,
+               overrides: tuple[tuple[str, str], ...] = ()) -> HttpDecision:
+        """``target``: the request's path with its query, as sent; ``overrides``: the
+        (name, value) of each method-override header it has (``OVERRIDE_HEADERS``).
+        Allowed only if every method the request names is, on every reading of its path."""
         host = normalise_host(host)
-        paths = readings(target)
-        if paths is None:
-            return HttpDecision(False, "malformed path (bad %-escape, NUL, '#' or '..' above the root)")
+        try:
+            paths = readings(target)
+        except UnclearPath as exc:
+            return HttpDecision(False, str(exc))
         allowed_by: HttpRule | None = None
-        for path in paths:
-            decision, rule = self._decide_path(method, host, path)
-            if not decision.allowed:
-                return decision
-            allowed_by = allowed_by or rule
+        for source, named in named_methods(method, target, overrides):
+            for path in paths:
+                decision, rule = self._decide_path(named, host, path)
+                if not decision.allowed:
+                    return HttpDecision(False, f"{decision.reason} (method override {source})"
+                                        if source else decision.reason)
+                allowed_by = allowed_by or rule
         return HttpDecision(True, _reason(ALLOW_FLAG, allowed_by) if allowed_by else
                             f"no {DENY_FLAG} rule matches")
 
     def _decide_path(self, method: str, host: str, path: str) -> tuple[HttpDecision, HttpRule | None]:
-        # Deny rules also match regardless of case: a case-insensitive server (IIS,
-        # some object stores) serves /ADMIN as /admin. Allow rules stay exact.
+        # Deny rules match regardless of case, both sides lower-cased: a case-insensitive
+        # server (IIS, some object stores) serves /ADMIN as /admin. Allow rules are exact.
         lower = path.lower()
         for rule in self.deny:
-            if rule.matches(method, host, path) or rule.matches(method, host, lower):
+            if rule.matches(method, host, lower, any_case=True):
                 return HttpDecision(False, _reason(DENY_FLAG, rule)), rule
         if not self.allow:
             return HttpDecision(True, f"no {DENY_FLAG} rule matches"), None
@@ -328,12 +263,13 @@ class HttpRules:
                 return HttpDecision(True, _reason(ALLOW_FLAG, rule)), rule
         return HttpDecision(False, f"no {ALLOW_FLAG} rule matches"), None
 
-    def auth_for(self, method: str, host: str, target: str) -> AuthRule | None:
+    def auth_for(self, method: str, host: str, target: str,
+                 overrides: tuple[tuple[str, str], ...] = ()) -> AuthRule | None:
         """The ``--http-auth`` rule whose credential an allowed request gets, if any."""
         if not self.auth:
             return None
         from ._credentials import first_auth
-        return first_auth(self.auth, method, host, target)
+        return first_auth(self.auth, method, host, target, overrides)
 
     # --- what the network engine and the proxy ask about hosts ---------------------
 
@@ -390,6 +326,40 @@ class HttpRules:
             return True
         return any(rule.any_request_to_host and host_matches(rule.host, host)
                    for rule in self.allow)
+
+
+def named_methods(method: str, target: str, overrides: tuple[tuple[str, str], ...] = ()
+                  ) -> list[tuple[str, str]]:
+    """Every method a request names, upper-case, each once, as (where, METHOD): its own
+    first (where ``""``), then each value of its override headers (a comma list is each
+    of its items: ``X-HTTP-Method: DELETE``) and of its ``_method`` query parameters
+    (``?_method=DELETE``)."""
+    found = {method.upper(): ""}
+    given = [(f"{name}: ", value) for name, value in overrides]
+    given += [(f"?{OVERRIDE_PARAMETER}=", value) for value in _method_parameters(target)]
+    for where, value in given:
+        for item in value.split(","):
+            named = item.strip().upper()
+            if named:
+                found.setdefault(named, where + named)
+    return [(where, named) for named, where in found.items()]
+
+
+def _method_parameters(target: str) -> list[str]:
+    """The ``_method`` parameters of the query, read as lenient parsers read names:
+    decoded, any case, PHP's ``.`` and space for ``_``, an array's ``[]`` dropped."""
+    query = target.partition("?")[2]
+    if "method" not in query.lower() and "%" not in query:
+        return []  # the common case: no parsing
+    from urllib.parse import unquote_plus  # (loaded in the proxy by mitmproxy already)
+
+    found = []
+    for pair in query.replace(";", "&").split("&"):
+        name, _, value = pair.partition("=")
+        name = unquote_plus(name).strip().lower().replace(".", "_").replace(" ", "_")
+        if name.split("[", 1)[0] == OVERRIDE_PARAMETER:
+            found.append(unquote_plus(value))
+    return found
 
 
 def _reason(flag: str, rule: HttpRule) -> str:

@@ -67,8 +67,32 @@ def test_paths_are_matched_as_the_proxy_matches_them():
         "DENY  GET http://api.test/public/../admin (--http-deny * api.test/admin*)",
         "DENY  GET http://api.test/public%2F..%2Fadmin (no --http-allow rule matches)",
         "ALLOW GET http://api.test/public/%7Ex?q=/admin (--http-allow GET api.test/public/*)",
-        "DENY  GET http://api.test/public/%zz (malformed path (bad %-escape, NUL, '#' or '..' "
-        "above the root))",
+        "DENY  GET http://api.test/public/%zz (malformed path: bad %-escape)",
+    ]
+
+
+def test_case_encodings_and_method_overrides_are_judged_as_the_proxy_judges_them():
+    _, lines = test("--http-allow", "GET,POST api.test/public/*", "--http-deny", "* api.test/Admin/*",
+                    "--http-deny", "DELETE api.test",
+                    "get http://api.test/ADMIN/x", "GET http://api.test/%61dmin/x",
+                    "GET http://api.test/public/%252e%252e/admin",
+                    "GET http://api.test/public/%c0%ae%c0%ae/admin",
+                    "GET http://api.test/public/a%20b/%C3%A9/100%25",
+                    "POST http://api.test/public/x?_method=DELETE",
+                    "POST http://api.test/public/x?%5FMethod=put")
+    assert lines == [
+        "DENY  GET http://api.test/ADMIN/x (--http-deny * api.test/Admin/*)",
+        "DENY  GET http://api.test/%61dmin/x (--http-deny * api.test/Admin/*)",
+        "DENY  GET http://api.test/public/%252e%252e/admin (unclear path: an escape under %25 "
+        "that decoding twice makes '.', '/', '\\', ';', NUL or overlong UTF-8 (%252e and the like))",
+        "DENY  GET http://api.test/public/%c0%ae%c0%ae/admin (unclear path: overlong UTF-8 "
+        "(%C0%AE and the like))",
+        "ALLOW GET http://api.test/public/a%20b/%C3%A9/100%25 (--http-allow GET,POST "
+        "api.test/public/*)",
+        "DENY  POST http://api.test/public/x?_method=DELETE (--http-deny DELETE api.test (method "
+        "override ?_method=DELETE))",
+        "DENY  POST http://api.test/public/x?%5FMethod=put (no --http-allow rule matches (method "
+        "override ?_method=PUT))",
     ]
 
 
