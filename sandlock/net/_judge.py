@@ -187,9 +187,15 @@ NESTING_NAME = b"sandlock-nesting"
 TO_NESTING = Verdict(True, "sandlock's nesting service")
 
 
+# A socket the sandbox bound itself (``SandboxSockets``): its own IPC.
+OWN_SOCKET = Verdict(True, "bound inside the sandbox")
+
+
 def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decision:
     if address.unnamed:
-        return Decision(True, address, _ALLOWED_UNGOVERNED, "")  # autobind, socketpair-like
+        # Passed on as it is: bind autobinds (a name the kernel chooses), connect and
+        # send get the kernel's own EINVAL. Never the abstract name "" instead.
+        return Decision(True, address, _ALLOWED_UNGOVERNED, "")
     if binding:
         # Creating a socket file is a filesystem operation: the confined worker
         # performs it, so Landlock decides, exactly as for the command itself (and the
@@ -198,7 +204,7 @@ def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decisio
     if address.abstract and address.path == NESTING_NAME:  # whoever bound that name
         return Decision(True, None, TO_NESTING, "unix")
     if address in ctx.own_sockets:
-        return Decision(True, address, Verdict(True, "bound inside the sandbox"), "unix")
+        return Decision(True, address, OWN_SOCKET, "unix")
     if address.abstract:
         if ctx.ipc_scoped:
             verdict = Verdict(False, "abstract unix sockets are scoped (--allow-ipc lifts it)")
