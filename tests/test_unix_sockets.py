@@ -12,13 +12,14 @@ import errno
 import json
 import socket
 import subprocess
+import sys
 import time
 import uuid
 
 import pytest
 
 from conftest import users
-from netattack_helpers import UnixServer, bare, confined, sandlock_argv, wait_until
+from netattack_helpers import UnixServer, bare, confined, sandlock_argv, snippet, wait_until
 
 
 def unique_name() -> bytes:
@@ -294,3 +295,62 @@ def test_an_unnamed_address_gets_the_kernels_answer(as_nobody_or_self):
     finally:
         stream.close()
         dgram.close()
+
+
+# --- nested runs: the enclosing supervisor connects for them --------------------------
+
+INNER_RUN = r"""
+own = socket.socket(socket.AF_UNIX)
+own.bind(b"\0" + NAME + b"-inner")
+own.listen()
+report(host=attempt(socket.socket(socket.AF_UNIX).connect, b"\0" + NAME),
+       outer=attempt(socket.socket(socket.AF_UNIX).connect, b"\0" + NAME + b"-outer"),
+       own=attempt(socket.socket(socket.AF_UNIX).connect, b"\0" + NAME + b"-inner"))
+"""
+OUTER_RUN = r"""
+import subprocess
+outer = socket.socket(socket.AF_UNIX)
+outer.bind(b"\0" + NAME + b"-outer")
+outer.listen()
+inner = subprocess.run([sys.executable, "-m", "sandlock", "run", "-q", "--net-allow", "127.0.0.1",
+                        "--", sys.executable, "-c", INNER], capture_output=True, text=True)
+report(inner=json.loads(inner.stdout.splitlines()[-1]) if inner.returncode == 0 else inner.stderr,
+       host=attempt(socket.socket(socket.AF_UNIX).connect, b"\0" + NAME),
+       outer=attempt(socket.socket(socket.AF_UNIX).connect, b"\0" + NAME + b"-outer"))
+"""
+
+
+@pytest.mark.parametrize("outer_ipc", ["scoped", "--allow-ipc"])
+def test_a_nested_run_reaches_no_abstract_socket_bound_outside_it(outer_ipc):
+    """A run inside with rules of its own is IPC-scoped (it cannot --allow-ipc): the
+    enclosing supervisor, connecting in its stead, keeps it to the sockets bound inside
+    it, whether or not the enclosing sandbox itself is scoped."""
+    name = unique_name()
+    options = () if outer_ipc == "scoped" else (outer_ipc,)
+    with UnixServer(b"\0" + name) as host:
+        got = confined(OUTER_RUN, *options, timeout=60, NAME=name,
+                       INNER=snippet(INNER_RUN, NAME=name)).report
+        assert got["inner"] == {"host": "EPERM", "outer": "EPERM", "own": "ok"}, got
+        # Control: the enclosing sandbox's own program reaches its socket, and the host's
+        # with --allow-ipc.
+        assert got["outer"] == "ok"
+        assert got["host"] == ("EPERM" if outer_ipc == "scoped" else "ok")
+        assert wait_until(lambda: host.accepted == (0 if outer_ipc == "scoped" else 1), 5)
+
+
+def test_a_nested_sandbox_keeps_its_ipc_scope():
+    """``sb.sandbox(Policy(net_allow=...))`` in a sandbox with --allow-ipc: the nested
+    one is scoped unless it says allow_ipc too (the control)."""
+    from sandlock import Policy, Sandbox
+
+    system = ["/usr", "/lib", "/lib64", "/bin", "/etc", sys.prefix]
+    name = b"\0" + unique_name()
+    code = snippet('report(host=attempt(socket.socket(socket.AF_UNIX).connect, NAME))', NAME=name)
+    with UnixServer(name) as host, \
+            Sandbox(Policy(fs_readable=system, allow_ipc=True, net_allow=["127.0.0.1"]), quiet=True) as sb:
+        nested = {ipc: sb.sandbox(Policy(fs_readable=system, allow_ipc=ipc, net_allow=["127.0.0.1"]))
+                  for ipc in (False, True)}
+        assert json.loads(nested[False].run([sys.executable, "-c", code]).stdout) == {"host": "EPERM"}
+        assert quiet(host)
+        assert json.loads(nested[True].run([sys.executable, "-c", code]).stdout) == {"host": "ok"}
+        assert wait_until(lambda: host.accepted == 1, 5)

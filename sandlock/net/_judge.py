@@ -181,6 +181,10 @@ def _judge_inet(protocol: str, address: InetAddress, ctx: RunContext, binding: b
     return Decision(verdict.allowed, address, verdict, protocol)
 
 
+# A nested sandbox whose IPC is scoped says so in its rules ("scope"): abstract unix
+# sockets bound outside it are then off limits to its processes (``_nests.narrowed``).
+ABSTRACT_SCOPE = "abstract-unix"
+
 # Where a run inside the sandbox registers its network rules: an abstract name, never
 # looked up (anything could bind it): the connect goes to sandlock's service instead.
 NESTING_NAME = b"sandlock-nesting"

@@ -368,7 +368,8 @@ class Supervisor:
 
     def _narrowed(self, request: Request, address: SockAddress | None, decision: Decision) -> Decision:
         for rules in request.nested:  # (only once nested sandboxes have network rules)
-            decision = narrowed(rules, self._context.pins, request.syscall, address, decision)
+            decision = narrowed(rules, self._context.pins, request.syscall, address, decision,
+                                self._context.own_sockets)
         return decision
 
     def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:
