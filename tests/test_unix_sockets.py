@@ -102,6 +102,16 @@ for label, name in (("plain", NAME), ("odd", NAME + b"\n\0@x\0")):
     server.bind(b"\0" + name)
     server.listen()
     results[label] = attempt(socket.socket(socket.AF_UNIX).connect, b"\0" + name)
+# Connections kept open: their sockets carry the listener's name as well (in
+# /proc/net/unix too, where one could come first), yet the name is still the listener's.
+server = socket.socket(socket.AF_UNIX)
+server.bind(b"\0" + NAME + b"-many")
+server.listen()
+kept = []
+for _ in range(3):
+    client = socket.socket(socket.AF_UNIX)
+    results.setdefault("repeated", []).append(attempt(client.connect, b"\0" + NAME + b"-many"))
+    kept += [client, server.accept()[0]]
 # A datagram server answers its clients at the names the kernel chose for them: by
 # bind() with the family alone (autobind), or on their first send (SO_PASSCRED).
 server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -124,7 +134,8 @@ report(**results)
 @users
 def test_the_sandbox_reaches_its_own_abstract_sockets(as_nobody_or_self):
     got = confined(OWN_SOCKETS, wrap=as_nobody_or_self, NAME=unique_name()).report
-    assert got == {"plain": "ok", "odd": "ok", "explicit": "re:explicit", "implicit": "re:implicit"}
+    assert got == {"plain": "ok", "odd": "ok", "repeated": ["ok", "ok", "ok"], "explicit": "re:explicit",
+                   "implicit": "re:implicit"}
     assert bare(OWN_SOCKETS, NAME=unique_name()).report == got  # as natively
 
 

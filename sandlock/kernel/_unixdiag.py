@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 
 _NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY = 4, 20
 _NLM_F_REQUEST = 0x1
@@ -20,6 +21,7 @@ _UNIX_DIAG_REQ = struct.Struct("=BBHIII8s")  # family, protocol, pad, states, in
 _UNIX_DIAG_MSG = struct.Struct("=BBBBI8s")  # family, type, state, pad, ino, cookie
 _RTATTR = struct.Struct("=HH")
 ANY_COOKIE = b"\xff" * 8  # INET_DIAG_NOCOOKIE: whichever socket has the inode
+_local = threading.local()  # each thread's socket and last sequence number
 
 
 def unix_socket_file(socket_inode: int) -> tuple[int, int] | None:
@@ -51,31 +53,52 @@ def unix_socket_name(socket_inode: int, cookie: bytes = ANY_COOKIE) -> tuple[byt
 
 def _ask(socket_inode: int, cookie: bytes, show: int) -> tuple[bytes, dict[int, bytes]] | None:
     """The kernel's answer about one socket: its cookie and attributes (None: no such)."""
-    import socket  # ~2 ms: only a run that binds or reaches its own unix sockets pays it
-
+    diag = _diag_socket()
+    _local.sequence = sequence = (_local.sequence + 1) & 0xFFFFFFFF
     request = _UNIX_DIAG_REQ.pack(_AF_UNIX, 0, 0, 0xFFFFFFFF, socket_inode, show, cookie)
-    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC,
-                       _NETLINK_SOCK_DIAG) as diag:
-        diag.sendall(header + request)
-        reply = diag.recv(1 << 12)
-    for kind, payload in _netlink_messages(reply):
-        if kind != _SOCK_DIAG_BY_FAMILY or len(payload) < _UNIX_DIAG_MSG.size:
-            return None  # NLMSG_ERROR: ENOENT (no such inode), ESTALE (another cookie)
-        *_, inode, found_cookie = _UNIX_DIAG_MSG.unpack_from(payload)
-        if inode != socket_inode:
-            return None
-        return found_cookie, dict(_attributes(payload, _UNIX_DIAG_MSG.size))
-    return None
+    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST,
+                            sequence, 0)
+    try:
+        diag.send(header + request)
+        while True:  # (an answer to a question an exception cut short may come first)
+            for kind, number, payload in _netlink_messages(diag.recv(1 << 12)):
+                if number == sequence:
+                    return _answer(kind, payload, socket_inode)
+    except BaseException:
+        _local.socket = None
+        diag.close()
+        raise
+
+
+def _diag_socket():
+    """This thread's NETLINK_SOCK_DIAG socket (made once: it costs as much as a question)."""
+    diag = getattr(_local, "socket", None)
+    if diag is None:
+        import socket  # ~2 ms: only a run that binds or reaches its own unix sockets pays it
+
+        diag = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC,
+                             _NETLINK_SOCK_DIAG)
+        _local.socket, _local.sequence = diag, 0
+    return diag
+
+
+def _answer(kind: int, payload: bytes, socket_inode: int) -> tuple[bytes, dict[int, bytes]] | None:
+    if kind != _SOCK_DIAG_BY_FAMILY or len(payload) < _UNIX_DIAG_MSG.size:
+        return None  # NLMSG_ERROR: ENOENT (no such inode), ESTALE (another cookie)
+    *_, inode, cookie = _UNIX_DIAG_MSG.unpack_from(payload)
+    if inode != socket_inode:
+        return None
+    return cookie, dict(_attributes(payload, _UNIX_DIAG_MSG.size))
 
 
 def _netlink_messages(data: bytes):
+    """(type, sequence number, payload) of each message in ``data``."""
     offset = 0
     while offset + _NLMSGHDR.size <= len(data):
-        length, kind, _, _, _ = _NLMSGHDR.unpack_from(data, offset)
+        length, kind, _, sequence, _ = _NLMSGHDR.unpack_from(data, offset)
         if length < _NLMSGHDR.size:
             return
-        yield kind, data[offset + _NLMSGHDR.size:offset + length]
+        yield kind, sequence, data[offset + _NLMSGHDR.size:offset + length]
         offset += (length + 3) & ~3
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import threading
@@ -9,7 +10,7 @@ import threading
 from .._record import record, replace
 from ..kernel import unix_socket_file, unix_socket_name
 from ._execute import Deferred, Outcome, disconnect
-from ._materialize import Socket, local_address
+from ._materialize import Socket
 from ._sockaddr import SockAddress, UnixAddress
 
 TYPE_CHECKING = False
@@ -88,13 +89,6 @@ class SandboxSockets:
                 self._sweep()
             self.abstract[name[1:]] = AbstractSocket(inode, cookie, nests)
 
-    def add_if_autobound(self, fd: int, nests: tuple[NetPolicy, ...] = ()) -> None:
-        """After sandlock connected or sent on unix socket ``fd``, unbound until then:
-        the kernel binds one that passes credentials (SO_PASSCRED) to a name of its
-        choice, which is the sandbox's like any it binds."""
-        local = local_address(fd)
-        if isinstance(local, UnixAddress) and local.abstract:
-            self.add_abstract(fd, nests)
 
     def perform(self, sock: Socket, target: SockAddress, own: bool, connecting: bool,
                 operation: Callable[[], Outcome | Deferred], nests: tuple[NetPolicy, ...],
@@ -110,10 +104,10 @@ class SandboxSockets:
         association dissolved), ``taken`` says it, and the call fails. A socket the
         kernel bound to a name of its choice on the way (SO_PASSCRED) is remembered as
         the sandbox's, like one it binds."""
-        unbound = local_address(sock.fd).unnamed
+        unbound = _unbound(sock.fd)
         outcome = operation()
-        if unbound:
-            self.add_if_autobound(sock.fd, nests)
+        if unbound and not _unbound(sock.fd):
+            self.add_abstract(sock.fd, nests)
         if not own or not isinstance(target, UnixAddress) or not target.abstract:
             return outcome
 
@@ -189,3 +183,14 @@ class SandboxSockets:
                 return replace(address, bound_socket=socket_inode)
         return address
 
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_FAMILY_ONLY = 2  # sizeof(sa_family_t): the length of an unbound unix socket's address
+
+
+def _unbound(fd: int) -> bool:
+    """Whether unix socket ``fd`` has no address yet (only the length is asked for)."""
+    name = ctypes.create_string_buffer(4)
+    length = ctypes.c_uint32(len(name))
+    return _libc.getsockname(fd, name, ctypes.byref(length)) == 0 and length.value == _FAMILY_ONLY
