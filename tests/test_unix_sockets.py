@@ -365,3 +365,23 @@ def test_a_nested_sandbox_keeps_its_ipc_scope():
         assert quiet(host)
         assert json.loads(nested[True].run([sys.executable, "-c", code]).stdout) == {"host": "ok"}
         assert wait_until(lambda: host.accepted == 1, 5)
+
+
+def test_a_kernel_that_cannot_name_the_socket_is_said(capsys, monkeypatch):
+    """Without unix_diag (CONFIG_UNIX_DIAG) nothing is known as the sandbox's: said
+    once, and nothing is reached on a guess."""
+    from sandlock.net import _ownsockets
+    from sandlock.net._sockaddr import UnixAddress
+
+    def refused(*args):
+        raise OSError(errno.EPROTONOSUPPORT, "Protocol not supported")
+
+    monkeypatch.setattr(_ownsockets, "unix_socket_name", refused)
+    own = _ownsockets.SandboxSockets()
+    for _ in range(2):
+        with socket.socket(socket.AF_UNIX) as bound:
+            bound.bind(b"\0" + unique_name())
+            own.add_abstract(bound.fileno())
+            assert own.identify(UnixAddress(bound.getsockname()[1:], True)) not in own
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and "sock_diag" in said[0] and "--allow-ipc" in said[0]

@@ -51,6 +51,20 @@ def unix_socket_name(socket_inode: int, cookie: bytes = ANY_COOKIE) -> tuple[byt
     return found[0], found[1].get(_UNIX_DIAG_NAME, b"")
 
 
+def diag_available() -> tuple[bool, str]:
+    """Whether the kernel answers questions about unix sockets (sock_diag's unix_diag:
+    CONFIG_UNIX_DIAG), asked about a socket made for it: (available, found)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as probe:
+        probe.bind(b"")  # a name of the kernel's choosing
+        try:
+            found = unix_socket_name(os.fstat(probe.fileno()).st_ino)
+        except OSError as exc:
+            return False, f"refused: {exc.strerror or exc}"
+        return (True, "unix_diag") if found and found[1] == probe.getsockname() else (False, "no answer")
+
+
 def _ask(socket_inode: int, cookie: bytes, show: int) -> tuple[bytes, dict[int, bytes]] | None:
     """The kernel's answer about one socket: its cookie and attributes (None: no such)."""
     diag = _diag_socket()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import sys
 import threading
 
 from .._record import record, replace
@@ -55,6 +56,7 @@ class SandboxSockets:
         self.pending: set[int] = set()  # socket inodes bound to a file not yet known
         self.abstract: dict[bytes, AbstractSocket] = {}
         self._sweep_at = self.SWEEP_AT
+        self._said = False  # that sock_diag does not answer
         self._lock = threading.Lock()  # (an after-check may run on a worker)
 
     # --- pathnames -----------------------------------------------------------------
@@ -80,10 +82,16 @@ class SandboxSockets:
         """Socket ``fd`` (our duplicate) was just bound, by a name or autobind: remember
         the name the kernel gave it, exactly."""
         inode = os.fstat(fd).st_ino
-        found = unix_socket_name(inode)
-        if found is None or not found[1].startswith(b"\0"):
-            return  # gone already, or not abstract
+        try:
+            found = unix_socket_name(inode)
+        except OSError:
+            found = None
+        if found is None:  # (about a socket held here): the kernel cannot tell
+            self._unanswered()
+            return
         cookie, name = found
+        if not name.startswith(b"\0"):
+            return
         with self._lock:
             if len(self.abstract) >= self._sweep_at:
                 self._sweep()
@@ -142,6 +150,13 @@ class SandboxSockets:
             if self.abstract.get(name) is entry:
                 del self.abstract[name]
         return False
+
+    def _unanswered(self) -> None:
+        if not self._said:
+            self._said = True
+            print("sandlock: the kernel does not say which name a unix socket got (sock_diag, "
+                  "CONFIG_UNIX_DIAG): the sandbox's abstract sockets are out of its reach "
+                  "unless --allow-ipc", file=sys.stderr, flush=True)
 
     def _sweep(self) -> None:
         """Drop the closed sockets (a run binding name after name must not grow this)."""
