@@ -97,7 +97,6 @@ class SandboxSockets:
                 self._sweep()
             self.abstract[name[1:]] = AbstractSocket(inode, cookie, nests)
 
-
     def perform(self, sock: Socket, target: SockAddress, own: bool, connecting: bool,
                 operation: Callable[[], Outcome | Deferred], nests: tuple[NetPolicy, ...],
                 taken: Callable[[], None]) -> Outcome | Deferred:
@@ -178,9 +177,9 @@ class SandboxSockets:
     def identify(self, address: SockAddress | None) -> SockAddress | None:
         """For an address the sandbox may have bound: which of its sockets is bound
         there (asked of the kernel), so that the verdict recognises it by its inode."""
-        if not isinstance(address, UnixAddress) or not address.path:
+        if not isinstance(address, UnixAddress) or address.unnamed:
             return address
-        if address.abstract:
+        if address.abstract:  # (the name "" too: sun_path a single NUL)
             entry = self.abstract.get(address.path)
             if entry is None or not self._alive(address.path, entry):
                 return address
@@ -197,7 +196,6 @@ class SandboxSockets:
             if file == address.identity:
                 return replace(address, bound_socket=socket_inode)
         return address
-
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
