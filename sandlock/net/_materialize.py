@@ -136,7 +136,7 @@ def materialize(notification: Notification, syscall: str, pidfd: int) -> Request
                            msgvec=args[1], owned_fds=tuple(owned))
         if syscall == "listen":
             backlog = _INT.unpack(struct.pack("=I", args[1] & 0xFFFFFFFF))[0]
-            return Request(notification, syscall, sock, address=local_address(sock.fd), flags=backlog)
+            return Request(notification, syscall, sock, address=_local_address(sock.fd), flags=backlog)
         raise ValueError(f"not a supervised syscall: {syscall}")
     except BaseException:
         for fd in (sock.fd, *owned):
@@ -180,7 +180,7 @@ def _kind(fd: int) -> tuple[int, int, int]:
             socket_option(fd, socket.SOL_SOCKET, socket.SO_PROTOCOL))
 
 
-def local_address(fd: int) -> SockAddress:
+def _local_address(fd: int) -> SockAddress:
     """Where our duplicate of the socket is bound (port 0: not bound yet)."""
     buffer = ctypes.create_string_buffer(SOCKADDR_MAX)
     length = ctypes.c_uint32(SOCKADDR_MAX)
