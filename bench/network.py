@@ -6,9 +6,11 @@ Usage: python bench/network.py [--connects N] [--requests N] [--runs N] [--only 
 1. connect latency: a Python client inside and outside the sandbox times N connects
    to a loopback listener (per-connect median, in-process timing, so interpreter
    start-up is excluded); the difference is what the supervisor adds.
-2. server throughput: an asyncio echo server inside the sandbox (--net-allow-bind)
+2. unix connect latency: the same, to a unix listener the program bound itself, by
+   an abstract name and by a path (the sandbox's own IPC: recognised, then reached).
+3. server throughput: an asyncio echo server inside the sandbox (--net-allow-bind)
    versus bare, driven from outside by 8 keep-alive clients; requests per second.
-3. start-up: `sandlock run --net-allow host:443 -- /bin/true` versus no network rule.
+4. start-up: `sandlock run --net-allow host:443 -- /bin/true` versus no network rule.
 Prints Markdown tables for docs/performance.md. Loopback only.
 """
 
@@ -40,6 +42,31 @@ for _ in range(count):
     samples.append(time.perf_counter() - start)
     s.close()
 print(statistics.median(samples) * 1e6)
+"""
+
+UNIX_CLIENT = r"""
+import os, socket, statistics, sys, tempfile, time
+count = int(sys.argv[1])
+
+def median_connect(address):
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(address)
+    server.listen()
+    samples = []
+    for _ in range(count):
+        s = socket.socket(socket.AF_UNIX)
+        start = time.perf_counter()
+        s.connect(address)  # (a unix connect completes in the kernel, before any accept)
+        samples.append(time.perf_counter() - start)
+        server.accept()[0].close()
+        s.close()
+    server.close()
+    return statistics.median(samples) * 1e6
+
+directory = tempfile.mkdtemp()
+print(median_connect(b"\0sandlock-bench-%d" % os.getpid()), median_connect(os.path.join(directory, "s")))
+os.unlink(os.path.join(directory, "s"))
+os.rmdir(directory)
 """
 
 ECHO_SERVER = r"""
@@ -82,6 +109,12 @@ def connect_latency(count: int) -> tuple[float, float]:
         finally:
             server.close()
     return results[0], results[1]
+
+
+def unix_connect_latency(count: int) -> list[tuple[float, float]]:
+    """(abstract, path) per-connect medians in µs: bare, then sandboxed."""
+    return [tuple(map(float, subprocess.check_output([*prefix, PY, "-c", UNIX_CLIENT, str(count)]).split()))
+            for prefix in ([], [*SANDLOCK, "run", "-q", "--"])]
 
 
 def _free_port() -> int:
@@ -147,10 +180,13 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=40000)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3, help="median over this many rounds")
-    parser.add_argument("--only", choices=("connect", "server", "startup"), help="measure only this part")
+    parser.add_argument("--only", choices=("connect", "unix", "server", "startup"),
+                        help="measure only this part")
     args = parser.parse_args()
     if args.only in (None, "connect"):
         _report_connect(args)
+    if args.only in (None, "unix"):
+        _report_unix(args)
     if args.only in (None, "server"):
         _report_server(args)
     if args.only in (None, "startup"):
@@ -166,6 +202,18 @@ def _report_connect(args: argparse.Namespace) -> None:
     print("| | per connect |\n| --- | --- |")
     print(f"| bare | {bare:.1f} µs |\n| sandboxed (on-behalf) | {boxed:.1f} µs |")
     print(f"| added | {boxed - bare:.1f} µs |\n")
+
+
+def _report_unix(args: argparse.Namespace) -> None:
+    rounds = [unix_connect_latency(args.connects) for _ in range(args.repeat)]
+    (bare_abstract, bare_path), (boxed_abstract, boxed_path) = (
+        tuple(statistics.median(r[side][kind] for r in rounds) for kind in (0, 1)) for side in (0, 1))
+    print(f"## unix connect latency, to the program's own listener ({args.connects} connects, "
+          f"median of {args.repeat} rounds)\n")
+    print("| | abstract name | path |\n| --- | --- | --- |")
+    print(f"| bare | {bare_abstract:.1f} µs | {bare_path:.1f} µs |")
+    print(f"| sandboxed (on-behalf) | {boxed_abstract:.1f} µs | {boxed_path:.1f} µs |")
+    print(f"| added | {boxed_abstract - bare_abstract:.1f} µs | {boxed_path - bare_path:.1f} µs |\n")
 
 
 def _report_server(args: argparse.Namespace) -> None:

@@ -98,6 +98,17 @@ def as_nobody():
 
 
 @pytest.fixture
+def as_nobody_or_self(request):
+    """Parametrized (``@users``): run as the test user, or (param "nobody") as uid 65534."""
+    if request.param == "nobody":
+        return request.getfixturevalue("as_nobody")
+    return None
+
+
+users = pytest.mark.parametrize("as_nobody_or_self", ["self", "nobody"], indirect=True)
+
+
+@pytest.fixture
 def world_tmp(tmp_path):
     """A scratch directory an unprivileged user can use (tmp_path's parents are 0700)."""
     path = tmp_path / "shared"

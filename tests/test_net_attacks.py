@@ -21,7 +21,7 @@ import uuid
 
 import pytest
 
-from conftest import host_pid
+from conftest import host_pid, users
 
 from dnsserver import FakeDns
 from netattack_helpers import (
@@ -44,17 +44,6 @@ from netattack_helpers import (
 
 IS_ROOT = os.getuid() == 0
 ATTEMPTS = 300
-
-
-@pytest.fixture
-def as_nobody_or_self(request):
-    """Parametrized: run as the test user, or (param "nobody") as uid 65534."""
-    if request.param == "nobody":
-        return request.getfixturevalue("as_nobody")
-    return None
-
-
-users = pytest.mark.parametrize("as_nobody_or_self", ["self", "nobody"], indirect=True)
 
 
 # --- 1. TOCTOU: the sockaddr rewritten while the call is held -----------------------

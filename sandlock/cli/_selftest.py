@@ -138,6 +138,20 @@ class Selftest:
                                   probes.CONNECT, path)
         return (denied, allowed) == ("Permission denied", "connected"), f"{denied}; with --unix-allow: {allowed}"
 
+    def abstract_socket(self) -> tuple[bool, str]:
+        import socket
+        import uuid
+
+        name = f"sandlock-selftest-{uuid.uuid4().hex[:12]}"
+        with socket.socket(socket.AF_UNIX) as host:
+            host.bind(b"\0" + name.encode())
+            host.listen()
+            denied = self.python(self.allowlist(), probes.ABSTRACT_CONNECT, name).splitlines()
+            allowed = self.python(self.allowlist(allow_ipc=True), probes.ABSTRACT_CONNECT, name).splitlines()
+        unnamed = "Invalid argument"
+        passed = denied == ["Operation not permitted", unnamed] and allowed == ["connected", unnamed]
+        return passed, f"{'; '.join(denied)}; with --allow-ipc: {'; '.join(allowed)}"
+
     def http_rules(self) -> tuple[bool, str]:
         with _HttpServer() as port:
             name = "selftest.sandlock.test"
@@ -197,6 +211,7 @@ CHECKS: list[tuple[str, Callable[[Selftest], tuple[bool, str]]]] = [
     ("--net-allow opens exactly one host and port", Selftest.network_allowed),
     ("DNS answers pinned names only", Selftest.dns_pinned),
     ("a host daemon's unix socket needs --unix-allow", Selftest.unix_daemon),
+    ("a host's abstract unix socket needs --allow-ipc", Selftest.abstract_socket),
     ("--http-allow allows one path, denies others with 403", Selftest.http_rules),
     ("HTTPS is inspected with the sandbox CA, denied paths get 403", Selftest.https_rules),
 ]

@@ -1,7 +1,7 @@
 """The kernel interfaces, through ctypes: Landlock, the seccomp filter and its BPF
 assembler, syscall tables, seccomp user notification, pidfds and reads of another
-process's memory, capabilities, prctl, namespaces and mounts, and the feature probe
-behind `sandlock check`.
+process's memory, what sock_diag says about a unix socket, capabilities, prctl,
+namespaces and mounts, and the feature probe behind `sandlock check`.
 
 Internal to sandlock (not public API). Nothing here knows about policies: the other
 subpackages decide, this one talks to the kernel.
@@ -38,15 +38,14 @@ if TYPE_CHECKING:
     from ._notify import Gone, Listener, Notification
     from ._remote import (
         MAX_COPY,
-        abstract_socket_inode,
         cwd_of,
         duplicate_fd,
         open_pidfd,
         read_memory,
         read_string,
-        unix_socket_file,
         write_memory,
     )
+    from ._unixdiag import unix_socket_file, unix_socket_name
     from ._seccomp import MSG_FASTOPEN, PROCESS_CREATION, SUPERVISED, WAIVABLE
     from ._syscalls import Arch, native_arch, nr
 
@@ -71,7 +70,6 @@ _EXPORTS = {
     "SUPERVISED": "_seccomp",
     "PROCESS_CREATION": "_seccomp",
     "WAIVABLE": "_seccomp",
-    "abstract_socket_inode": "_remote",
     "close_on_exec_from": "_fds",
     "cwd_of": "_remote",
     "drop_capabilities": "_capabilities",
@@ -99,7 +97,8 @@ _EXPORTS = {
     "socket_option": "_libc",
     "syscall": "_libc",
     "take_fd": "_fds",
-    "unix_socket_file": "_remote",
+    "unix_socket_file": "_unixdiag",
+    "unix_socket_name": "_unixdiag",
     "write_memory": "_remote",
 }
 

@@ -45,6 +45,8 @@ def _syscall_exists(name: str, *args: int) -> bool:
 
 
 def probe() -> list[Feature]:
+    from ._unixdiag import diag_available  # (`sandlock check` only: not on a run's start path)
+
     abi = _landlock.abi_version()
     features = [
         Feature("kernel", True, os.uname().release, os.uname().machine, False),
@@ -66,6 +68,8 @@ def probe() -> list[Feature]:
                 "network supervisor", True),
         Feature("pidfd_getfd", _syscall_exists("pidfd_getfd", -1, 0, 0), "syscall",
                 "on-behalf socket operations (network supervisor)", True),
+        Feature("unix socket diagnostics", *diag_available(),
+                "the sandbox's own unix sockets told from the host's", False),
         Feature("user namespaces", *namespaces(),
                 "the sandbox's own /proc, /tmp and autorun protection", True),
         Feature("overlayfs, unprivileged", *overlay(),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import struct
 
 from ._libc import IoVec, syscall, syscall_function
 from ._syscalls import nr
@@ -105,72 +104,3 @@ def duplicate_fd(pidfd: int, fd: int) -> int:
 
 def cwd_of(tid: int) -> str:
     return os.readlink(f"/proc/{tid}/cwd")
-
-
-def abstract_socket_inode(name: bytes) -> int | None:
-    """The inode of the socket now bound to abstract ``name`` (None: nobody)."""
-    wanted = b"@" + name.replace(b"\0", b"@")  # how /proc/net/unix spells abstract names
-    with open("/proc/net/unix", "rb") as table:
-        next(table, None)  # header
-        for line in table:
-            fields = line.rstrip(b"\n").split(None, 7)
-            if len(fields) == 8 and fields[7] == wanted:
-                return int(fields[6])
-    return None
-
-
-_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY = 4, 20
-_NLM_F_REQUEST = 0x1
-_UDIAG_SHOW_VFS, _UNIX_DIAG_VFS = 0x2, 1
-_NLMSGHDR = struct.Struct("=IHHII")
-_UNIX_DIAG_REQ = struct.Struct("=BBHIII")  # family, protocol, pad, states, ino, show (+ cookie)
-_UNIX_DIAG_MSG = struct.Struct("=BBBBI8x")  # family, type, state, pad, ino, cookie
-_RTATTR = struct.Struct("=HH")
-
-
-def unix_socket_file(socket_inode: int) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of the socket file unix socket ``socket_inode`` is bound to;
-    None if it is bound to no file, or gone.
-
-    Asks the kernel (sock_diag, UNIX_DIAG_VFS) about that one socket: which socket a
-    file stands for cannot be learnt from its path, which the sandbox may swap at any
-    moment (and a table dump may skip entries while sockets come and go).
-    """
-    import socket  # ~2 ms: only for this rare question, not on every start
-
-    request = _UNIX_DIAG_REQ.pack(socket.AF_UNIX, 0, 0, 0xFFFFFFFF, socket_inode, _UDIAG_SHOW_VFS)
-    request += b"\xff" * 8  # udiag_cookie: any
-    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as diag:
-        diag.sendall(header + request)
-        for kind, payload in _netlink_messages(diag.recv(1 << 12)):
-            if kind == _SOCK_DIAG_BY_FAMILY:
-                return _vfs_of(payload, socket_inode)
-    return None  # NLMSG_ERROR: no such socket
-
-
-def _netlink_messages(data: bytes):
-    offset = 0
-    while offset + _NLMSGHDR.size <= len(data):
-        length, kind, _, _, _ = _NLMSGHDR.unpack_from(data, offset)
-        if length < _NLMSGHDR.size:
-            return
-        yield kind, data[offset + _NLMSGHDR.size:offset + length]
-        offset += (length + 3) & ~3
-
-
-def _vfs_of(payload: bytes, socket_inode: int) -> tuple[int, int] | None:
-    """UNIX_DIAG_VFS of a unix_diag_msg about ``socket_inode``, as (st_dev, st_ino)."""
-    if len(payload) < _UNIX_DIAG_MSG.size or _UNIX_DIAG_MSG.unpack_from(payload)[4] != socket_inode:
-        return None
-    offset = _UNIX_DIAG_MSG.size
-    while offset + _RTATTR.size <= len(payload):
-        length, kind = _RTATTR.unpack_from(payload, offset)
-        if length < _RTATTR.size:
-            return None
-        if kind == _UNIX_DIAG_VFS:
-            vfs_ino, vfs_dev = struct.unpack_from("=II", payload, offset + _RTATTR.size)
-            # The kernel's dev_t (major << 20 | minor) in the stat encoding.
-            return os.makedev(vfs_dev >> 20, vfs_dev & 0xFFFFF), vfs_ino
-        offset += (length + 3) & ~3
-    return None

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._dns import DnsSettings
     from ._engine import Network, compile_policy
     from ._http import HttpRun
-    from ._judge import NESTING_NAME
+    from ._judge import ABSTRACT_SCOPE, NESTING_NAME
     from ._netpolicy import Endpoint, NetPolicy, Verdict, rules_admit
     from ._pins import PinTable
     from ._ports import parse_ports
@@ -68,6 +68,7 @@ _EXPORTS = {
     "read_dns_server": "_spec",
     "read_resolve": "_spec",
     "resolved_names": "_spec",
+    "ABSTRACT_SCOPE": "_judge",
     "NESTING_NAME": "_judge",
     "pins_at_start": "_spec",
 }

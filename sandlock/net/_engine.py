@@ -20,7 +20,7 @@ from ..proxy import HttpRules
 from . import _execute
 from ._audit import Audit
 from ._execute import ConfinedWorker
-from ._judge import OwnListeners, RunContext
+from ._judge import ABSTRACT_SCOPE, OwnListeners, RunContext
 from ._materialize import Socket
 from ._nests import NestRefused
 from ._netpolicy import NetPolicy, canonical_address
@@ -127,7 +127,8 @@ class Network(Services):
              trusted: bool = True) -> None:
         """A nested sandbox whose processes' calls these rules narrow (``texts``: lists
         of rules in the grammars of --net-allow, --net-deny, --net-bind, --http-allow
-        and --http-deny, by "allow", "deny", "bind", "http_allow", "http_deny"), told
+        and --http-deny, by "allow", "deny", "bind", "http_allow", "http_deny"; "scope":
+        [ABSTRACT_SCOPE] if its processes' IPC is scoped), told
         apart by its resident on ``probe`` (owned from now on; see ``_nests``).
         ValueError for a bad rule, or HTTP rules in a sandbox without a proxy."""
         from ._nests import Nests
@@ -153,7 +154,8 @@ class Network(Services):
         return NetPolicy(allow=tuple(map(parse_allow, texts.get("allow", ()))),
                          deny=tuple(map(parse_deny, texts.get("deny", ()))),
                          bind_ports=_bind_ports(texts.get("bind", ())), http=http,
-                         http_ports=self._rules.http_ports)
+                         http_ports=self._rules.http_ports,
+                         abstract_scoped=ABSTRACT_SCOPE in texts.get("scope", ()))
 
     def _proxy_listens(self, addresses: dict[int, tuple[str, int]]) -> None:
         self._listeners.others = frozenset((ip, port) for ip, port in addresses.values())

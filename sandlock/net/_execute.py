@@ -33,7 +33,8 @@ _O_PATH = 0o10000000
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _AT_FDCWD = -100
-_SOCK_STREAM = 1
+_SOCK_STREAM, _SOCK_DGRAM = 1, 2
+_UNSPEC_ADDRESS = bytes(16)  # family AF_UNSPEC: connect() dissolves a datagram association
 _AF_INET, _AF_INET6 = 2, 10
 _SOL_SOCKET, _SO_ERROR = 1, 4
 _MSG_DONTWAIT = 0x40
@@ -154,17 +155,13 @@ def bind(sock: Socket, address: SockAddress) -> Outcome:
     return _outcome(_libc.bind(sock.fd, raw, len(raw)))
 
 
-def bound_socket(sock: Socket, address: UnixAddress) -> tuple[int, tuple[int, int] | None]:
-    """What a successful bind made: the socket's inode (from our duplicate: exact) and,
-    for a path, the socket file's (st_dev, st_ino) (a later lookup: a hint only)."""
-    inode = socket_inode(sock)
-    if address.abstract:
-        return inode, None
-    try:
-        found = os.lstat(address.reachable)
-    except OSError:
-        return inode, None
-    return inode, (found.st_dev, found.st_ino) if stat.S_ISSOCK(found.st_mode) else None
+def disconnect(sock: Socket) -> None:
+    """Undo a connect as far as can be: a connection is shut down both ways, a
+    datagram association dissolved (connect to AF_UNSPEC)."""
+    if sock.type == _SOCK_DGRAM:
+        _libc.connect(sock.fd, _UNSPEC_ADDRESS, len(_UNSPEC_ADDRESS))
+    else:
+        _libc.shutdown(sock.fd, socket.SHUT_RDWR)
 
 
 def local_address_for_redirect(sock: Socket) -> tuple[str, int] | int:

@@ -181,15 +181,25 @@ def _judge_inet(protocol: str, address: InetAddress, ctx: RunContext, binding: b
     return Decision(verdict.allowed, address, verdict, protocol)
 
 
+# A nested sandbox whose IPC is scoped says so in its rules ("scope"): abstract unix
+# sockets bound outside it are then off limits to its processes (``_nests.narrowed``).
+ABSTRACT_SCOPE = "abstract-unix"
+
 # Where a run inside the sandbox registers its network rules: an abstract name, never
 # looked up (anything could bind it): the connect goes to sandlock's service instead.
 NESTING_NAME = b"sandlock-nesting"
 TO_NESTING = Verdict(True, "sandlock's nesting service")
 
 
+# A socket the sandbox bound itself (``SandboxSockets``): its own IPC.
+OWN_SOCKET = Verdict(True, "bound inside the sandbox")
+
+
 def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decision:
     if address.unnamed:
-        return Decision(True, address, _ALLOWED_UNGOVERNED, "")  # autobind, socketpair-like
+        # Passed on as it is: bind autobinds (a name the kernel chooses), connect and
+        # send get the kernel's own EINVAL. Never the abstract name "" instead.
+        return Decision(True, address, _ALLOWED_UNGOVERNED, "")
     if binding:
         # Creating a socket file is a filesystem operation: the confined worker
         # performs it, so Landlock decides, exactly as for the command itself (and the
@@ -198,7 +208,7 @@ def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decisio
     if address.abstract and address.path == NESTING_NAME:  # whoever bound that name
         return Decision(True, None, TO_NESTING, "unix")
     if address in ctx.own_sockets:
-        return Decision(True, address, Verdict(True, "bound inside the sandbox"), "unix")
+        return Decision(True, address, OWN_SOCKET, "unix")
     if address.abstract:
         if ctx.ipc_scoped:
             verdict = Verdict(False, "abstract unix sockets are scoped (--allow-ipc lifts it)")

@@ -18,7 +18,6 @@ from .._record import field, record
 from ..kernel import (
     MAX_COPY,
     Notification,
-    abstract_socket_inode,
     cwd_of,
     duplicate_fd,
     read_memory,
@@ -208,15 +207,10 @@ def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> S
     Symlinks are resolved so that the verdict sees the socket actually reached
     (execute then refuses any symlink). A socket that does not exist is ENOENT, as the
     kernel would say: no denial to report. For a connect or send, what is reached is
-    noted: the (st_dev, st_ino) of a socket file, the socket inode bound to an abstract
-    name.
+    noted: the (st_dev, st_ino) of a socket file.
     """
-    if not isinstance(address, UnixAddress) or not address.path:
-        return address
-    if address.abstract:
-        if not must_exist:
-            return address
-        return UnixAddress(address.path, True, bound_socket=abstract_socket_inode(address.path))
+    if not isinstance(address, UnixAddress) or not address.path or address.abstract:
+        return address  # (which socket holds an abstract name: the supervisor asks the kernel)
     path, root = address.path, b"/proc/%d/root" % pid
     if not path.startswith(b"/"):
         path = os.path.join(os.fsencode(cwd_of(pid)), path)

@@ -5,7 +5,8 @@ The run connects a SOCK_SEQPACKET unix socket to the abstract name ``NESTING_NAM
 (``_judge``);
 the supervisor performs that connect to this service instead (the name is never looked
 up), and the run sends one registration: its rules, as JSON lists in the grammars of
---net-allow, --net-deny, --net-bind, --http-allow and --http-deny, with the socket
+--net-allow, --net-deny, --net-bind, --http-allow and --http-deny (and "scope":
+``ABSTRACT_SCOPE`` if its command's IPC is scoped), with the socket
 its keeper answers the supervisor's questions on attached. The reply is ``ok``, or ``error FIELD MESSAGE``
 (FIELD: the policy field at fault, or ``-``). Anything
 in the sandbox may register: a registration only narrows the threads its keeper claims
@@ -93,7 +94,7 @@ class NestingService:
         shutil.rmtree(self._directory, ignore_errors=True)
 
 
-RULES = ("allow", "deny", "bind", "http_allow", "http_deny")
+RULES = ("allow", "deny", "bind", "http_allow", "http_deny", "scope")
 
 
 def _rules(data: bytes) -> dict[str, list[str]]:

@@ -33,13 +33,14 @@ import sys
 import threading
 import time
 
-from ._judge import Decision
+from ._judge import TO_NESTING, Decision
 from ._materialize import Refused
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
-from ._sockaddr import InetAddress
+from ._sockaddr import InetAddress, UnixAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ._ownsockets import SandboxSockets
     from ._pins import PinTable
 
 PROBE_TIMEOUT = 10.0  # seconds: a paused sandbox holds its nested residents too
@@ -193,10 +194,15 @@ class Nests:
 
 
 def narrowed(rules: NetPolicy, pins: PinTable, syscall: str, address: object,
-             decision: Decision) -> Decision:
+             decision: Decision, own: SandboxSockets) -> Decision:
     """``decision`` (the sandbox's), or a refusal if the nested ``rules`` refuse the IP
-    destination (connect, send) or port (bind, listen) that it allows."""
-    if not decision.allowed or not isinstance(address, InetAddress) or not decision.protocol:
+    destination (connect, send) or port (bind, listen) that it allows, or the
+    abstract unix socket (``own``: the sandbox's) bound outside the nested sandbox."""
+    if not decision.allowed:
+        return decision
+    if isinstance(address, UnixAddress):
+        return _scoped(rules, syscall, address, decision, own)
+    if not isinstance(address, InetAddress) or not decision.protocol:
         return decision
     endpoint = Endpoint(decision.protocol, canonical_address(address.address), address.port)
     if syscall == "bind":
@@ -210,6 +216,18 @@ def narrowed(rules: NetPolicy, pins: PinTable, syscall: str, address: object,
     refusal = Verdict(False, f"nested sandbox: {verdict.reason}", verdict.hostname or
                       decision.verdict.hostname)
     return Decision(False, None, refusal, decision.protocol, errno.EACCES)
+
+
+def _scoped(rules: NetPolicy, syscall: str, address: UnixAddress, decision: Decision,
+            own: SandboxSockets) -> Decision:
+    """Landlock's IPC scope of a nested sandbox, which the sandbox's supervisor,
+    connecting in its processes' stead, must not widen: an abstract name is theirs to
+    reach only if bound by one of them (the sandbox's own rules judged the rest)."""
+    if (not rules.abstract_scoped or not address.abstract or syscall in ("bind", "listen")
+            or decision.verdict is TO_NESTING or own.bound_within(address, (rules,))):
+        return decision
+    refusal = Verdict(False, "nested sandbox: abstract unix sockets are scoped")
+    return Decision(False, None, refusal, "unix", errno.EPERM)
 
 
 def _seccomp_filters(task: str) -> int | None:

@@ -84,7 +84,9 @@ class NetPolicy:
     """The network policy: parsed rules in, verdicts out. Immutable.
 
     ``bind_ports`` None means no --net-allow-bind; ``unix_paths`` are the pathname
-    unix sockets the command may connect to (stored normalised).
+    unix sockets the command may connect to (stored normalised). ``abstract_scoped``
+    (a nested sandbox's rules only; the sandbox's own scope is the run's): abstract
+    unix sockets bound outside it are off limits, as Landlock's IPC scope has it.
     """
 
     allow: tuple[NetRule, ...] = ()
@@ -93,6 +95,7 @@ class NetPolicy:
     unix_paths: tuple[str, ...] = ()
     http: HttpRules = HttpRules()
     http_ports: frozenset[int] = frozenset()
+    abstract_scoped: bool = False
 
     def __post_init__(self) -> None:
         if self.allow and self.deny:

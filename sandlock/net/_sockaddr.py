@@ -48,7 +48,8 @@ class UnixAddress:
         return self.root + self.path
 
     @property
-    def unnamed(self) -> bool:  # autobind / socketpair-style address
+    def unnamed(self) -> bool:
+        """sizeof(sa_family_t) alone: bind autobinds, the kernel refuses it elsewhere."""
         return not self.path and not self.abstract
 
 
@@ -117,6 +118,8 @@ def encode(address: SockAddress) -> bytes:
         return (_FAMILY.pack(AF_INET6) + _INET6.pack(address.port, address.flowinfo, packed)
                 + _SCOPE.pack(address.scope_id))
     if isinstance(address, UnixAddress):
+        if address.unnamed:  # the family alone: bind autobinds, connect and send are EINVAL
+            return _FAMILY.pack(AF_UNIX)
         name = b"\0" + address.path if address.abstract else address.path
         return _FAMILY.pack(AF_UNIX) + name + (b"" if address.abstract else b"\0")
     return address.raw
@@ -137,7 +140,16 @@ def describe(address: SockAddress) -> str:
         host = str(address.address)
         return f"[{host}]:{address.port}" if address.address.version == 6 else f"{host}:{address.port}"
     if isinstance(address, UnixAddress):
-        text = address.path.decode(errors="replace")
+        text = _printable(address.path)
         return f"unix:@{text}" if address.abstract else f"unix:{text}"
     return f"family {address.family}"
 
+
+
+def _printable(raw: bytes) -> str:
+    """``raw`` as text with control characters escaped: a name may hold any byte, and a
+    newline in a notice would forge a line of its own."""
+    text = raw.decode(errors="backslashreplace")
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)

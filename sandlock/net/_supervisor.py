@@ -32,6 +32,7 @@ from . import _execute
 from ._audit import Audit
 from ._execute import Deferred, Outcome
 from ._judge import (
+    OWN_SOCKET,
     TO_NESTING,
     Decision,
     RunContext,
@@ -45,13 +46,13 @@ from ._materialize import (
     Message,
     Refused,
     Request,
-    Socket,
     materialize,
 )
 from ._nests import Nests, narrowed
+from ._netpolicy import Verdict
 from ._review import NetworkCall, reviewed
 from ._services import Services
-from ._sockaddr import InetAddress, SockAddress, UnixAddress
+from ._sockaddr import AF_UNIX, InetAddress, SockAddress, UnixAddress
 from ._workers import PidfdCache, WorkerPool
 
 _U32 = struct.Struct("=I")
@@ -230,8 +231,8 @@ class Supervisor:
         if syscall == "bind":
             # A unix bind creates a file, netlink checks the caller's capabilities:
             # both under the command's own rules.
-            if decision.protocol in _AS_THE_COMMAND:
-                return self._bind_as_the_command(request.socket, decision.target)
+            if decision.protocol in _AS_THE_COMMAND or isinstance(decision.target, UnixAddress):
+                return self._bind_as_the_command(request, decision.target)
             return _execute.bind(request.socket, decision.target)
         target = self._target(request, decision)
         if target is None:
@@ -240,9 +241,12 @@ class Supervisor:
             return -1, target
         if decision.protocol == "netlink":  # a datagram socket: never Deferred
             return self._services.confined_worker().call(lambda: _execute.connect(request.socket, target))
+        if request.socket.family == AF_UNIX:
+            return self._on_unix(request, target, decision,
+                                 lambda: _execute.connect(request.socket, target))
         return _execute.connect(request.socket, target)  # may be Deferred
 
-    def _bind_as_the_command(self, sock: Socket, address: SockAddress) -> Outcome:
+    def _bind_as_the_command(self, request: Request, address: SockAddress) -> Outcome:
         """A unix socket the sandbox binds is its own IPC: remembered, so that the
         sandbox may reach it without --unix-allow (or --allow-ipc, for abstract names).
 
@@ -250,14 +254,28 @@ class Supervisor:
         mount namespace (its own /tmp), which no thread here can create a file in under
         that name, and nothing was judged that the command could change since: every
         unix bind is allowed, and Landlock decides on the file, in the kernel, as the
-        command. Which file it became is asked of the kernel when it matters."""
+        command. Which file it became is asked of the kernel when it matters. An
+        abstract name, or one the kernel chooses (autobind), is bound here: the name it
+        got is then asked of the kernel, with the socket's identity."""
+        sock = request.socket
         if isinstance(address, UnixAddress) and address.path and not address.abstract:
             self._context.own_sockets.add_pending(_execute.socket_inode(sock))
             return _execute.KERNEL_PROCEEDS
         outcome = self._services.confined_worker().call(lambda: _execute.bind(sock, address))
-        if not outcome[1] and isinstance(address, UnixAddress) and address.path:
-            self._context.own_sockets.add(*_execute.bound_socket(sock, address))
+        if not outcome[1] and isinstance(address, UnixAddress) and sock.family == AF_UNIX:
+            self._context.own_sockets.add_abstract(sock.fd, request.nested)
         return outcome
+
+    def _on_unix(self, request: Request, target: SockAddress, decision: Decision,
+                 operation: Callable[[], Outcome | Deferred]) -> Outcome | Deferred:
+        """A connect or send on a unix socket: see ``SandboxSockets.perform``."""
+        def taken() -> None:
+            verdict = Verdict(False, "the sandbox's socket there was closed and its name taken")
+            self._record(request, target, Decision(False, None, verdict, "unix", errno.ECONNREFUSED))
+
+        return self._context.own_sockets.perform(
+            request.socket, target, decision.verdict is OWN_SOCKET, request.syscall == "connect",
+            operation, request.nested, taken)
 
     def _send(self, request: Request) -> Outcome | Deferred:
         """sendto/sendmsg/sendmmsg: message by message, stopping at the first refusal.
@@ -315,6 +333,9 @@ class Supervisor:
             message = replace(message, destination=decision.target)
         if decision.protocol == "netlink":  # see _AS_THE_COMMAND
             return self._services.confined_worker().call(lambda: _send_blocking(request, message))
+        if request.socket.family == AF_UNIX and message.destination is not None:
+            return self._on_unix(request, message.destination, decision,
+                                 lambda: _execute.send(request.socket, message, request.flags))
         return _execute.send(request.socket, message, request.flags)
 
     def _decide(self, request: Request, address: SockAddress | None, *,
@@ -347,7 +368,8 @@ class Supervisor:
 
     def _narrowed(self, request: Request, address: SockAddress | None, decision: Decision) -> Decision:
         for rules in request.nested:  # (only once nested sandboxes have network rules)
-            decision = narrowed(rules, self._context.pins, request.syscall, address, decision)
+            decision = narrowed(rules, self._context.pins, request.syscall, address, decision,
+                                self._context.own_sockets)
         return decision
 
     def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:

@@ -200,10 +200,15 @@ NESTED_NETWORK = ("net_allow", "net_allow_hosts", "net_connect", "net_deny", "ne
 
 
 def nested_network_rules(policy: Policy) -> dict[str, list[str]]:
-    """A nested policy's network rules as the parent's engine takes them (net._nesting)."""
+    """A nested policy's network rules as the parent's engine takes them (net._nesting),
+    its IPC scope included: the parent's supervisor performs its processes' connects,
+    and must not reach further than Landlock would let them."""
+    from ..net import ABSTRACT_SCOPE
+
     return {"allow": list(policy.net_allow_specs), "deny": list(policy.net_deny),
             "bind": list(policy.net_bind), "http_allow": list(policy.http_allow),
-            "http_deny": list(policy.http_deny)}
+            "http_deny": list(policy.http_deny),
+            "scope": [] if policy.allow_ipc else [ABSTRACT_SCOPE]}
 
 
 def nested_confinement(policy: Policy, readable: tuple[str, ...] = ()

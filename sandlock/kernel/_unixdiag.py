@@ -1,0 +1,126 @@
+"""What the kernel says about one unix socket, by inode (NETLINK_SOCK_DIAG, unix_diag).
+
+Always an exact request about a single socket, never a table: a dump may skip entries
+while sockets come and go, and /proc/net/unix prints abstract names raw, so a name
+holding a newline forges a line (any inode, any name) for whoever parses it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+
+_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY = 4, 20
+_NLM_F_REQUEST = 0x1
+_AF_UNIX = 1
+_UDIAG_SHOW_NAME, _UDIAG_SHOW_VFS = 0x1, 0x2
+_UNIX_DIAG_NAME, _UNIX_DIAG_VFS = 0, 1
+_NLMSGHDR = struct.Struct("=IHHII")
+_UNIX_DIAG_REQ = struct.Struct("=BBHIII8s")  # family, protocol, pad, states, ino, show, cookie
+_UNIX_DIAG_MSG = struct.Struct("=BBBBI8s")  # family, type, state, pad, ino, cookie
+_RTATTR = struct.Struct("=HH")
+ANY_COOKIE = b"\xff" * 8  # INET_DIAG_NOCOOKIE: whichever socket has the inode
+_local = threading.local()  # each thread's socket and last sequence number
+
+
+def unix_socket_file(socket_inode: int) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the socket file unix socket ``socket_inode`` is bound to;
+    None if it is bound to no file, or gone. (Which socket a file stands for cannot
+    be learnt from its path, which the sandbox may swap at any moment.)"""
+    found = _ask(socket_inode, ANY_COOKIE, _UDIAG_SHOW_VFS)
+    vfs = found and found[1].get(_UNIX_DIAG_VFS)
+    if not vfs or len(vfs) < 8:
+        return None
+    vfs_ino, vfs_dev = struct.unpack_from("=II", vfs)
+    # The kernel's dev_t (major << 20 | minor) in the stat encoding.
+    return os.makedev(vfs_dev >> 20, vfs_dev & 0xFFFFF), vfs_ino
+
+
+def unix_socket_name(socket_inode: int, cookie: bytes = ANY_COOKIE) -> tuple[bytes, bytes] | None:
+    """(cookie, sun_path as bound) of unix socket ``socket_inode``; None if it is gone
+    (or, given a ``cookie``, if that inode is now another socket's). An abstract name
+    starts with NUL and is exact to the byte; b"": not bound.
+
+    The cookie (8 bytes, never reused while the machine runs) names one socket for
+    good: asked with it, the kernel answers about that socket or about none.
+    """
+    found = _ask(socket_inode, cookie, _UDIAG_SHOW_NAME)
+    if found is None:
+        return None
+    return found[0], found[1].get(_UNIX_DIAG_NAME, b"")
+
+
+def diag_available() -> tuple[bool, str]:
+    """Whether the kernel answers questions about unix sockets (sock_diag's unix_diag:
+    CONFIG_UNIX_DIAG), asked about a socket made for it: (available, found)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as probe:
+        probe.bind(b"")  # a name of the kernel's choosing
+        try:
+            found = unix_socket_name(os.fstat(probe.fileno()).st_ino)
+        except OSError as exc:
+            return False, f"refused: {exc.strerror or exc}"
+        return (True, "unix_diag") if found and found[1] == probe.getsockname() else (False, "no answer")
+
+
+def _ask(socket_inode: int, cookie: bytes, show: int) -> tuple[bytes, dict[int, bytes]] | None:
+    """The kernel's answer about one socket: its cookie and attributes (None: no such)."""
+    diag = _diag_socket()
+    _local.sequence = sequence = (_local.sequence + 1) & 0xFFFFFFFF
+    request = _UNIX_DIAG_REQ.pack(_AF_UNIX, 0, 0, 0xFFFFFFFF, socket_inode, show, cookie)
+    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST,
+                            sequence, 0)
+    try:
+        diag.send(header + request)
+        while True:  # (an answer to a question an exception cut short may come first)
+            for kind, number, payload in _netlink_messages(diag.recv(1 << 12)):
+                if number == sequence:
+                    return _answer(kind, payload, socket_inode)
+    except BaseException:
+        _local.socket = None
+        diag.close()
+        raise
+
+
+def _diag_socket():
+    """This thread's NETLINK_SOCK_DIAG socket (made once: it costs as much as a question)."""
+    diag = getattr(_local, "socket", None)
+    if diag is None:
+        import socket  # ~2 ms: only a run that binds or reaches its own unix sockets pays it
+
+        diag = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC,
+                             _NETLINK_SOCK_DIAG)
+        _local.socket, _local.sequence = diag, 0
+    return diag
+
+
+def _answer(kind: int, payload: bytes, socket_inode: int) -> tuple[bytes, dict[int, bytes]] | None:
+    if kind != _SOCK_DIAG_BY_FAMILY or len(payload) < _UNIX_DIAG_MSG.size:
+        return None  # NLMSG_ERROR: ENOENT (no such inode), ESTALE (another cookie)
+    *_, inode, cookie = _UNIX_DIAG_MSG.unpack_from(payload)
+    if inode != socket_inode:
+        return None
+    return cookie, dict(_attributes(payload, _UNIX_DIAG_MSG.size))
+
+
+def _netlink_messages(data: bytes):
+    """(type, sequence number, payload) of each message in ``data``."""
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(data):
+        length, kind, _, sequence, _ = _NLMSGHDR.unpack_from(data, offset)
+        if length < _NLMSGHDR.size:
+            return
+        yield kind, sequence, data[offset + _NLMSGHDR.size:offset + length]
+        offset += (length + 3) & ~3
+
+
+def _attributes(payload: bytes, offset: int):
+    """(type, value) of each netlink attribute from ``offset`` on."""
+    while offset + _RTATTR.size <= len(payload):
+        length, kind = _RTATTR.unpack_from(payload, offset)
+        if length < _RTATTR.size:
+            return
+        yield kind, payload[offset + _RTATTR.size:offset + length]
+        offset += (length + 3) & ~3
