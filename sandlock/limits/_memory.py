@@ -50,6 +50,7 @@ class MemoryWatch:
         self._samples = 0
         self._walk_every = _DESCRIPTORS_EVERY
         self._memfds = 0  # bytes, as of the last walk
+        self.held: Callable[[], int] | None = None  # bytes sandlock holds for the sandbox
         self._stop = Latch()
         self._over = Latch()  # set when the thread ends
         self.peak = 0
@@ -86,7 +87,8 @@ class MemoryWatch:
             self._memfds = memfd_bytes(pids, self._proc_fd)
         self._samples += 1
         files = sum(map(_used, self._scratch)) + self._memfds
-        cheap = files + sum(sum(_counters(pid, "status", _CHEAP, self._proc_fd).values())
+        held = self.held() if self.held is not None else 0
+        cheap = held + files + sum(sum(_counters(pid, "status", _CHEAP, self._proc_fd).values())
                             for pid in pids)
         if cheap <= self.limit:
             return cheap
@@ -95,7 +97,7 @@ class MemoryWatch:
             counters = _counters(pid, "smaps_rollup", _PRECISE, self._proc_fd)
             shared += counters.pop(_SHARED, 0)
             private += sum(counters.values())
-        return private + max(shared, files)
+        return held + private + max(shared, files)
 
 
 def _one_per_file_system(fds: tuple[int, ...]) -> list[int]:

@@ -28,7 +28,7 @@ from ..kernel import (
     open_pidfd,
     write_memory,
 )
-from . import _execute
+from . import _execute, _sending
 from ._audit import Audit
 from ._execute import Deferred, Outcome
 from ._judge import (
@@ -49,6 +49,7 @@ from ._materialize import (
     materialize,
 )
 from ._nests import Nests, narrowed
+from ._payload import HeldBytes
 from ._review import NetworkCall, reviewed
 from ._services import Services
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
@@ -71,6 +72,7 @@ class Supervisor:
         self._services = services
         self._audit = audit
         self._workers = WorkerPool()
+        self.held = HeldBytes()  # bytes of waiting sends copied at once (counted by -m)
         self._pidfds = PidfdCache()
         self._lock = threading.Lock()
         self._released = False  # pidfds closed: their numbers may belong to others now
@@ -314,8 +316,9 @@ class Supervisor:
         elif decision.target != message.destination:  # 0.0.0.0: where the verdict looked
             message = replace(message, destination=decision.target)
         if decision.protocol == "netlink":  # see _AS_THE_COMMAND
-            return self._services.confined_worker().call(lambda: _send_blocking(request, message))
-        return _execute.send(request.socket, message, request.flags)
+            return self._services.confined_worker().call(
+                lambda: _send_blocking(request, message, self.held))
+        return _sending.send(request.socket, message, request.flags, self.held)
 
     def _decide(self, request: Request, address: SockAddress | None, *,
                 binding: bool = False) -> Decision:
@@ -373,6 +376,6 @@ class Supervisor:
         return decision.target
 
 
-def _send_blocking(request: Request, message: Message) -> Outcome:
-    outcome = _execute.send(request.socket, message, request.flags)
+def _send_blocking(request: Request, message: Message, held: HeldBytes) -> Outcome:
+    outcome = _sending.send(request.socket, message, request.flags, held)
     return outcome(-1) if callable(outcome) else outcome

@@ -48,8 +48,7 @@ class Supervision:
         self._audit = audit
         # The confined worker restricts itself with the command's ruleset, later.
         self._ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
-        # The sandbox's /proc: processes are counted, their memory summed and their CPU
-        # time taken there.
+        # The sandbox's /proc: processes counted, their memory summed, CPU time taken.
         self._watched = ((policy.max_memory is not None or policy.max_cpu is not None)
                          and confinement.isolation is not None)
         self._counts_processes = confinement.counts_processes
@@ -77,8 +76,7 @@ class Supervision:
             self._runtime = RuntimePolicy(policy_fn, audit, quiet, self._processes.tighten,
                                           self.watches.lower_memory, confinement.writes_proc)
         self.wants_proc = self._counts_processes or self._watched or self._pausable
-        # The private scratch directories' files are memory: for a memory limit, now or
-        # set by policy_fn later.
+        # Private scratch directories' files are memory: for a memory limit, now or later.
         self.wants_scratch = confinement.memory_watched
         self._lock = _thread.allocate_lock()
         self._network: Network | None = None
@@ -292,6 +290,8 @@ class Supervision:
             return None
         self._ruleset_fd = None  # the engine's now
         network.start()
+        if self.watches is not None:  # what the supervisor holds for the command is its memory
+            self.watches.count_also(network.held_bytes)
         with self._lock:
             self._network = network
         return network

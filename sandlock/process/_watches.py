@@ -21,6 +21,7 @@ class Watches:
         self._policy = policy
         self._scratch: tuple[int, ...] = ()
         self._memfds = False  # the sandbox made a memfd
+        self._held: Callable[[], int] | None = None  # see count_also
         self._hit = hit
         self._lock = _thread.allocate_lock()
         self._watch_fd = self._pause_fd = -1
@@ -66,6 +67,14 @@ class Watches:
         if not self._keep:
             os.close(self._watch_fd)
             self._watch_fd = -1
+
+    def count_also(self, held: Callable[[], int]) -> None:
+        """Bytes sandlock holds for the sandbox (its network supervisor's copies of
+        waiting sends): counted with the sandbox's memory."""
+        with self._lock:
+            self._held = held
+            if self._memory is not None:
+                self._memory.held = held
 
     def memfds_in_use(self) -> None:
         """The sandbox made a memfd: the memory watch looks for them at every sample."""
@@ -130,6 +139,8 @@ class Watches:
                 memory.limit = min(memory.limit, self._pending_memory)
             if self._memfds:
                 memory.watch_memfds()
+            if self._held is not None:
+                memory.held = self._held
         self._memory_starting.release()
         memory.run()  # until stop(), which waited for the start
 
