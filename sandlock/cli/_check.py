@@ -33,9 +33,13 @@ def _limits(features: list) -> None:
     notify = available.get("seccomp user notification", False)
     pid_max = available.get(PID_MAX, False)
     cpus = os.sched_getaffinity(0)
+    sock_diag = _sock_diag()
     rows = (
-        ("--max-memory", namespaces, "summed every 10 ms in the sandbox's own /proc, with "
-                                     "its private /tmp's files (needs its namespaces)"),
+        ("--max-memory", namespaces and sock_diag,
+         "sandlock's watch, no cgroup: summed every 10 ms in the sandbox's own /proc, "
+         "with its private /tmp's files and its memfds; its sockets' buffers every 100 ms "
+         f"(sock_diag: {'ok' if sock_diag else 'MISSING'}); memfds refused in SCM_RIGHTS "
+         "(needs its namespaces)"),
         ("--max-processes", namespaces and notify, "fork-like calls supervised, processes "
                                                    "counted in the sandbox's own /proc"),
         ("(without -P)", namespaces and (os.geteuid() != 0 or pid_max),
@@ -49,6 +53,18 @@ def _limits(features: list) -> None:
         ("--max-cpu", namespaces, "the sandbox's CPU time, all its processes stopped while "
                                   "over its share (SIGSTOP/SIGCONT)"),
     )
-    print("\nresource limits (without cgroups):")
+    print("\nresource limits (without cgroups, whether or not a cgroup is delegated: "
+          "docs/usage.md):")
     for option, ok, how in rows:
         print(f"  {option:<17} {'ok' if ok else 'no':<3} {how}")
+
+
+def _sock_diag() -> bool:
+    """The kernel answers the memory watch's questions about sockets (sock_diag)."""
+    from ..limits import probe_sockets
+
+    try:
+        probe_sockets()
+    except OSError:
+        return False
+    return True

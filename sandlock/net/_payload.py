@@ -21,11 +21,16 @@ the socket's buffer:
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import threading
 
 from .._record import record
 from ..kernel import read_memory, socket_option
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._materialize import Request
 
 CHUNK = 256 << 10  # a stream send's bytes copied at a time
 DATAGRAM_FREE = 64 << 10  # datagrams up to this size are copied without asking the socket
@@ -78,6 +83,21 @@ def first_copy(payload: Payload, fd: int, kind: int) -> tuple[bytes, ...]:
     if payload.length > max(socket_option(fd, socket.SOL_SOCKET, socket.SO_SNDBUF), _UDP_MAX):
         raise TooLarge
     return payload.read(0, payload.length)
+
+
+def passes_memfd(request: Request) -> bool:
+    """A descriptor the call passes (SCM_RIGHTS, our duplicates) is a memfd: memory that,
+    in flight, no process's descriptor table or counters show."""
+    for fd in request.owned_fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(_SHARED_MEMORY_FILES):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+_SHARED_MEMORY_FILES = ("/memfd:", "/secretmem")
 
 
 class HeldBytes:

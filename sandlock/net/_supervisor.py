@@ -49,7 +49,7 @@ from ._materialize import (
     materialize,
 )
 from ._nests import Nests, narrowed
-from ._payload import HeldBytes
+from ._payload import HeldBytes, passes_memfd
 from ._review import NetworkCall, reviewed
 from ._services import Services
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
@@ -67,6 +67,7 @@ class Supervisor:
                  review: Callable[[NetworkCall], int] | None = None) -> None:
         """``review``: the runtime policy's word on each judged IP destination."""
         self._review = review
+        self.memfd_passed: Callable[[], bool] | None = None  # a send passes a memfd: refuse?
         self._names = {arch.numbers[name]: name for name in SUPERVISED}
         self._context = context
         self._services = services
@@ -268,6 +269,9 @@ class Supervisor:
         buffer (as the kernel does); a blocking socket whose buffer is full before the
         first message waits on a worker.
         """
+        if request.owned_fds and self.memfd_passed is not None and passes_memfd(request) \
+                and self.memfd_passed():
+            return -1, errno.EPERM  # in flight, no descriptor table would show it
         sent = 0
         for index, message in enumerate(request.messages):
             decision = self._decide_message(request, message)

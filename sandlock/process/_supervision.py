@@ -291,7 +291,7 @@ class Supervision:
         self._ruleset_fd = None  # the engine's now
         network.start()
         if self.watches is not None:  # what the supervisor holds for the command is its memory
-            self.watches.count_also(network.held_bytes)
+            self.watches.attach(network)
         with self._lock:
             self._network = network
         return network
