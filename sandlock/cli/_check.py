@@ -53,8 +53,7 @@ def _limits(features: list) -> None:
         ("--max-cpu", namespaces, "the sandbox's CPU time, all its processes stopped while "
                                   "over its share (SIGSTOP/SIGCONT)"),
     )
-    print("\nresource limits (without cgroups, whether or not a cgroup is delegated: "
-          "docs/usage.md):")
+    print("\nresource limits (without cgroups):")
     for option, ok, how in rows:
         print(f"  {option:<17} {'ok' if ok else 'no':<3} {how}")
 
