@@ -49,7 +49,9 @@ def _limits(features: list) -> None:
         ("--max-open-files", True, "RLIMIT_NOFILE, hard"),
         ("--max-file-size", True, "RLIMIT_FSIZE, hard"),
         ("--cpu-cores", True, f"CPU affinity (sandlock may use {len(cpus)} CPU(s))"),
-        ("--max-output", True, "sandlock reads the command's stdout and stderr"),
+        ("--max-output", True, "sandlock reads the command's stdout and stderr; the "
+                               "command has no terminal to write to (own session, stdin "
+                               "read-only, /dev/tty and /dev/pts not writable)"),
         ("--max-cpu", namespaces, "the sandbox's CPU time, all its processes stopped while "
                                   "over its share (SIGSTOP/SIGCONT)"),
     )
