@@ -246,9 +246,13 @@ procs = 3
 probe = socket.socket(socket.AF_UNIX)
 probe.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)  # as much as the host allows
 pairs = (200 << 20) // procs // probe.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) + 1
+children = []
 for _ in range(procs - 1):
-    if os.fork() == 0:
+    pid = os.fork()
+    if pid == 0:
+        children = None
         break
+    children.append(pid)
 keep = []
 for _ in range(pairs):  # ~200 MiB in all, never read
     a, b = socket.socketpair()
@@ -262,6 +266,8 @@ for _ in range(pairs):  # ~200 MiB in all, never read
     keep.append((a, b))
 time.sleep(1)
 print("survived", flush=True)
+for pid in children or ():  # (the sandbox ends with its command)
+    os.waitpid(pid, 0)
 """
 
 

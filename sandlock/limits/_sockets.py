@@ -32,6 +32,9 @@ _INET_DIAG_SKMEMINFO = 7
 _MEMINFO = struct.Struct("=9I")  # rmem_alloc, rcvbuf, wmem_alloc, sndbuf, fwd, wmem_queued, ...
 _RQLEN = struct.Struct("=II")
 _ALL_STATES = 0xFFFFFFFF
+# TIME_WAIT (6) and SYN_RECV (3) entries are the kernel's, without a descriptor or
+# buffers: left out of the dumps (a busy host has thousands).
+_INET_STATES = _ALL_STATES & ~(1 << 6 | 1 << 3)
 _INET = [(family, protocol) for family in (socket.AF_INET, socket.AF_INET6)
          for protocol in (socket.IPPROTO_TCP, socket.IPPROTO_UDP)]
 
@@ -40,7 +43,7 @@ def probe_sockets() -> None:
     """OSError if the kernel does not answer sock_diag's unix dumps (the memory watch
     then cannot start: a limit it could not hold is not silently weaker)."""
     with _diag() as diag:
-        _unix_bytes(diag, set())
+        _unix_bytes(diag, set())  # (all the host's unix sockets: none is counted)
 
 
 def socket_bytes(inodes: set[int]) -> int:
@@ -48,7 +51,9 @@ def socket_bytes(inodes: set[int]) -> int:
     if not inodes:
         return 0
     with _diag() as diag:
-        total = _unix_bytes(diag, inodes)
+        total, found = _unix_bytes(diag, inodes)
+        if found == len(inodes):  # all unix sockets: no IP socket to ask about (the
+            return total          # dumps of a busy host's TCP sockets take milliseconds)
         for family, protocol in _INET:
             try:
                 total += _inet_bytes(diag, family, protocol, inodes)
@@ -62,14 +67,16 @@ def _diag() -> socket.socket:
                          _NETLINK_SOCK_DIAG)
 
 
-def _unix_bytes(diag: socket.socket, inodes: set[int]) -> int:
+def _unix_bytes(diag: socket.socket, inodes: set[int]) -> tuple[int, int]:
+    """(bytes, how many of ``inodes`` are unix sockets)."""
     request = _UNIX_REQUEST.pack(socket.AF_UNIX, 0, 0, _ALL_STATES, 0,
                                  _UDIAG_SHOW_PEER | _UDIAG_SHOW_RQLEN | _UDIAG_SHOW_MEMINFO)
-    total = 0
+    total = found = 0
     for payload in _dump(diag, request):
-        _, kind, _, _, inode = _UNIX_MESSAGE.unpack_from(payload)
+        _, _, _, _, inode = _UNIX_MESSAGE.unpack_from(payload)
         if inode not in inodes:
             continue
+        found += 1
         attributes = _attributes(payload, _UNIX_MESSAGE.size)
         memory = _MEMINFO.unpack_from(attributes[_UNIX_DIAG_MEMINFO]) \
             if _UNIX_DIAG_MEMINFO in attributes else (0,) * 9
@@ -78,11 +85,11 @@ def _unix_bytes(diag: socket.socket, inodes: set[int]) -> int:
         if _UNIX_DIAG_RQLEN in attributes and (peer is None or
                                                struct.unpack_from("=I", peer)[0] not in inodes):
             total += _RQLEN.unpack_from(attributes[_UNIX_DIAG_RQLEN])[0]
-    return total
+    return total, found
 
 
 def _inet_bytes(diag: socket.socket, family: int, protocol: int, inodes: set[int]) -> int:
-    request = _INET_REQUEST.pack(family, protocol, 1 << (_INET_DIAG_SKMEMINFO - 1), _ALL_STATES)
+    request = _INET_REQUEST.pack(family, protocol, 1 << (_INET_DIAG_SKMEMINFO - 1), _INET_STATES)
     total = 0
     for payload in _dump(diag, request):
         inode = _INET_MESSAGE.unpack_from(payload)[-1]

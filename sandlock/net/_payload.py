@@ -25,7 +25,6 @@ import os
 import socket
 import threading
 
-from .._record import record
 from ..kernel import read_memory, socket_option
 
 TYPE_CHECKING = False
@@ -45,14 +44,15 @@ class TooLarge(Exception):
     errno = errno.EMSGSIZE
 
 
-@record
 class Payload:
     """Where a message's bytes lie in the calling thread (``segments``: its iovec,
-    address and length), read again when they are sent."""
+    address and length), read again when they are sent. (A plain class: one is made
+    for every send, and a record's construction costs twice as much.)"""
 
-    pid: int
-    segments: tuple[tuple[int, int], ...]
-    length: int
+    __slots__ = ("pid", "segments", "length")
+
+    def __init__(self, pid: int, segments: tuple[tuple[int, int], ...], length: int) -> None:
+        self.pid, self.segments, self.length = pid, segments, length
 
     def read(self, offset: int, size: int) -> tuple[bytes, ...]:
         """``size`` bytes from ``offset``, one part per segment they span (Fault if
