@@ -24,7 +24,7 @@ def send(sock, data):
     results.append(sock.sendmsg([data[:1000], data[1000:]]))
 for n in range(threads):
     a, b = socket.socketpair()
-    data = bytes([n]) * size  # resident in the command
+    data = bytes([n % 256]) * size  # resident in the command
     peers.append((b, data))
     threading.Thread(target=send, args=(a, data), daemon=True).start()
 time.sleep(1.5)
@@ -133,3 +133,42 @@ def test_one_sendmmsg_is_copied_a_bounded_part_at_a_time(tmp_path):
     as the kernel may; the command sends the rest with its next call."""
     result = sandlock("run", "--", sys.executable, "-c", SENDMMSG, cwd=tmp_path)
     assert (result.returncode, result.stdout) == (0, "True True True\n"), result.stderr
+
+
+WAITING_DATAGRAMS = r"""
+import socket, sys, threading, time
+threads = int(sys.argv[1])
+probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+probe.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+size = min(probe.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2 - 4096, 4 << 20)
+sent, peers = [], []
+def send():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+    peers.append(b)
+    data = b"d" * size
+    while a.sendmsg([data]) == size:  # until one waits for room: the peer never reads
+        sent.append(1)
+for _ in range(threads):
+    threading.Thread(target=send, daemon=True).start()
+time.sleep(1.5)
+print(size >> 10, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_datagram_that_waits_for_room_is_not_held(tmp_path):
+    """A blocking datagram send to a peer that never reads waits on a worker, which
+    keeps no copy of it (it reads it again when there is room)."""
+    argv = [*SANDLOCK, "run", "--", sys.executable, "-c", WAITING_DATAGRAMS, "16"]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, cwd=tmp_path) as run:
+        try:
+            size_kib = int(run.stdout.readline() or 0)
+            rss = _rss_mib(run.pid)
+        finally:
+            run.kill()
+    if size_kib < 1024:
+        pytest.skip(f"datagrams of {size_kib} KiB here (net.core.wmem_max): too small to see")
+    held_if_copied = 16 * size_kib >> 10
+    assert rss < 20 + held_if_copied // 2, f"sandlock holds {rss} MiB for 16 waiting datagrams"

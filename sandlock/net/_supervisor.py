@@ -177,7 +177,8 @@ class Supervisor:
             raise
         if callable(outcome):  # a blocking socket that has to wait: not on this thread
             listener.hold()
-            self._workers.submit(lambda: self._deferred(listener, request, outcome))
+            waiting = request.replace(messages=())  # no copy of a send's bytes waits (_payload)
+            self._workers.submit(lambda: self._deferred(listener, waiting, outcome))
         else:
             self._reply(listener, request, outcome)
 
@@ -277,7 +278,8 @@ class Supervisor:
             decision = self._decide_message(request, message)
             outcome = self._send_one(request, message, decision)
             if callable(outcome):  # the rest of this message waits on a worker
-                return lambda gone: self._sent(request, index, outcome(gone), late=True)
+                waiting = request.replace(messages=())  # (it keeps no copy: _payload)
+                return lambda gone: self._sent(waiting, index, outcome(gone), late=True)
             value, error = outcome
             if error:
                 return (sent, 0) if sent else (-1, error)
