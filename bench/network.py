@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Network overheads: on-behalf connect latency, a served port's throughput, start-up.
 
-Usage: python bench/network.py [--connects N] [--requests N] [--runs N] [--only PART]
+Usage: python bench/network.py [--connects N] [--requests N] [--sends N] [--runs N] [--only PART]
 
 1. connect latency: a Python client inside and outside the sandbox times N connects
    to a loopback listener (per-connect median, in-process timing, so interpreter
@@ -11,6 +11,9 @@ Usage: python bench/network.py [--connects N] [--requests N] [--runs N] [--only 
 3. server throughput: an asyncio echo server inside the sandbox (--net-allow-bind)
    versus bare, driven from outside by 8 keep-alive clients; requests per second.
 4. start-up: `sandlock run --net-allow host:443 -- /bin/true` versus no network rule.
+5. sends: a Python client inside and outside the sandbox times N UDP sendto()s of 64
+   bytes with a destination, and N/20 sendmsg()s of 1 MiB on a unix stream a thread
+   drains (per-call medians): what the supervisor adds to a small send and a bulk one.
 Prints Markdown tables for docs/performance.md. Loopback only.
 """
 
@@ -69,6 +72,29 @@ os.unlink(os.path.join(directory, "s"))
 os.rmdir(directory)
 """
 
+SEND_CLIENT = r"""
+import socket, statistics, sys, threading, time
+count = int(sys.argv[1])
+receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+receiver.bind(("127.0.0.1", 0))
+address, sender, small = receiver.getsockname(), socket.socket(socket.AF_INET, socket.SOCK_DGRAM), []
+for _ in range(count):
+    start = time.perf_counter()
+    sender.sendto(b"x" * 64, address)
+    small.append(time.perf_counter() - start)
+a, b = socket.socketpair()
+def drain():
+    while b.recv(1 << 20):
+        pass
+threading.Thread(target=drain, daemon=True).start()
+data, bulk = b"y" * (1 << 20), []
+for _ in range(max(count // 20, 1)):
+    start = time.perf_counter()
+    a.sendmsg([data])
+    bulk.append(time.perf_counter() - start)
+print(statistics.median(small) * 1e6, statistics.median(bulk) * 1e6)
+"""
+
 ECHO_SERVER = r"""
 import asyncio, sys
 async def handle(reader, writer):
@@ -115,6 +141,16 @@ def unix_connect_latency(count: int) -> list[tuple[float, float]]:
     """(abstract, path) per-connect medians in µs: bare, then sandboxed."""
     return [tuple(map(float, subprocess.check_output([*prefix, PY, "-c", UNIX_CLIENT, str(count)]).split()))
             for prefix in ([], [*SANDLOCK, "run", "-q", "--"])]
+
+
+def send_latency(count: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((bare small, bare bulk), (sandboxed small, sandboxed bulk)), µs per call."""
+    results = []
+    for prefix in ([], [*SANDLOCK, "run", "-q", "--net-allow", "127.0.0.1", "--"]):
+        out = subprocess.check_output([*prefix, PY, "-c", SEND_CLIENT, str(count)])
+        small, bulk = map(float, out.split())
+        results.append((small, bulk))
+    return results[0], results[1]
 
 
 def _free_port() -> int:
@@ -178,9 +214,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connects", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=40000)
+    parser.add_argument("--sends", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3, help="median over this many rounds")
-    parser.add_argument("--only", choices=("connect", "unix", "server", "startup"),
+    parser.add_argument("--only", choices=("connect", "unix", "server", "startup", "send"),
                         help="measure only this part")
     args = parser.parse_args()
     if args.only in (None, "connect"):
@@ -191,6 +228,8 @@ def main() -> int:
         _report_server(args)
     if args.only in (None, "startup"):
         _report_startup(args)
+    if args.only in (None, "send"):
+        _report_send(args)
     return 0
 
 
@@ -232,6 +271,18 @@ def _report_startup(args: argparse.Namespace) -> None:
     print(f"| `sandlock run -- /bin/true` | {plain:.1f} ms |")
     print(f"| `sandlock run --net-allow api.example.test:443 ... -- /bin/true` | {named:.1f} ms "
           f"({named - plain:+.1f} ms) |")
+
+
+def _report_send(args: argparse.Namespace) -> None:
+    rounds = [send_latency(args.sends) for _ in range(args.repeat)]
+    print(f"## sends ({args.sends} UDP sendto of 64 B, {max(args.sends // 20, 1)} sendmsg of "
+          f"1 MiB; median of {args.repeat} rounds)\n")
+    print("| | sendto 64 B | sendmsg 1 MiB |\n| --- | --- | --- |")
+    for name, index in (("bare", 0), ("sandboxed", 1)):
+        small = statistics.median(r[index][0] for r in rounds)
+        bulk = statistics.median(r[index][1] for r in rounds)
+        print(f"| {name} | {small:.1f} µs | {bulk:.1f} µs |")
+    print()
 
 
 if __name__ == "__main__":

@@ -329,7 +329,8 @@ def test_check_reports_features():
     for word in ("Landlock", "ABI", "seccomp user notification", "pidfd_getfd", "IPC scoping"):
         assert word in result.stdout
     limits = result.stdout.split("resource limits (without cgroups):\n")[1]
-    assert "--max-memory      ok  summed every 10 ms" in limits
+    assert "--max-memory      ok  sandlock's watch, no cgroup: summed every 10 ms" in limits
+    assert "its sockets' buffers every 100 ms (sock_diag: ok); memfds refused" in limits
     assert "--max-processes   ok  fork-like calls supervised" in limits
     assert "--max-cpu         ok  the sandbox's CPU time" in limits
 

@@ -4,6 +4,7 @@ the sandbox is killed (137) and sandlock says so."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -236,3 +237,107 @@ def test_memfd_create_is_supervised_only_under_a_memory_limit_and_goes_on(tmp_pa
         result = Sandbox(policy.replace(cwd=str(tmp_path)), policy_fn=policy_fn).run(
             [sys.executable, "-c", script])
         assert (result.exit_code, result.stdout) == (0, b"made True\n"), result.stderr
+
+
+# Kernel memory no process's counters show: socket buffers, memfds in flight.
+SOCKET_BUFFERS = r"""
+import os, socket, sys, time
+procs = 3
+probe = socket.socket(socket.AF_UNIX)
+probe.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)  # as much as the host allows
+pairs = (200 << 20) // procs // probe.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) + 1
+children = []
+for _ in range(procs - 1):
+    pid = os.fork()
+    if pid == 0:
+        children = None
+        break
+    children.append(pid)
+keep = []
+for _ in range(pairs):  # ~200 MiB in all, never read
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+    try:
+        while True:
+            a.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    keep.append((a, b))
+time.sleep(1)
+print("survived", flush=True)
+for pid in children or ():  # (the sandbox ends with its command)
+    os.waitpid(pid, 0)
+"""
+
+
+def test_socket_buffers_count_as_memory(tmp_path):
+    """Unread messages in unix sockets' buffers are the kernel's memory, charged to
+    no process: under -m 64M, ~200 MiB of them end in the kill. Control: without a
+    limit, the buffers hold it all and the command survives."""
+    control = sandlock("run", "--", sys.executable, "-c", SOCKET_BUFFERS, cwd=tmp_path)
+    assert (control.returncode, control.stdout) == (0, "survived\n" * 3), control.stderr
+    log = tmp_path / "audit.jsonl"
+    result = sandlock("run", "-m", "64M", "--audit", str(log), "--", sys.executable, "-c",
+                      SOCKET_BUFFERS, cwd=tmp_path)
+    assert result.returncode == 137 and "survived" not in result.stdout, result.stderr
+    assert "sandlock: memory limit 64M exceeded (" in result.stderr
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert any(r.get("limit") == "max_memory" and r.get("verdict") == "kill" for r in records)
+
+
+def test_socket_buffers_count_for_an_unprivileged_user(as_nobody):
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "-m", "64M", "--", sys.executable,
+                                       "-c", SOCKET_BUFFERS]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert result.returncode == 137 and "survived" not in result.stdout, result.stderr
+
+
+MEMFDS_IN_FLIGHT = r"""
+import os, socket, time
+a, b = socket.socketpair()
+for _ in range(8):  # 128 MiB whose only descriptors are in flight
+    fd = os.memfd_create("m")
+    os.write(fd, b"z" * (16 << 20))
+    try:
+        socket.send_fds(a, [b"x"], [fd])
+    except OSError as exc:
+        print("refused", exc.strerror, flush=True)
+        raise SystemExit(3)
+    os.close(fd)
+time.sleep(0.5)
+print("in flight, survived", flush=True)
+"""
+
+
+def test_a_memfd_cannot_be_put_in_flight_under_a_memory_limit(tmp_path):
+    """In a socket's queue, a memfd is in no descriptor table: its pages would escape
+    the count. Passing one is refused (EPERM), said once and audited. Control:
+    without a limit it goes, and 128 MiB sit in flight."""
+    control = sandlock("run", "--", sys.executable, "-c", MEMFDS_IN_FLIGHT, cwd=tmp_path)
+    assert (control.returncode, control.stdout) == (0, "in flight, survived\n"), control.stderr
+    log = tmp_path / "audit.jsonl"
+    result = sandlock("run", "-m", "64M", "--audit", str(log), "--", sys.executable, "-c",
+                      MEMFDS_IN_FLIGHT, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (3, "refused Operation not permitted\n")
+    assert result.stderr.count("sandlock: a memfd passed over a socket was refused") == 1
+    [record] = [r for r in map(json.loads, log.read_text().splitlines()) if r.get("limit")]
+    assert (record["limit"], record["value"], record["verdict"]) == ("max_memory", "64M", "refuse")
+
+
+def test_memfds_in_flight_are_refused_for_an_unprivileged_user(as_nobody):
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "-m", "64M", "--", sys.executable,
+                                       "-c", MEMFDS_IN_FLIGHT]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert (result.returncode, result.stdout) == (3, "refused Operation not permitted\n"), \
+        result.stderr
+
+
+def test_other_descriptors_still_pass_under_a_memory_limit(tmp_path):
+    script = ("import os, socket\n"
+              "a, b = socket.socketpair()\n"
+              "r, w = os.pipe()\n"
+              "socket.send_fds(a, [b'x'], [r])\n"
+              "print(len(socket.recv_fds(b, 1, 1)[1]))\n")
+    result = sandlock("run", "-m", "64M", "--", sys.executable, "-c", script, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, "1\n"), result.stderr

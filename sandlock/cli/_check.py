@@ -33,9 +33,13 @@ def _limits(features: list) -> None:
     notify = available.get("seccomp user notification", False)
     pid_max = available.get(PID_MAX, False)
     cpus = os.sched_getaffinity(0)
+    sock_diag = _sock_diag()
     rows = (
-        ("--max-memory", namespaces, "summed every 10 ms in the sandbox's own /proc, with "
-                                     "its private /tmp's files (needs its namespaces)"),
+        ("--max-memory", namespaces and sock_diag,
+         "sandlock's watch, no cgroup: summed every 10 ms in the sandbox's own /proc, "
+         "with its private /tmp's files and its memfds; its sockets' buffers every 100 ms "
+         f"(sock_diag: {'ok' if sock_diag else 'MISSING'}); memfds refused in SCM_RIGHTS "
+         "(needs its namespaces)"),
         ("--max-processes", namespaces and notify, "fork-like calls supervised, processes "
                                                    "counted in the sandbox's own /proc"),
         ("(without -P)", namespaces and (os.geteuid() != 0 or pid_max),
@@ -45,10 +49,23 @@ def _limits(features: list) -> None:
         ("--max-open-files", True, "RLIMIT_NOFILE, hard"),
         ("--max-file-size", True, "RLIMIT_FSIZE, hard"),
         ("--cpu-cores", True, f"CPU affinity (sandlock may use {len(cpus)} CPU(s))"),
-        ("--max-output", True, "sandlock reads the command's stdout and stderr"),
+        ("--max-output", True, "sandlock reads the command's stdout and stderr; the "
+                               "command has no terminal to write to (own session, stdin "
+                               "read-only, /dev/tty and /dev/pts not writable)"),
         ("--max-cpu", namespaces, "the sandbox's CPU time, all its processes stopped while "
                                   "over its share (SIGSTOP/SIGCONT)"),
     )
     print("\nresource limits (without cgroups):")
     for option, ok, how in rows:
         print(f"  {option:<17} {'ok' if ok else 'no':<3} {how}")
+
+
+def _sock_diag() -> bool:
+    """The kernel answers the memory watch's questions about sockets (sock_diag)."""
+    from ..limits import probe_sockets
+
+    try:
+        probe_sockets()
+    except OSError:
+        return False
+    return True

@@ -29,6 +29,7 @@ from . import _fspolicy
 from ._isolation import Isolation, Overlay
 from ._workspace import (
     DEVICES_WRITE,
+    TERMINAL_DEVICES,
     caches,
     check_workspace,
     default_workspace,
@@ -303,6 +304,8 @@ def _grants(
         if policy.mode == "read-only":  # what it could write becomes readable only
             read += [path for path in write if path not in DEVICES_WRITE]
             write = list(DEVICES_WRITE)
+        if policy.max_output is not None:  # the terminal only through sandlock's count
+            write = [path for path in write if path not in TERMINAL_DEVICES]
         return read, [*write, *workdir], deny, private_scratch()
     write = [*policy.fs_writable, *workdir, *_fspolicy.PSEUDO_DEVICES]
     # /sys/kernel and /sys/firmware describe the host's kernel and firmware: denied

@@ -29,8 +29,10 @@ SYSTEM_READ = (
     "/sys/devices/system/cpu", "/sys/fs/cgroup", "/sys/kernel/mm/transparent_hugepage",
 )
 SCRATCH_WRITE = ("/tmp", "/var/tmp", "/dev/shm")
-# The terminal: writable (and IOCTL_DEV) for interactive commands.
-DEVICES_WRITE = (*PSEUDO_DEVICES, "/dev/tty", "/dev/ptmx", "/dev/pts")
+# The terminal: writable (and IOCTL_DEV) for interactive commands (but under
+# --max-output, where nothing may reach it past the count: TERMINAL_DEVICES).
+TERMINAL_DEVICES = ("/dev/tty", "/dev/pts")
+DEVICES_WRITE = (*PSEUDO_DEVICES, "/dev/ptmx", *TERMINAL_DEVICES)
 
 # Of $HOME, read only: the tools a build runs and the configuration they need.
 HOME_TOOLS_READ = (

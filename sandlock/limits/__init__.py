@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ._kernel import KernelLimits, kernel_limits
     from ._memory import MemoryWatch
     from ._processes import ProcessGate
+    from ._sockets import probe as probe_sockets
     from ._values import Size, format_cpu_list, parse_cpu_list, parse_size
 
 # Seconds between the memory watch's samples: here, where sandlock's side reads it
@@ -28,6 +29,7 @@ _EXPORTS = {
     "thaw": "_freeze",
     "KernelLimits": "_kernel",
     "ProcessGate": "_processes",
+    "probe_sockets": "_sockets",
     "MemoryWatch": "_memory",
     "kernel_limits": "_kernel",
     "Size": "_values",

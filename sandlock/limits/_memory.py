@@ -4,7 +4,8 @@ INTERVAL by a thread of sandlock's; past the limit the sandbox is killed.
 "Really use": resident anonymous and shared-memory pages and swap, not address space
 (node, Go and the JVM reserve gigabytes they never touch), and the files in the
 sandbox's private /tmp, /var/tmp and /dev/shm and the memfds its processes hold, which
-are tmpfs: memory too. Each process's status gives its counters cheaply; their sum
+are tmpfs: memory too, and the bytes queued in its sockets' buffers (``_sockets``).
+Each process's status gives its counters cheaply; their sum
 counts a page shared after a fork once per process, and a mapped scratch file or memfd
 twice (as shared memory and as a file), so when it passes the limit the proportional
 set sizes (smaps_rollup: a shared page split between its users) decide, with the
@@ -20,6 +21,7 @@ import os
 from .._latch import Latch
 from . import MEMORY_INTERVAL
 from ._freeze import sandbox_pids
+from ._sockets import probe_sockets, socket_bytes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,11 +31,14 @@ INTERVAL = MEMORY_INTERVAL  # seconds between samples
 _CHEAP = (b"RssAnon:", b"RssShmem:", b"VmSwap:")  # /proc/PID/status, kB
 _PRECISE = (b"Pss_Anon:", b"SwapPss:", b"Pss_Shmem:")  # /proc/PID/smaps_rollup, kB
 _SHARED = b"Pss_Shmem:"
-# A memfd nobody maps is reached only through descriptors: the processes' descriptor
-# tables are walked for them (~2 µs a descriptor) every this many samples (100 ms), and
-# at every sample once the sandbox is known to have made one (watch_memfds).
+# A memfd nobody maps and a socket's buffers are reached only through descriptors: the
+# processes' descriptor tables are walked for them (~2 µs a descriptor) and the kernel
+# asked about the sockets found (~1 ms: sock_diag dumps) every this many samples
+# (100 ms); the memfds at every sample once the sandbox is known to have made one
+# (watch_memfds).
 _DESCRIPTORS_EVERY = 10
 _MEMFD = "/memfd:"  # how /proc/PID/fd/N names one
+_SOCKET = "socket:["
 
 
 class MemoryWatch:
@@ -46,10 +51,13 @@ class MemoryWatch:
         self.limit = limit
         self._proc_fd = proc_fd
         self._on_exceeded = on_exceeded
+        probe_sockets()  # OSError: sockets' buffers could not be counted (the watch does not start)
         self._scratch = _one_per_file_system(scratch)
         self._samples = 0
         self._walk_every = _DESCRIPTORS_EVERY
         self._memfds = 0  # bytes, as of the last walk
+        self._sockets = 0  # bytes in the sockets' buffers, as of the last walk that asked
+        self.held: Callable[[], int] | None = None  # bytes sandlock holds for the sandbox
         self._stop = Latch()
         self._over = Latch()  # set when the thread ends
         self.peak = 0
@@ -83,10 +91,15 @@ class MemoryWatch:
         """Bytes in use now: the cheap sum, or the proportional one past the limit."""
         pids = sandbox_pids(self._proc_fd)
         if self._samples % self._walk_every == 0:
-            self._memfds = memfd_bytes(pids, self._proc_fd)
+            sockets = self._samples % _DESCRIPTORS_EVERY == 0
+            self._memfds, inodes = descriptors(pids, self._proc_fd, sockets)
+            if sockets:
+                self._sockets = socket_bytes(inodes)
         self._samples += 1
         files = sum(map(_used, self._scratch)) + self._memfds
-        cheap = files + sum(sum(_counters(pid, "status", _CHEAP, self._proc_fd).values())
+        # Neither in a process's counters nor shared: the sockets' buffers, sandlock's copies.
+        held = self._sockets + (self.held() if self.held is not None else 0)
+        cheap = held + files + sum(sum(_counters(pid, "status", _CHEAP, self._proc_fd).values())
                             for pid in pids)
         if cheap <= self.limit:
             return cheap
@@ -95,7 +108,7 @@ class MemoryWatch:
             counters = _counters(pid, "smaps_rollup", _PRECISE, self._proc_fd)
             shared += counters.pop(_SHARED, 0)
             private += sum(counters.values())
-        return private + max(shared, files)
+        return held + private + max(shared, files)
 
 
 def _one_per_file_system(fds: tuple[int, ...]) -> list[int]:
@@ -109,9 +122,11 @@ def _one_per_file_system(fds: tuple[int, ...]) -> list[int]:
     return list(found.values())
 
 
-def memfd_bytes(pids: list[str], proc_fd: int) -> int:
-    """Bytes the memfds open in ``pids`` hold, each counted once."""
+def descriptors(pids: list[str], proc_fd: int, sockets: bool) -> tuple[int, set[int]]:
+    """Bytes the memfds open in ``pids`` hold, each counted once; the inodes of their
+    sockets (if ``sockets``)."""
     held: dict[tuple[int, int], int] = {}
+    inodes: set[int] = set()
     for pid in pids:
         try:
             table = os.open(f"{pid}/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
@@ -121,7 +136,10 @@ def memfd_bytes(pids: list[str], proc_fd: int) -> int:
         try:
             for name in os.listdir(table):
                 try:
-                    if not os.readlink(name, dir_fd=table).startswith(_MEMFD):
+                    target = os.readlink(name, dir_fd=table)
+                    if sockets and target.startswith(_SOCKET):
+                        inodes.add(int(target[len(_SOCKET):-1]))
+                    if not target.startswith(_MEMFD):
                         continue
                     info = os.stat(name, dir_fd=table)
                 except OSError:
@@ -131,7 +149,7 @@ def memfd_bytes(pids: list[str], proc_fd: int) -> int:
             pass
         finally:
             os.close(table)
-    return sum(held.values())
+    return sum(held.values()), inodes
 
 
 def _used(fd: int) -> int:

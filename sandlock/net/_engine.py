@@ -119,6 +119,15 @@ class Network(Services):
         """Answer one of the command's network calls (the run's loop read it)."""
         self._supervisor.handle(listener, notification)
 
+    def held_bytes(self) -> int:
+        """The bytes of the command's waiting sends the supervisor holds now (``_payload``)."""
+        return self._supervisor.held.held
+
+    def ask_about_memfds(self, memfd_passed: Callable[[], bool]) -> None:
+        """Before the first call: ``memfd_passed()`` is asked when a send passes a memfd,
+        True to refuse it (EPERM)."""
+        self._supervisor.memfd_passed = memfd_passed
+
     def release(self, listener: Listener | None) -> None:
         """The run's loop is over: the listener goes once no worker holds a call."""
         self._supervisor.release(listener)

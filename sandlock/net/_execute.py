@@ -1,8 +1,10 @@
-"""Execute: the only code that acts on the child's behalf, on its duplicated socket.
+"""Execute: the code that acts on the child's behalf, on its duplicated socket (with
+``_sending``, which sends).
 
 Every operation uses the supervisor's own copies (addresses, bytes, descriptors) made
-by materialize; nothing is read from the child here. Results come back as
-(value, errno) for the notification reply.
+by materialize; nothing is read from the child here (but the bytes of a send, which
+nothing judges: ``_payload``). Results come back as (value, errno) for the
+notification reply.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import stat
 import threading
 from collections.abc import Callable
 
-from ..kernel import MSG_FASTOPEN, PR_SET_NO_NEW_PRIVS, IoVec, nr, prctl, syscall
+from ..kernel import PR_SET_NO_NEW_PRIVS, IoVec, nr, prctl, syscall
 from . import _sockaddr
 from ._materialize import Message, Socket
 from ._sockaddr import InetAddress, SockAddress, UnixAddress
@@ -38,7 +40,7 @@ _UNSPEC_ADDRESS = bytes(16)  # family AF_UNSPEC: connect() dissolves a datagram 
 _AF_INET, _AF_INET6 = 2, 10
 _SOL_SOCKET, _SO_ERROR = 1, 4
 _MSG_DONTWAIT = 0x40
-_INLINE_WAIT_MS = 1  # a loopback handshake is over by then; anything slower waits on a worker
+INLINE_WAIT_MS = 1  # a loopback handshake is over by then; anything slower waits on a worker
 _BACKLOG_RETRY_MS = 10  # a full unix backlog gives no readiness event: try again this often
 
 
@@ -69,7 +71,7 @@ def connect(sock: Socket, address: SockAddress) -> Outcome | Deferred:
         return _connect_now(sock.fd, address)
     value, error = _connect_without_blocking(sock.fd, address)
     if error == errno.EINPROGRESS:
-        return _completed(sock.fd, _INLINE_WAIT_MS) or (lambda gone: _completed(sock.fd, -1, gone))
+        return completed(sock.fd, INLINE_WAIT_MS) or (lambda gone: completed(sock.fd, -1, gone))
     if error == errno.EAGAIN:  # a unix listener's backlog is full: wait, as the kernel would
         return lambda gone: _until_done(gone, lambda: _connect_without_blocking(sock.fd, address),
                                         retry_ms=_BACKLOG_RETRY_MS)
@@ -85,14 +87,11 @@ def _connect_without_blocking(fd: int, address: SockAddress) -> Outcome:
         os.set_blocking(fd, blocking)
 
 
-def _until_done(gone: int, attempt: Callable[[], Outcome], *, fd: int = -1,
-                retry_ms: int = -1) -> Outcome:
-    """Repeat a non-blocking ``attempt`` while it would block: when ``fd`` becomes
-    writable, or every ``retry_ms``. Ends (EINTR, nobody left to tell) as soon as the
-    caller is gone, so nothing is sent or connected for a dead command."""
+def _until_done(gone: int, attempt: Callable[[], Outcome], *, retry_ms: int) -> Outcome:
+    """Repeat a non-blocking ``attempt`` while it would block, every ``retry_ms``. Ends
+    (EINTR, nobody left to tell) as soon as the caller is gone, so nothing is connected
+    for a dead command."""
     poller = select.poll()
-    if fd >= 0:
-        poller.register(fd, select.POLLOUT)
     if gone >= 0:
         poller.register(gone, select.POLLIN)
     while True:
@@ -113,7 +112,7 @@ def _connect_now(fd: int, address: SockAddress) -> Outcome:
         return _outcome(_libc.connect(fd, raw, len(raw)))
 
 
-def _completed(fd: int, timeout_ms: int, gone: int = -1) -> Outcome | None:
+def completed(fd: int, timeout_ms: int, gone: int = -1) -> Outcome | None:
     """The result of a connect in progress, once the socket is writable (None: not yet).
 
     ``gone`` (a pidfd) readable: the caller was killed. Stop waiting (EINTR, nobody is
@@ -199,64 +198,7 @@ def listen(sock: Socket, backlog: int) -> Outcome:
     return _outcome(_libc.listen(sock.fd, backlog))
 
 
-def send(sock: Socket, message: Message, flags: int) -> Outcome | Deferred:
-    """sendmsg() of one owned message (sendto, sendmsg and each sendmmsg entry).
-
-    On a blocking socket it is first tried with MSG_DONTWAIT; only a full buffer
-    sends it to a worker to block there.
-    """
-    if sock.nonblocking or flags & _MSG_DONTWAIT:
-        return _send_now(sock.fd, message, flags)
-    value, error = _send_now(sock.fd, message, flags | _MSG_DONTWAIT)
-    if error in (errno.EAGAIN, errno.EWOULDBLOCK):
-        stream = sock.type == _SOCK_STREAM
-        return lambda gone: _send_blocking(sock.fd, message, flags, gone, stream)
-    if not error and sock.type == _SOCK_STREAM and value < sum(map(len, message.data)):
-        # A blocking stream send hands over everything before it returns: the rest
-        # goes out from a worker (the ancillary data already went with the first part).
-        rest = Message(None, (b"".join(message.data)[value:],))
-        return lambda gone: _send_rest(sock.fd, rest, flags & ~MSG_FASTOPEN, value, gone)
-    if error == errno.EINPROGRESS and flags & MSG_FASTOPEN:
-        # A Fast Open connect started and nothing was sent (no cookie yet): blocking,
-        # the call would wait for the connection and then send. So do we.
-        flags &= ~MSG_FASTOPEN
-        connected = _completed(sock.fd, _INLINE_WAIT_MS)
-        if connected is None:
-            return lambda gone: _send_when_connected(sock.fd, message, flags, gone)
-        return connected if connected[1] else send(sock, message, flags)
-    return value, error
-
-
-def _send_blocking(fd: int, message: Message, flags: int, gone: int, stream: bool) -> Outcome:
-    """What a blocking send does (wait for room, everything of a stream send), on a
-    worker, giving up when the caller is gone."""
-    value, error = _until_done(gone, lambda: _send_now(fd, message, flags | _MSG_DONTWAIT), fd=fd)
-    if error or not stream or value >= sum(map(len, message.data)):
-        return value, error
-    rest = Message(None, (b"".join(message.data)[value:],))
-    return _send_rest(fd, rest, flags & ~MSG_FASTOPEN, value, gone)
-
-
-def _send_rest(fd: int, rest: Message, flags: int, already: int, gone: int) -> Outcome:
-    """The rest of a stream send whose first part went out (ancillary data with it)."""
-    remaining = rest.data[0]
-    while remaining:
-        chunk = Message(None, (remaining,))
-        value, error = _until_done(gone, lambda chunk=chunk: _send_now(fd, chunk, flags | _MSG_DONTWAIT),
-                                   fd=fd)
-        if error:
-            break
-        already += value
-        remaining = remaining[value:]
-    return already, 0
-
-
-def _send_when_connected(fd: int, message: Message, flags: int, gone: int) -> Outcome:
-    value, error = _completed(fd, -1, gone)
-    return (value, error) if error else _send_blocking(fd, message, flags, gone, stream=True)
-
-
-def _send_now(fd: int, message: Message, flags: int) -> Outcome:
+def send_now(fd: int, message: Message, flags: int) -> Outcome:
     buffers = [ctypes.create_string_buffer(chunk, len(chunk)) for chunk in message.data]
     iov = (IoVec * max(len(buffers), 1))(*(
         IoVec(ctypes.addressof(b), len(chunk)) for b, chunk in zip(buffers, message.data)))

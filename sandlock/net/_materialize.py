@@ -16,7 +16,6 @@ import struct
 
 from .._record import field, record
 from ..kernel import (
-    MAX_COPY,
     Notification,
     cwd_of,
     duplicate_fd,
@@ -24,6 +23,7 @@ from ..kernel import (
     socket_option,
 )
 from . import _sockaddr
+from ._payload import CALL_MAX, Payload, TooLarge, first_copy
 from ._sockaddr import SockAddress, UnixAddress
 
 TYPE_CHECKING = False
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 SOCKADDR_MAX = 128  # sizeof(struct sockaddr_storage): the kernel refuses longer (EINVAL)
 IOV_MAX = 1024  # UIO_MAXIOV
+MAX_RW_COUNT = 0x7FFFF000  # what one call reads or writes at most (INT_MAX, page aligned)
 MMSG_MAX = 1024  # UIO_MAXIOV bounds sendmmsg's vlen too
 _MSGHDR = struct.Struct("=QI4xQQQQi4x")  # name, namelen, iov, iovlen, control, controllen, flags
 MSG_LEN_OFFSET = _MSGHDR.size  # struct mmsghdr: a msghdr, then unsigned int msg_len
@@ -66,13 +67,22 @@ class Socket:
 
 @record
 class Message:
-    """One datagram or stream write to perform: owned bytes, translated ancillary data."""
+    """One datagram or stream write to perform: owned bytes, translated ancillary data.
+
+    ``data``: what was copied, the whole message or a stream's first part (``_payload``);
+    ``source``: where all of it lies in the caller, read again for the rest."""
 
     destination: SockAddress | None
     data: tuple[bytes, ...]
     control: bytes = b""
     passed_fds: tuple[int, ...] = ()  # our duplicates of SCM_RIGHTS descriptors
     control_kinds: tuple[tuple[int, int], ...] = ()  # (level, type) of each ancillary item
+    source: Payload | None = field(default=None, repr=False)
+
+    @property
+    def length(self) -> int:
+        """The bytes the call sends, copied or not."""
+        return self.source.length if self.source is not None else sum(map(len, self.data))
 
 
 @record
@@ -116,23 +126,26 @@ def materialize(notification: Notification, syscall: str, pidfd: int) -> Request
                            address=_anchor(address, pid, must_exist=syscall == "connect"))
         if syscall == "sendto":
             destination = _address(pid, args[4], args[5]) if args[4] else None
-            data = read_memory(pid, args[1], args[2])
-            message = Message(_anchor(destination, pid), (data,))
+            size = min(args[2], MAX_RW_COUNT)  # (the kernel takes no more in one call)
+            payload = Payload(pid, ((args[1], size),), size)
+            message = Message(_anchor(destination, pid), _first_copy(payload, sock), source=payload)
             return Request(notification, syscall, sock, messages=(message,), flags=args[3] & 0xFFFFFFFF)
         if syscall == "sendmsg":
             raw = read_memory(pid, args[1], _MSGHDR.size)
-            message = _message(pid, pidfd, raw, owned, [MAX_COPY])
+            message = _message(pid, pidfd, raw, owned, sock)
             return Request(notification, syscall, sock, messages=(message,),
                            flags=args[2] & 0xFFFFFFFF, owned_fds=tuple(owned))
         if syscall == "sendmmsg":
             count = min(args[2] & 0xFFFFFFFF, MMSG_MAX)
             table = read_memory(pid, args[1], count * MMSGHDR_SIZE)
-            budget = [MAX_COPY]
-            messages = tuple(
-                _message(pid, pidfd, table[i * MMSGHDR_SIZE:i * MMSGHDR_SIZE + _MSGHDR.size], owned, budget)
-                for i in range(count)
-            )
-            return Request(notification, syscall, sock, messages=messages, flags=args[3] & 0xFFFFFFFF,
+            taken: list[Message] = []
+            copied = 0
+            for at in range(0, count * MMSGHDR_SIZE, MMSGHDR_SIZE):
+                if copied >= CALL_MAX:  # the rest wait for the command's next call
+                    break
+                taken.append(_message(pid, pidfd, table[at:at + _MSGHDR.size], owned, sock))
+                copied += sum(map(len, taken[-1].data))
+            return Request(notification, syscall, sock, messages=tuple(taken), flags=args[3] & 0xFFFFFFFF,
                            msgvec=args[1], owned_fds=tuple(owned))
         if syscall == "listen":
             backlog = _INT.unpack(struct.pack("=I", args[1] & 0xFFFFFFFF))[0]
@@ -258,26 +271,29 @@ def _resolve(root: bytes, path: bytes) -> bytes:
 _MAX_PATH_STEPS = 4096  # components and symlinks followed in one lookup (ELOOP past it)
 
 
-def _message(pid: int, pidfd: int, raw: bytes, owned: list[int], budget: list[int]) -> Message:
-    """One msghdr's destination, data and ancillary data.
-
-    ``budget`` (bytes left for this call, shared by every message of a sendmmsg)
-    bounds what the command can make sandlock copy: past it the data is cut short,
-    which a stream socket reports as a short send, as the kernel may.
-    """
+def _message(pid: int, pidfd: int, raw: bytes, owned: list[int], sock: Socket) -> Message:
+    """One msghdr's destination, data (what ``_payload`` copies of it) and ancillary data."""
     name, namelen, iov, iovlen, control, controllen, _ = _MSGHDR.unpack(raw)
     if iovlen > IOV_MAX:
         raise Refused(errno.EMSGSIZE)
     destination = _address(pid, name, namelen) if name and namelen else None
-    vectors = read_memory(pid, iov, iovlen * _IOVEC.size)
-    chunks = []
-    for base, length in _IOVEC.iter_unpack(vectors):
-        length = min(length, budget[0])
-        chunks.append(read_memory(pid, base, length))
-        budget[0] -= length
-    data = tuple(chunks)
+    segments = tuple(_IOVEC.iter_unpack(read_memory(pid, iov, iovlen * _IOVEC.size)))
+    total = sum(length for _, length in segments)
+    if total > MAX_RW_COUNT:  # the kernel sends no more in one call
+        if any(length >> 63 for _, length in segments):  # negative as an ssize_t
+            raise Refused(errno.EINVAL)
+        total = MAX_RW_COUNT
+    payload = Payload(pid, segments, total)
+    data = _first_copy(payload, sock)
     control_bytes, passed, kinds = _control(pid, pidfd, control, controllen, owned)
-    return Message(_anchor(destination, pid), data, control_bytes, passed, kinds)
+    return Message(_anchor(destination, pid), data, control_bytes, passed, kinds, payload)
+
+
+def _first_copy(payload: Payload, sock: Socket) -> tuple[bytes, ...]:
+    try:
+        return first_copy(payload, sock.fd, sock.type)
+    except TooLarge:
+        raise Refused(errno.EMSGSIZE) from None
 
 
 def _control(pid: int, pidfd: int, pointer: int, length: int,

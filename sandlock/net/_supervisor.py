@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import struct
 import sys
 import threading
 from collections.abc import Callable
@@ -26,9 +25,8 @@ from ..kernel import (
     Listener,
     Notification,
     open_pidfd,
-    write_memory,
 )
-from . import _execute
+from . import _execute, _sending
 from ._audit import Audit
 from ._execute import Deferred, Outcome
 from ._judge import (
@@ -41,8 +39,6 @@ from ._judge import (
     judge_message,
 )
 from ._materialize import (
-    MMSGHDR_SIZE,
-    MSG_LEN_OFFSET,
     Message,
     Refused,
     Request,
@@ -50,12 +46,12 @@ from ._materialize import (
 )
 from ._nests import Nests, narrowed
 from ._netpolicy import Verdict
+from ._payload import HeldBytes, passes_memfd
 from ._review import NetworkCall, reviewed
 from ._services import Services
 from ._sockaddr import AF_UNIX, InetAddress, SockAddress, UnixAddress
 from ._workers import PidfdCache, WorkerPool
 
-_U32 = struct.Struct("=I")
 # Performed on the confined worker, a thread with the command's Landlock domain and
 # capabilities: unix binds create files; netlink checks the capabilities of the thread
 # that binds, connects or sends (sandlock's own, root's perhaps, would be lent out).
@@ -67,11 +63,13 @@ class Supervisor:
                  review: Callable[[NetworkCall], int] | None = None) -> None:
         """``review``: the runtime policy's word on each judged IP destination."""
         self._review = review
+        self.memfd_passed: Callable[[], bool] | None = None  # a send passes a memfd: refuse?
         self._names = {arch.numbers[name]: name for name in SUPERVISED}
         self._context = context
         self._services = services
         self._audit = audit
         self._workers = WorkerPool()
+        self.held = HeldBytes()  # bytes of waiting sends copied at once (counted by -m)
         self._pidfds = PidfdCache()
         self._lock = threading.Lock()
         self._released = False  # pidfds closed: their numbers may belong to others now
@@ -175,7 +173,8 @@ class Supervisor:
             raise
         if callable(outcome):  # a blocking socket that has to wait: not on this thread
             listener.hold()
-            self._workers.submit(lambda: self._deferred(listener, request, outcome))
+            waiting = request.replace(messages=())  # no copy of a send's bytes waits (_payload)
+            self._workers.submit(lambda: self._deferred(listener, waiting, outcome))
         else:
             self._reply(listener, request, outcome)
 
@@ -284,12 +283,16 @@ class Supervisor:
         buffer (as the kernel does); a blocking socket whose buffer is full before the
         first message waits on a worker.
         """
+        if request.owned_fds and self.memfd_passed is not None and passes_memfd(request) \
+                and self.memfd_passed():
+            return -1, errno.EPERM  # in flight, no descriptor table would show it
         sent = 0
         for index, message in enumerate(request.messages):
             decision = self._decide_message(request, message)
             outcome = self._send_one(request, message, decision)
             if callable(outcome):  # the rest of this message waits on a worker
-                return lambda gone: self._sent(request, index, outcome(gone), late=True)
+                waiting = request.replace(messages=())  # (it keeps no copy: _payload)
+                return lambda gone: self._sent(waiting, index, outcome(gone), late=True)
             value, error = outcome
             if error:
                 return (sent, 0) if sent else (-1, error)
@@ -300,24 +303,7 @@ class Supervisor:
         return sent, 0
 
     def _sent(self, request: Request, index: int, outcome: Outcome, *, late: bool = False) -> Outcome:
-        """Message ``index`` was sent (or failed): for sendmmsg, write its msg_len back
-        (glibc's resolver checks it) and count the messages sent; other calls return
-        the byte count. ``late``: after a wait on a worker, when the caller may be gone
-        and its tid reused: the notification must still be pending to write."""
-        value, error = outcome
-        if request.syscall != "sendmmsg":
-            return outcome
-        if error:
-            return (index, 0) if index else outcome  # the earlier messages did go out
-        if late:
-            try:
-                self._listener.check_valid(request.notification.id)
-            except Gone:
-                return outcome  # nobody to tell; the reply will find the call gone too
-        write_memory(request.notification.pid,
-                             request.msgvec + index * MMSGHDR_SIZE + MSG_LEN_OFFSET,
-                             _U32.pack(value))
-        return index + 1, 0
+        return _sending.sent(self._listener, request, index, outcome, late=late)
 
     def _send_one(self, request: Request, message: Message, decision: Decision) -> Outcome | Deferred:
         if not decision.allowed:
@@ -332,11 +318,12 @@ class Supervisor:
         elif decision.target != message.destination:  # 0.0.0.0: where the verdict looked
             message = replace(message, destination=decision.target)
         if decision.protocol == "netlink":  # see _AS_THE_COMMAND
-            return self._services.confined_worker().call(lambda: _send_blocking(request, message))
+            return self._services.confined_worker().call(
+                lambda: _sending.send_blocking(request, message, self.held))
         if request.socket.family == AF_UNIX and message.destination is not None:
             return self._on_unix(request, message.destination, decision,
-                                 lambda: _execute.send(request.socket, message, request.flags))
-        return _execute.send(request.socket, message, request.flags)
+                                 lambda: _sending.send(request.socket, message, request.flags, self.held))
+        return _sending.send(request.socket, message, request.flags, self.held)
 
     def _decide(self, request: Request, address: SockAddress | None, *,
                 binding: bool = False) -> Decision:
@@ -393,8 +380,3 @@ class Supervisor:
             return self._services.proxy_target(request.socket, decision.target,
                                                request.notification.pid, request.nested)
         return decision.target
-
-
-def _send_blocking(request: Request, message: Message) -> Outcome:
-    outcome = _execute.send(request.socket, message, request.flags)
-    return outcome(-1) if callable(outcome) else outcome

@@ -63,6 +63,7 @@ class ChildSpec:
     # Inside a sandbox, with network rules of its own: the socket on which the keeper
     # tells the enclosing supervisor which threads are the run's (_vouching).
     probe_fd: int = -1
+    no_terminal: bool = False  # --max-output: no terminal to write to (leave_the_terminal)
 
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
@@ -77,8 +78,13 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
     try:
         if report_fd is not None and host_pid is not None:
             send(report_fd, b"pid %d" % host_pid)
-        _enter_process_group(spec.tty_fd)
+        if spec.no_terminal:
+            os.setsid()
+        else:
+            _enter_process_group(spec.tty_fd)
         _install_stdio(spec.stdio)
+        if spec.no_terminal:
+            leave_the_terminal()
         if spec.function is None:
             _keep_only(spec.pass_fds)
         else:
@@ -173,6 +179,24 @@ def _exists(path: str) -> bool:
         return True
     except OSError:
         return False
+
+
+def leave_the_terminal() -> None:
+    """Under --max-output, what the command writes reaches the terminal only through
+    sandlock's count: in a session of its own (setsid, before) it has no controlling
+    terminal (/dev/tty: ENXIO); a terminal as its stdin is opened anew, read-only (a
+    write to fd 0: EBADF); the terminal devices are not granted for writing
+    (confinement: TERMINAL_DEVICES)."""
+    if not os.isatty(0):
+        return
+    try:
+        reading = os.open("/proc/self/fd/0", os.O_RDONLY | os.O_NOCTTY)
+    except OSError as exc:  # (a terminal not the user's, e.g. after su): no input then
+        os.write(2, f"sandlock: the terminal cannot be opened again read-only ({exc.strerror}): "
+                    "the command's stdin is /dev/null (--max-output)\n".encode())
+        reading = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(reading, 0)
+    os.close(reading)
 
 
 def _enter_process_group(tty_fd: int | None) -> None:

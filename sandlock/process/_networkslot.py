@@ -25,12 +25,12 @@ if TYPE_CHECKING:
 class NetworkSlot:
     def __init__(self, policy: Policy, ruleset_fd: int | None, audit: AuditLog | None, quiet: bool,
                  http: HttpRun | None, review: Callable[[NetworkCall], int] | None,
-                 closed: Callable[[], bool]) -> None:
+                 closed: Callable[[], bool], built: Callable[[Network], None] | None = None) -> None:
         """``ruleset_fd`` and ``http`` are owned from now on; ``review``: policy_fn's
         word on a judged call; ``closed``: whether the run has ended (a build that fails
-        then has nothing to say)."""
+        then has nothing to say); ``built``: told of the engine once it runs."""
         self._policy, self._ruleset_fd, self._audit, self._quiet = policy, ruleset_fd, audit, quiet
-        self._http, self._review, self._closed = http, review, closed
+        self._http, self._review, self._closed, self._built = http, review, closed, built
         self.keeper = 0  # its pid (the engine counts the sandbox's seccomp filters on it)
         self._handling = _thread.allocate_lock()  # network calls: one at a time
         self._network: Network | None = None
@@ -79,6 +79,8 @@ class NetworkSlot:
             return None
         self._ruleset_fd = None  # the engine's now
         network.start()
+        if self._built is not None:
+            self._built(network)
         self._network = network
         return network
 

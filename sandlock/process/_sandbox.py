@@ -237,7 +237,8 @@ class Sandbox:
                     resource.close()
             raise
         self.warnings = confinement.warnings
-        terminal = Foreground.detect() if foreground else None
+        counted = policy.max_output is not None  # no terminal past it: leave_the_terminal
+        terminal = Foreground.detect() if foreground and not counted else None
         spec = ChildSpec(
             argv=argv,
             env=env,
@@ -250,6 +251,7 @@ class Sandbox:
             limits=kernel_limits(self.policy),
             function=function,
             keep_host_proc=resident,
+            no_terminal=counted,
         )
         supervision = Supervision(policy, confinement, audit, self.quiet, http,
                                   pausable=resident, policy_fn=self.policy_fn)

@@ -85,7 +85,9 @@ class Supervision:
         ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         self._network = NetworkSlot(policy, ruleset_fd, audit, quiet, http,
                                     self._runtime.review_network if self._runtime else None,
-                                    lambda: self._closed)
+                                    lambda: self._closed,
+                                    # what the supervisor holds for the command is its memory
+                                    self.watches.attach if self.watches is not None else None)
         # Decided before the fork: the command waits while take_listener runs.
         self._pins_at_start = False
         if policy.net_allow_specs or policy.has_http_rules:  # (only then: an import)

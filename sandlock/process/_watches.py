@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..limits import CpuThrottle, MemoryWatch
+    from ..net import Network
     from ..policy import Policy
 
 
@@ -21,6 +22,8 @@ class Watches:
         self._policy = policy
         self._scratch: tuple[int, ...] = ()
         self._memfds = False  # the sandbox made a memfd
+        self._held: Callable[[], int] | None = None  # see attach
+        self._memfds_refused = False  # said once
         self._hit = hit
         self._lock = _thread.allocate_lock()
         self._watch_fd = self._pause_fd = -1
@@ -66,6 +69,30 @@ class Watches:
         if not self._keep:
             os.close(self._watch_fd)
             self._watch_fd = -1
+
+    def attach(self, network: Network) -> None:
+        """The run's network engine: the bytes it holds for the sandbox (copies of
+        waiting sends) count as the sandbox's memory, and under a memory limit it
+        refuses to pass memfds (in flight in a socket, no descriptor table shows them)."""
+        with self._lock:
+            self._held = network.held_bytes
+            if self._memory is not None:
+                self._memory.held = network.held_bytes
+        network.ask_about_memfds(self._memfd_passed)
+
+    def _memfd_passed(self) -> bool:
+        """A send passes a memfd: refused under a memory limit (said once, audited)."""
+        with self._lock:
+            limit = self._memory.limit if self._memory is not None else (
+                self._pending_memory if self._policy.max_memory is None
+                else int(self._policy.max_memory))
+            if limit is None:
+                return False
+            first, self._memfds_refused = not self._memfds_refused, True
+        self._hit("max_memory", _mib(limit), "refuse", "a memfd passed over a socket was "
+                  "refused (EPERM): in flight it would be memory the limit cannot see "
+                  "(--max-memory)", notice=first)
+        return True
 
     def memfds_in_use(self) -> None:
         """The sandbox made a memfd: the memory watch looks for them at every sample."""
@@ -130,6 +157,8 @@ class Watches:
                 memory.limit = min(memory.limit, self._pending_memory)
             if self._memfds:
                 memory.watch_memfds()
+            if self._held is not None:
+                memory.held = self._held
         self._memory_starting.release()
         memory.run()  # until stop(), which waited for the start
 

@@ -1,0 +1,136 @@
+"""The kernel memory a sandbox's sockets hold: the bytes queued in their buffers, asked
+of the kernel through sock_diag (netlink, no privilege needed), for the memory watch.
+
+A socket's queues are memory the sandbox makes the kernel hold, and no process's
+counters show: a unix socket's unread messages are charged to the socket that sent
+them (its wmem_alloc), TCP's and UDP's to the socket whose queue they are in (rmem,
+wmem). Each socket of the sandbox (its inode found in a descriptor table) counts
+its own buffers, and a unix socket whose peer is no longer one of the sandbox's (it
+closed, or is outside) also counts what waits in its receive queue (a stream's every
+byte; a datagram socket's next message, all that sock_diag tells of it).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_NLMSGHDR = struct.Struct("=IHHII")
+_RTATTR = struct.Struct("=HH")
+_UNIX_REQUEST = struct.Struct("=BBHIII8x")  # family, protocol, pad, states, ino, show, cookie
+_UNIX_MESSAGE = struct.Struct("=BBBBI8x")  # family, type, state, pad, ino, cookie
+_UDIAG_SHOW_PEER, _UDIAG_SHOW_RQLEN, _UDIAG_SHOW_MEMINFO = 0x4, 0x10, 0x20
+_UNIX_DIAG_PEER, _UNIX_DIAG_RQLEN, _UNIX_DIAG_MEMINFO = 2, 4, 5
+_INET_REQUEST = struct.Struct("=BBBxI48x")  # family, protocol, ext, pad, states, id
+_INET_MESSAGE = struct.Struct("=BBBB48xIIIII")  # ..., id, expires, rqueue, wqueue, uid, inode
+_INET_DIAG_SKMEMINFO = 7
+_MEMINFO = struct.Struct("=9I")  # rmem_alloc, rcvbuf, wmem_alloc, sndbuf, fwd, wmem_queued, ...
+_RQLEN = struct.Struct("=II")
+_ALL_STATES = 0xFFFFFFFF
+# TIME_WAIT (6) and SYN_RECV (3) entries are the kernel's, without a descriptor or
+# buffers: left out of the dumps (a busy host has thousands).
+_INET_STATES = _ALL_STATES & ~(1 << 6 | 1 << 3)
+_INET = [(family, protocol) for family in (socket.AF_INET, socket.AF_INET6)
+         for protocol in (socket.IPPROTO_TCP, socket.IPPROTO_UDP)]
+
+
+def probe_sockets() -> None:
+    """OSError if the kernel does not answer sock_diag's unix dumps (the memory watch
+    then cannot start: a limit it could not hold is not silently weaker)."""
+    with _diag() as diag:
+        _unix_bytes(diag, set())  # (all the host's unix sockets: none is counted)
+
+
+def socket_bytes(inodes: set[int]) -> int:
+    """Bytes queued in the buffers of the sockets ``inodes`` (see the module's doc)."""
+    if not inodes:
+        return 0
+    with _diag() as diag:
+        total, found = _unix_bytes(diag, inodes)
+        if found == len(inodes):  # all unix sockets: no IP socket to ask about (the
+            return total          # dumps of a busy host's TCP sockets take milliseconds)
+        for family, protocol in _INET:
+            try:
+                total += _inet_bytes(diag, family, protocol, inodes)
+            except OSError:  # (e.g. no udp_diag in this kernel: that protocol is not counted)
+                continue
+    return total
+
+
+def _diag() -> socket.socket:
+    return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                         _NETLINK_SOCK_DIAG)
+
+
+def _unix_bytes(diag: socket.socket, inodes: set[int]) -> tuple[int, int]:
+    """(bytes, how many of ``inodes`` are unix sockets)."""
+    request = _UNIX_REQUEST.pack(socket.AF_UNIX, 0, 0, _ALL_STATES, 0,
+                                 _UDIAG_SHOW_PEER | _UDIAG_SHOW_RQLEN | _UDIAG_SHOW_MEMINFO)
+    total = found = 0
+    for payload in _dump(diag, request):
+        _, _, _, _, inode = _UNIX_MESSAGE.unpack_from(payload)
+        if inode not in inodes:
+            continue
+        found += 1
+        attributes = _attributes(payload, _UNIX_MESSAGE.size)
+        memory = _MEMINFO.unpack_from(attributes[_UNIX_DIAG_MEMINFO]) \
+            if _UNIX_DIAG_MEMINFO in attributes else (0,) * 9
+        total += memory[0] + memory[2]  # rmem_alloc, wmem_alloc
+        peer = attributes.get(_UNIX_DIAG_PEER)
+        if _UNIX_DIAG_RQLEN in attributes and (peer is None or
+                                               struct.unpack_from("=I", peer)[0] not in inodes):
+            total += _RQLEN.unpack_from(attributes[_UNIX_DIAG_RQLEN])[0]
+    return total, found
+
+
+def _inet_bytes(diag: socket.socket, family: int, protocol: int, inodes: set[int]) -> int:
+    request = _INET_REQUEST.pack(family, protocol, 1 << (_INET_DIAG_SKMEMINFO - 1), _INET_STATES)
+    total = 0
+    for payload in _dump(diag, request):
+        inode = _INET_MESSAGE.unpack_from(payload)[-1]
+        if inode not in inodes:
+            continue
+        memory = _attributes(payload, _INET_MESSAGE.size).get(_INET_DIAG_SKMEMINFO)
+        if memory is not None:
+            values = _MEMINFO.unpack_from(memory)
+            total += values[0] + max(values[2], values[5])  # rmem; wmem_alloc or wmem_queued
+    return total
+
+
+def _dump(diag: socket.socket, request: bytes):
+    """The payloads of a sock_diag dump's answers (OSError if the kernel refuses it)."""
+    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY,
+                            _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
+    diag.send(header + request)
+    while True:
+        data = diag.recv(1 << 16)
+        offset = 0
+        while offset + _NLMSGHDR.size <= len(data):
+            length, kind, _, _, _ = _NLMSGHDR.unpack_from(data, offset)
+            if length < _NLMSGHDR.size:
+                return
+            if kind == _NLMSG_DONE:
+                return
+            if kind == _NLMSG_ERROR:
+                error = -struct.unpack_from("=i", data, offset + _NLMSGHDR.size)[0]
+                if error:
+                    raise OSError(error, os.strerror(error))
+                return
+            yield data[offset + _NLMSGHDR.size:offset + length]
+            offset += (length + 3) & ~3
+
+
+def _attributes(payload: bytes, offset: int) -> dict[int, bytes]:
+    found: dict[int, bytes] = {}
+    while offset + _RTATTR.size <= len(payload):
+        length, kind = _RTATTR.unpack_from(payload, offset)
+        if length < _RTATTR.size:
+            break
+        found[kind & 0x3FFF] = payload[offset + _RTATTR.size:offset + length]
+        offset += (length + 3) & ~3
+    return found
