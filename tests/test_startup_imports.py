@@ -25,6 +25,7 @@ ALLOWED = {
     "sandlock.kernel._fds", "sandlock.kernel._features", "sandlock.kernel._landlock",
     "sandlock.kernel._libc", "sandlock.kernel._mounts", "sandlock.kernel._seccomp",
     "sandlock.kernel._syscalls",
+    "sandlock.kernel._filterrule",  # (split from _seccomp: the rule language)
     "sandlock.confinement", "sandlock.confinement._autorun", "sandlock.confinement._confinement",
     "sandlock.confinement._fspolicy", "sandlock.confinement._isolation", "sandlock.confinement._workspace",
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",

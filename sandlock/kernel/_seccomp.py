@@ -17,9 +17,23 @@ rule block's entry):
 from __future__ import annotations
 
 import ctypes
-import errno
 
 from . import _bpf
+from ._filterrule import (  # the rule language; the others use it through this module
+    ALLOW,
+    EACCES,
+    ENOSYS,
+    EPERM,
+    NOTIFY,
+    SECCOMP_RET_ALLOW,
+    SECCOMP_RET_KILL_PROCESS,
+    SECCOMP_RET_USER_NOTIF,
+    WORD_MASK,
+    Clause,
+    Match,
+    Rule,
+    ret_errno,
+)
 from ._libc import syscall
 from ._syscalls import Arch, nr
 
@@ -27,70 +41,12 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-# Filter return actions (linux/seccomp.h); on several filters the most restrictive wins.
-SECCOMP_RET_KILL_PROCESS = 0x80000000
-SECCOMP_RET_ERRNO = 0x00050000  # low 16 bits: the errno
-SECCOMP_RET_USER_NOTIF = 0x7FC00000
-SECCOMP_RET_ALLOW = 0x7FFF0000
-
 SECCOMP_SET_MODE_FILTER = 1  # seccomp(2) operations
 SECCOMP_GET_ACTION_AVAIL = 2
 SECCOMP_FILTER_FLAG_TSYNC = 1
 SECCOMP_FILTER_FLAG_NEW_LISTENER = 8
 SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 32
-
-
-def ret_errno(err: int) -> int:
-    return SECCOMP_RET_ERRNO | (err & 0xFFFF)
-
-
-ALLOW = SECCOMP_RET_ALLOW
 ALLOW_ALL = bytes.fromhex("060000000000ff7f")  # one BPF_RET|BPF_K of ALLOW: what a probe installs
-EPERM = ret_errno(errno.EPERM)
-EACCES = ret_errno(errno.EACCES)
-ENOSYS = ret_errno(errno.ENOSYS)
-NOTIFY = SECCOMP_RET_USER_NOTIF
-
-_WORD = 0xFFFFFFFF
-
-
-class Match:
-    """Holds when ``(32-bit word of args[arg]) & mask`` is one of ``values``.
-
-    The low word unless ``high``. Arguments the kernel reads as int or unsigned int
-    need only the low word: the kernel truncates them the same way.
-    """
-
-    __slots__ = ("arg", "values", "mask", "high")
-
-    def __init__(self, arg: int, values: Iterable[int], mask: int = _WORD, high: bool = False) -> None:
-        self.arg = arg
-        self.values = tuple(sorted(set(values)))
-        self.mask = mask
-        self.high = high
-        if not self.values:
-            raise ValueError("a Match needs at least one value")
-
-
-class Clause:
-    """``action`` when every Match holds."""
-
-    __slots__ = ("action", "matches")
-
-    def __init__(self, action: int, *matches: Match) -> None:
-        self.action = action
-        self.matches = matches
-
-
-class Rule:
-    """The first Clause that holds decides; ``default`` when none does (or there are none)."""
-
-    __slots__ = ("clauses", "default")
-
-    def __init__(self, *clauses: Clause, default: int) -> None:
-        self.clauses = clauses
-        self.default = default
-
 
 # Constants from the uapi headers, spelled out: importing socket/termios costs
 # milliseconds on every run.
@@ -152,7 +108,6 @@ def _inet(family: int, icmp: int) -> Clause:
 
 
 _NETLINK_ROUTE_SOCKET = Clause(ALLOW, Match(0, [_AF_NETLINK]), Match(2, [_NETLINK_ROUTE]))
-
 
 RULES: dict[str, Rule] = {
     **{name: Rule(default=EPERM) for name in _DENIED},
@@ -347,7 +302,7 @@ def _emit_conditional(asm: _bpf.Assembler, number: int, rule: Rule) -> None:
 def _emit_match(asm: _bpf.Assembler, match: Match, miss: _bpf.Label) -> None:
     """Fall through when the match holds, jump to ``miss`` otherwise."""
     asm.load_arg(match.arg, match.high)
-    if match.mask != _WORD:
+    if match.mask != WORD_MASK:
         asm.and_(match.mask)
     hit = _bpf.Label()
     *others, last = match.values
