@@ -14,7 +14,6 @@ import os
 from .._errors import SetupError
 from .._record import field, record
 from ..kernel import (
-    DROPPED_CAPABILITIES,
     PR_SET_NO_NEW_PRIVS,
     drop_capabilities,
     filter_actions,
@@ -125,7 +124,7 @@ class Confinement:
         if self.task_cap:
             limit_tasks(self.task_cap)
         prctl(PR_SET_NO_NEW_PRIVS, 1)
-        drop_capabilities(DROPPED_CAPABILITIES)
+        drop_capabilities()
         self.restrict_filesystem()
         # WAIT_KILLABLE_RECV: once the supervisor holds a call, only a fatal signal can
         # abandon it, so no connect is performed for a caller that already gave up.

@@ -16,7 +16,6 @@ import os
 from .._errors import PolicyError, SetupError
 from .._record import record
 from ..kernel import (
-    DROPPED_CAPABILITIES,
     PR_SET_NO_NEW_PRIVS,
     drop_capabilities,
     landlock,
@@ -137,7 +136,7 @@ def apply_static(ruleset_fd: int, program: bytes, *, all_threads: bool = False) 
     ``ruleset_fd`` (the calling thread), the seccomp ``program`` (``all_threads``:
     TSYNC) with no listener: a confinement that needs no supervisor."""
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-    drop_capabilities(DROPPED_CAPABILITIES)
+    drop_capabilities()
     landlock.restrict_self(ruleset_fd)
     flags = seccomp.SECCOMP_FILTER_FLAG_TSYNC if all_threads else 0
     try:
