@@ -109,9 +109,41 @@ def _inet(family: int, icmp: int) -> Clause:
 
 _NETLINK_ROUTE_SOCKET = Clause(ALLOW, Match(0, [_AF_NETLINK]), Match(2, [_NETLINK_ROUTE]))
 
+# Set-id bits (S_ISUID, S_ISGID) run a file with its owner's or its group's ids: one
+# planted in a shared directory lends its owner's rights (root's, if root planted it) to
+# whoever runs it. No call may set them, for any user: the calls that give a file its
+# mode are refused (EPERM) when the mode has one. The sticky bit is not one; mkdir
+# ignores them (a directory's set-group-ID comes from its parent). name -> (argument
+# holding the mode, argument holding the flags when the mode counts only with O_CREAT
+# or O_TMPFILE). mode_t is unsigned int, flags int: their low words.
+MODE_ARGUMENTS: dict[str, tuple[int, int | None]] = {
+    "chmod": (1, None), "fchmod": (1, None), "fchmodat": (2, None), "fchmodat2": (2, None),
+    "mknod": (1, None), "mknodat": (2, None),  # (a regular file too: S_IFREG)
+    "creat": (1, None), "open": (2, 1), "openat": (3, 2),
+}
+_S_ISUID, _S_ISGID = 0o4000, 0o2000
+_CREATING = (0o100, 0o20000000)  # O_CREAT, __O_TMPFILE (O_TMPFILE is it with O_DIRECTORY)
+
+
+def setid_refused(name: str, default: int = ALLOW) -> Rule:
+    """The rule of ``name`` (one of MODE_ARGUMENTS): a set-id mode refused first, then
+    ``default`` for everything else (ALLOW; NOTIFY where a supervisor judges the rest)."""
+    mode, flags = MODE_ARGUMENTS[name]
+    setid = Match(mode, [_S_ISUID, _S_ISGID, _S_ISUID | _S_ISGID], mask=_S_ISUID | _S_ISGID)
+    if flags is None:
+        return Rule(Clause(EPERM, setid), default=default)
+    creating = (Match(flags, [bit], mask=bit) for bit in _CREATING)
+    return Rule(*(Clause(EPERM, creates, setid) for creates in creating), default=default)
+
+
 RULES: dict[str, Rule] = {
     **{name: Rule(default=EPERM) for name in _DENIED},
     **{name: Rule(default=EPERM) for name in SYSV_IPC},
+    **{name: setid_refused(name) for name in MODE_ARGUMENTS},
+    # openat2's flags and mode live in memory, out of the filter's reach: ENOSYS, as for
+    # clone3, and its callers fall back to openat, whose are checked (glibc's open and
+    # fopen never use it; those that do must run where it does not exist).
+    "openat2": Rule(default=ENOSYS),
     # Persona flags weaken what runs next (ADDR_NO_RANDOMIZE turns off ASLR,
     # READ_IMPLIES_EXEC makes data executable): only PER_LINUX and the query pass.
     # persona is unsigned int.
@@ -232,6 +264,16 @@ def unsupervised_network(tcp: bool, any_connect: bool, any_bind: bool) -> dict[s
     if not any_bind:
         rules["listen"] = Rule(default=EACCES)
     return rules
+
+
+def supervised(name: str, waived: frozenset[str] = frozenset()) -> Rule:
+    """``name``'s rule for a supervisor: what RULES allows by default is notified, what
+    its clauses refuse stays refused (a set-id mode, unless ``name`` is waived), and a
+    call it refuses altogether (openat2) stays refused."""
+    rule = None if name in waived else RULES.get(name)
+    if rule is None:
+        return Rule(default=NOTIFY)
+    return Rule(*rule.clauses, default=NOTIFY) if rule.default == ALLOW else rule
 
 
 def unknown_waivers(names: Iterable[str]) -> list[str]:
