@@ -94,8 +94,8 @@ class SelfConfinement:
         return cls(ruleset, program)
 
     def apply(self) -> None:
-        """Confine the calling process for good: no_new_privs, the capabilities a root
-        process would abuse dropped, Landlock (the calling thread: the caller made sure
+        """Confine the calling process for good: no_new_privs, every capability
+        dropped, Landlock (the calling thread: the caller made sure
         it is the only one), then seccomp (every thread)."""
         try:
             apply_static(self.ruleset.fileno(), self.program, all_threads=True)
@@ -132,7 +132,7 @@ class EnclosedConfinement:
 
 
 def apply_static(ruleset_fd: int, program: bytes, *, all_threads: bool = False) -> None:
-    """no_new_privs, root's dangerous capabilities dropped, the Landlock domain of
+    """no_new_privs, every capability dropped, the Landlock domain of
     ``ruleset_fd`` (the calling thread), the seccomp ``program`` (``all_threads``:
     TSYNC) with no listener: a confinement that needs no supervisor."""
     prctl(PR_SET_NO_NEW_PRIVS, 1)
