@@ -34,6 +34,9 @@ _MAX_CAPABILITIES = 64  # two 32-bit words; the kernel knows fewer (EINVAL past 
 _SECBIT_NOROOT, _SECBIT_NO_SETUID_FIXUP, _SECBIT_KEEP_CAPS, _SECBIT_NO_CAP_AMBIENT_RAISE = 1, 4, 16, 64
 _SECUREBITS = sum(bit | bit << 1 for bit in (_SECBIT_NOROOT, _SECBIT_NO_SETUID_FIXUP,
                                              _SECBIT_NO_CAP_AMBIENT_RAISE)) | _SECBIT_KEEP_CAPS << 1
+# struct __user_cap_header_struct, and {effective, permitted, inheritable} x 2 words:
+# made once here (a ctypes type made in the command's fork costs ~60 us each).
+_Header, _Data = ctypes.c_uint32 * 2, ctypes.c_uint32 * 6
 
 
 def drop_capabilities(kept: tuple[int, ...] = KEPT_CAPABILITIES) -> None:
@@ -42,8 +45,7 @@ def drop_capabilities(kept: tuple[int, ...] = KEPT_CAPABILITIES) -> None:
     to do for a thread that holds no capability (no_new_privs keeps it so); without
     CAP_SETPCAP (a process given a few capabilities), the bounding set and the
     securebits cannot change, and no_new_privs makes them harmless."""
-    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # {effective, permitted, inheritable} x 2 words
+    header, data = _Header(_CAPABILITY_VERSION_3, 0), _Data()
     syscall(nr("capget"), header, data)
     if not any(data):
         return
@@ -61,6 +63,7 @@ def drop_capabilities(kept: tuple[int, ...] = KEPT_CAPABILITIES) -> None:
 
 
 def _drop_bounding(kept: tuple[int, ...]) -> None:
+    """One prctl a capability (~3 us each: the kernel makes new credentials)."""
     for cap in range(_MAX_CAPABILITIES):
         if cap in kept:
             continue
@@ -80,7 +83,7 @@ def _set_ambient(kept: tuple[int, ...]) -> None:
 
 def _capset(header: ctypes.Array, held: int, inheritable: int) -> None:
     """Effective and permitted ``held``, inheritable ``inheritable`` (bit masks)."""
-    data = (ctypes.c_uint32 * 6)()
+    data = _Data()
     for word in range(2):
         shift = 32 * word
         data[3 * word] = data[3 * word + 1] = held >> shift & 0xFFFFFFFF
