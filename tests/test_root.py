@@ -415,3 +415,10 @@ def test_under_policy_fn_opens_go_to_the_supervisor_and_set_id_modes_still_do_no
         [sys.executable, "-c", code, json.dumps({"repo": REPO})], timeout=60)
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == {"secret": "EACCES", **SETID_CONFINED}
+
+
+def test_allow_syscall_lifts_the_check_of_that_call_alone(tmp_path):
+    """`--allow-syscall chmod`, for a build that installs setuid programs."""
+    results = run(SETID, tmp_path, how="run", options=("--allow-syscall", "chmod"))
+    assert results["chmod"] == ["ok"] * 5 and results["fchmod"] == SETID_CONFINED["fchmod"]
+    assert results["set-id files"] == []  # (chmod 755 came last)

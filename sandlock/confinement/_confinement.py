@@ -258,7 +258,7 @@ def _seccomp_program(policy: Policy, count_processes: bool,
         extra.update(seccomp.counted_process_creation(frozenset(waived)))
     if observed:  # (opens: for deny_path, answered at once until it is used)
         extra.update(seccomp.OBSERVED_EXEC)
-        extra.update((name, seccomp.supervised(name, frozenset(waived))) for name in OPEN_CALLS)
+        extra.update((name, seccomp.for_supervisor(name, frozenset(waived))) for name in OPEN_CALLS)
     if memfds:
         extra[MEMFD_CALL] = seccomp.Rule(default=seccomp.NOTIFY)
     if unsupervised is None:

@@ -266,7 +266,7 @@ def unsupervised_network(tcp: bool, any_connect: bool, any_bind: bool) -> dict[s
     return rules
 
 
-def supervised(name: str, waived: frozenset[str] = frozenset()) -> Rule:
+def for_supervisor(name: str, waived: frozenset[str] = frozenset()) -> Rule:
     """``name``'s rule for a supervisor: what RULES allows by default is notified, what
     its clauses refuse stays refused (a set-id mode, unless ``name`` is waived), and a
     call it refuses altogether (openat2) stays refused."""
