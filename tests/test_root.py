@@ -422,3 +422,18 @@ def test_allow_syscall_lifts_the_check_of_that_call_alone(tmp_path):
     results = run(SETID, tmp_path, how="run", options=("--allow-syscall", "chmod"))
     assert results["chmod"] == ["ok"] * 5 and results["fchmod"] == SETID_CONFINED["fchmod"]
     assert results["set-id files"] == []  # (chmod 755 came last)
+
+
+def test_a_privileged_port_is_bound_by_the_supervisor_not_the_command(tmp_path, as_nobody,
+                                                                      world_tmp):
+    """Why CAP_NET_BIND_SERVICE is not kept: sandlock binds for the command. Control:
+    under an ordinary user's sandlock, the same bind is refused."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 1019))  # free now (else this test says so)
+    probe.close()
+    code = ('s = socket.socket()\nbound = attempt(s.bind, ("127.0.0.1", 1019))\n'
+            'print(json.dumps([bound, capabilities()["CapEff"]]))')
+    options = ("--net-bind", "1019")
+    assert run(code, tmp_path, how="run", options=options) == ["ok", NOTHING]
+    assert run(code, world_tmp, how="run", options=options, as_user=as_nobody) == ["EACCES",
+                                                                                  NOTHING]
