@@ -22,7 +22,6 @@ from collections.abc import Iterable
 from .._errors import SetupError
 from ..confinement import PSEUDO_DEVICES
 from ..kernel import (
-    DROPPED_CAPABILITIES,
     PR_SET_NO_NEW_PRIVS,
     drop_capabilities,
     landlock,
@@ -48,7 +47,7 @@ def confine_proxy(config: ProxyConfig, extra_read: Iterable[str] = ()) -> None:
     before any thread but the route reader exists... see _server) process."""
     abi = landlock.abi_version()
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-    drop_capabilities(DROPPED_CAPABILITIES)
+    drop_capabilities()
     if abi == 0:
         _missing("Landlock is not available", config)
     else:

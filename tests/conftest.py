@@ -204,6 +204,17 @@ def upstreams():
         yield allowed, denied
 
 
+# For a confined Python snippet (that imports errno): a call's outcome in a word.
+ATTEMPT = '''
+def attempt(function, *args):
+    """"ok", or the name of the errno the call failed with."""
+    try:
+        function(*args)
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+    return "ok"
+'''
+
 # The start of a confined Python snippet whose getpid32() makes the i386 getpid call
 # (int 0x80) from a 64-bit process: the filter kills it with SIGSYS (and no core file).
 I386_GETPID = """

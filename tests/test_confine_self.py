@@ -17,7 +17,7 @@ import tempfile
 import textwrap
 
 import pytest
-from conftest import I386_GETPID
+from conftest import ATTEMPT, I386_GETPID
 
 PRELUDE = '''
 import errno, json, os, signal, socket, sys, threading
@@ -31,14 +31,7 @@ ARGS = json.loads(sys.argv[1])
 "".encode("idna")
 
 
-def attempt(function, *args):
-    """"ok", or the errno the call failed with."""
-    try:
-        function(*args)
-    except OSError as exc:
-        return errno.errorcode.get(exc.errno, str(exc.errno))
-    return "ok"
-
+''' + ATTEMPT + '''
 
 def read(path):
     with open(path, "rb") as file:

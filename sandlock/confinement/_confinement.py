@@ -14,7 +14,6 @@ import os
 from .._errors import SetupError
 from .._record import field, record
 from ..kernel import (
-    DROPPED_CAPABILITIES,
     PR_SET_NO_NEW_PRIVS,
     drop_capabilities,
     filter_actions,
@@ -126,7 +125,7 @@ class Confinement:
         if self.task_cap:
             limit_tasks(self.task_cap)
         prctl(PR_SET_NO_NEW_PRIVS, 1)
-        drop_capabilities(DROPPED_CAPABILITIES)
+        drop_capabilities()
         self.restrict_filesystem()
         # WAIT_KILLABLE_RECV: once the supervisor holds a call, only a fatal signal can
         # abandon it, so no connect is performed for a caller that already gave up.
@@ -260,7 +259,7 @@ def _seccomp_program(policy: Policy, count_processes: bool,
         extra.update(seccomp.counted_process_creation(frozenset(waived)))
     if observed:  # (opens: for deny_path, answered at once until it is used)
         extra.update(seccomp.OBSERVED_EXEC)
-        extra.update((name, seccomp.Rule(default=seccomp.NOTIFY)) for name in OPEN_CALLS)
+        extra.update((name, seccomp.for_supervisor(name, frozenset(waived))) for name in OPEN_CALLS)
     if memfds:
         extra[MEMFD_CALL] = seccomp.Rule(default=seccomp.NOTIFY)
     if unsupervised is None:

@@ -16,7 +16,6 @@ import os
 from .._errors import PolicyError, SetupError
 from .._record import record
 from ..kernel import (
-    DROPPED_CAPABILITIES,
     PR_SET_NO_NEW_PRIVS,
     drop_capabilities,
     landlock,
@@ -95,8 +94,8 @@ class SelfConfinement:
         return cls(ruleset, program)
 
     def apply(self) -> None:
-        """Confine the calling process for good: no_new_privs, the capabilities a root
-        process would abuse dropped, Landlock (the calling thread: the caller made sure
+        """Confine the calling process for good: no_new_privs, every capability
+        dropped, Landlock (the calling thread: the caller made sure
         it is the only one), then seccomp (every thread)."""
         try:
             apply_static(self.ruleset.fileno(), self.program, all_threads=True)
@@ -133,11 +132,11 @@ class EnclosedConfinement:
 
 
 def apply_static(ruleset_fd: int, program: bytes, *, all_threads: bool = False) -> None:
-    """no_new_privs, root's dangerous capabilities dropped, the Landlock domain of
+    """no_new_privs, every capability dropped, the Landlock domain of
     ``ruleset_fd`` (the calling thread), the seccomp ``program`` (``all_threads``:
     TSYNC) with no listener: a confinement that needs no supervisor."""
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-    drop_capabilities(DROPPED_CAPABILITIES)
+    drop_capabilities()
     landlock.restrict_self(ruleset_fd)
     flags = seccomp.SECCOMP_FILTER_FLAG_TSYNC if all_threads else 0
     try:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from . import _landlock as landlock, _mounts as mounts, _ptrace as ptrace, _seccomp as seccomp
     from . import _tasks as tasks
     from ._bpf import returns as filter_actions
-    from ._capabilities import DROPPED_CAPABILITIES, drop_capabilities
+    from ._capabilities import drop_capabilities
     from ._fds import close_on_exec_from, take_fd
     from ._children import exited_children
     from ._features import PID_MAX, namespaces, probe, protection_level
@@ -54,7 +54,6 @@ if TYPE_CHECKING:
 # each module is imported on first use, so importing the package costs nothing
 _EXPORTS = {
     "Arch": "_syscalls",
-    "DROPPED_CAPABILITIES": "_capabilities",
     "Gone": "_notify",
     "IoVec": "_libc",
     "Listener": "_notify",

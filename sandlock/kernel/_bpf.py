@@ -11,6 +11,7 @@ encode; callers lay their programs out so that targets stay near (see _seccomp).
 
 from __future__ import annotations
 
+import errno
 import struct
 import sys
 
@@ -129,9 +130,27 @@ def returns(program: bytes) -> frozenset[int]:
     return frozenset(k for code, _, _, k in _INSN.iter_unpack(program) if code == _RET_K)
 
 
-# A syscall policy as data, and its compilation (see _seccomp for the layout).
+# A syscall policy as data (the actions a filter returns; Rule, Clause and Match:
+# conditions on register arguments), and its compilation (see _seccomp for the layout).
 
-_WORD = 0xFFFFFFFF
+# Filter return actions (linux/seccomp.h); on several filters the most restrictive wins.
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+SECCOMP_RET_ERRNO = 0x00050000  # low 16 bits: the errno
+SECCOMP_RET_USER_NOTIF = 0x7FC00000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+
+
+def ret_errno(err: int) -> int:
+    return SECCOMP_RET_ERRNO | (err & 0xFFFF)
+
+
+ALLOW = SECCOMP_RET_ALLOW
+EPERM = ret_errno(errno.EPERM)
+EACCES = ret_errno(errno.EACCES)
+ENOSYS = ret_errno(errno.ENOSYS)
+NOTIFY = SECCOMP_RET_USER_NOTIF
+
+WORD_MASK = 0xFFFFFFFF  # a Match's mask by default: the whole word
 
 
 class Match:
@@ -143,7 +162,7 @@ class Match:
 
     __slots__ = ("arg", "values", "mask", "high")
 
-    def __init__(self, arg: int, values: Iterable[int], mask: int = _WORD, high: bool = False) -> None:
+    def __init__(self, arg: int, values: Iterable[int], mask: int = WORD_MASK, high: bool = False) -> None:
         self.arg = arg
         self.values = tuple(sorted(set(values)))
         self.mask = mask
@@ -221,7 +240,7 @@ def _emit_conditional(asm: Assembler, number: int, rule: Rule) -> None:
 def _emit_match(asm: Assembler, match: Match, miss: Label) -> None:
     """Fall through when the match holds, jump to ``miss`` otherwise."""
     asm.load_arg(match.arg, match.high)
-    if match.mask != _WORD:
+    if match.mask != WORD_MASK:
         asm.and_(match.mask)
     hit = Label()
     *others, last = match.values

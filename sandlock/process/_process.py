@@ -269,6 +269,8 @@ def describe_start_error(command: str, report: bytes) -> str | None:
     if kind == "setup":
         return f"cannot set up the sandbox: {detail}"
     reason = os.strerror(detail)
-    if detail in (errno.EACCES, errno.EPERM):  # most often the filesystem policy
+    if detail == errno.EACCES:  # most often the filesystem policy
         reason += " (is it inside an -r/--fs-read path?)"
+    elif detail == errno.EPERM:  # the kernel's refusal to run it without its capabilities
+        reason += " (a program with file capabilities? a sandbox gives none)"
     return f"cannot run {command!r}: {reason}"
