@@ -4,6 +4,7 @@ that act as the command)."""
 from __future__ import annotations
 
 import ctypes
+import os
 
 from ._libc import prctl, syscall
 from ._syscalls import nr
@@ -37,3 +38,28 @@ def drop_capabilities(capabilities: tuple[int, ...]) -> None:
         for index in range(3):
             data[3 * word + index] &= ~(1 << bit) & 0xFFFFFFFF
     syscall(nr("capset"), header, data)
+
+
+class EffectiveDropped:
+    """``with EffectiveDropped():`` the calling thread acts without its effective
+    capabilities (its permitted set is kept, and they come back on the way out): what
+    sandlock does for a command that holds none (a root command's were dropped) must
+    not succeed by sandlock's own. Capabilities are per thread; nothing to do but for
+    root."""
+
+    def __enter__(self) -> EffectiveDropped:
+        self._saved = None
+        if os.geteuid() == 0:
+            header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+            data = (ctypes.c_uint32 * 6)()
+            syscall(nr("capget"), header, data)
+            self._saved = (header, bytes(data))
+            lowered = (ctypes.c_uint32 * 6).from_buffer_copy(data)
+            lowered[0] = lowered[3] = 0  # the effective set, both words
+            syscall(nr("capset"), header, lowered)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is not None:
+            header, data = self._saved
+            syscall(nr("capset"), header, (ctypes.c_uint32 * 6).from_buffer_copy(data))

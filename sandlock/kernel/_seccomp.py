@@ -192,6 +192,33 @@ OBSERVED_EXEC = {"execve": Rule(default=NOTIFY), "execveat": Rule(default=NOTIFY
 # With --cpu-cores: the affinity sandlock set is not the command's to widen.
 FIXED_AFFINITY: dict[str, Rule] = {"sched_setaffinity": Rule(default=EPERM)}
 
+# Changes to a file's metadata and watches on it, which Landlock does not judge: the
+# supervisor judges the file against the sandbox's grants (sandlock.files). Among the
+# ioctls, those setting inode flags (chattr): FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS,
+# FS_IOC_FSSETXATTR (request is unsigned int).
+FILE_CALLS = (
+    "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
+    "utime", "utimes", "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr",
+    "removexattr", "lremovexattr", "fremovexattr", "setxattrat", "removexattrat",
+    "file_setattr", "inotify_add_watch", "fanotify_mark", "ioctl",
+)  # fmt: skip
+INODE_FLAG_REQUESTS = (0x40086602, 0x40046602, 0x401C5820)
+
+
+def judged_file_calls(rules: Mapping[str, Rule]) -> dict[str, Rule]:
+    """FILE_CALLS handed to the supervisor where ``rules`` (those in force, by name)
+    would let them through; what those rules refuse stays refused in the filter."""
+    judged = {}
+    for name in FILE_CALLS:
+        rule = rules.get(name, Rule(default=ALLOW))
+        if name == "ioctl":
+            judged[name] = Rule(*rule.clauses, Clause(NOTIFY, Match(1, INODE_FLAG_REQUESTS)),
+                                default=rule.default)
+        else:
+            judged[name] = Rule(*rule.clauses, default=NOTIFY if rule.default == ALLOW else rule.default)
+    return judged
+
+
 # What --allow-syscall NAME may waive: every rule, as a whole.
 WAIVABLE: frozenset[str] = frozenset(RULES)
 # For sandlock's own helper processes (the HTTP proxy), on top of RULES.
