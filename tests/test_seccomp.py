@@ -523,6 +523,8 @@ def evaluate(program: bytes, number: int, args: tuple[int, ...] = (), arch: int 
             acc &= k
         elif code in (0x15, 0x35):  # jeq / jge #k
             pc += jt if (acc == k if code == 0x15 else acc >= k) else jf
+        elif code == 0x05:  # ja k
+            pc += k
         elif code == 0x06:  # ret #k
             return k
         else:

@@ -22,6 +22,14 @@ try:
 except OSError as e:
     print(e.strerror)
 """
+TRY_CHMOD = """
+import os, sys
+for path in sys.argv[1:]:
+    try:
+        os.chmod(path, 0o777); print("changed")
+    except OSError as e:
+        print(e.strerror)
+"""
 TRY_SYSCALL = """
 import ctypes, sys
 libc = ctypes.CDLL(None, use_errno=True)

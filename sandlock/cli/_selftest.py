@@ -40,6 +40,8 @@ class Selftest:
         _write(os.path.join(self.home, ".ssh", "id_selftest"), "not a real key\n")
         _write(os.path.join(self.home, "notes.txt"), "hello\n")
         _write(os.path.join(self.inside, "moved"), "x")
+        _write(os.path.join(self.outside, "kept"), "x")
+        _write(os.path.join(self.inside, "own"), "x")
 
     def allowlist(self, **extra: object) -> Sandbox:
         return Sandbox(Policy(fs_readable=("/",), fs_writable=(self.inside, self.other), **extra), quiet=True)
@@ -69,7 +71,19 @@ class Selftest:
         sandbox = Sandbox(Policy(fs_readable=("/",), env={"HOME": self.home},
                                  cwd=self.home), quiet=True)
         key = self.python(sandbox, probes.TRY_READ, os.path.join(self.home, ".ssh", "id_selftest"))
-        return key == "Permission denied", f"~/.ssh: {key}"
+        # (masked in the sandbox: a command that may search any directory finds nothing there)
+        return key in ("Permission denied", "No such file or directory"), f"~/.ssh: {key}"
+
+    def metadata(self) -> tuple[bool, str]:
+        """chmod (Landlock does not judge it) of a read-only file and of a denied key."""
+        sandbox = Sandbox(Policy(fs_readable=("/",), fs_writable=(self.inside,),
+                                 env={"HOME": self.home}), quiet=True)
+        kept, key, own = self.python(sandbox, probes.TRY_CHMOD, os.path.join(self.outside, "kept"),
+                                     os.path.join(self.home, ".ssh", "id_selftest"),
+                                     os.path.join(self.inside, "own")).split("\n")
+        passed = (kept, own) == ("Permission denied", "changed") and \
+            key in ("Permission denied", "No such file or directory")  # (masked: see credentials)
+        return passed, f"read-only: {kept}; ~/.ssh: {key}; writable: {own}"
 
     def home_closed(self) -> tuple[bool, str]:
         """The default workspace reads nothing of the real $HOME but its tools and caches."""
@@ -199,6 +213,7 @@ CHECKS: list[tuple[str, Callable[[Selftest], tuple[bool, str]]]] = [
     ("rename across two writable directories works", Selftest.rename_across),
     ("credential stores are unreadable by default", Selftest.credentials),
     ("the rest of $HOME is unreadable by default", Selftest.home_closed),
+    ("files it may not write keep their mode (chmod denied)", Selftest.metadata),
     ("ptrace is denied", Selftest.ptrace),
     ("io_uring is denied", Selftest.io_uring),
     ("namespaces cannot be created", Selftest.namespaces),

@@ -72,6 +72,10 @@ class Confinement:
     # A rule lets the sandbox write under /proc (or nothing confines its files): a
     # process may write another's memory there (/proc/PID/mem, Yama permitting).
     writes_proc: bool = True
+    # The Landlock rules by inode, (st_dev, st_ino) -> access, for the supervisor's
+    # verdict on the file calls Landlock does not judge (sandlock.files); None: no
+    # filesystem rules, and those calls are not supervised.
+    file_grants: dict[tuple[int, int], int] | None = None
 
     @classmethod
     def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str],
@@ -106,7 +110,8 @@ class Confinement:
                     warnings.append(f"no PID namespace: {flag} is not enforced (--best-effort)")
             # (policy_fn may set a memory limit later)
             memory = isolation is not None and (policy.max_memory is not None or observed)
-            program = _seccomp_program(policy, counted, observed=observed, memfds=memory)
+            program = _seccomp_program(policy, counted, observed=observed, memfds=memory,
+                                       files=filesystem is not None)
         except BaseException:
             if ruleset is not None:
                 ruleset.close()
@@ -117,7 +122,8 @@ class Confinement:
         # of the user on the machine.)
         task_cap = DEFAULT_TASK_CAP if isolation is not None and not policy.max_processes else 0
         return cls(ruleset, program, scopes_signals, warnings, isolation, counted, task_cap,
-                   memory, filesystem is None or _writes_proc(filesystem.rules))
+                   memory, filesystem is None or _writes_proc(filesystem.rules),
+                   filesystem.grants if filesystem else None)
 
     def apply(self) -> int:
         """Confine the calling process (the child, right before exec); returns the
@@ -153,7 +159,8 @@ class _Filesystem:
     """The compiled filesystem policy: the ``ruleset`` and what it was made of: ``rules``
     ((path, Landlock access), as added), the ``read`` and ``write`` grants, the scratch
     directories made ``private`` to the run, the ``homes``, the toolchain ``caches``
-    among ``write``."""
+    among ``write``; the rules' ``grants`` by inode; the denied paths a grant encloses,
+    ``masked`` in the sandbox."""
 
     ruleset: landlock.Ruleset | None
     rules: tuple[tuple[str, int], ...]
@@ -162,6 +169,8 @@ class _Filesystem:
     private: tuple[str, ...]
     homes: tuple[str, ...]
     caches: tuple[str, ...]
+    grants: dict[tuple[int, int], int]
+    masked: tuple[str, ...]
 
 
 def _filesystem_ruleset(
@@ -185,23 +194,27 @@ def _filesystem_ruleset(
                                scoped=scoped)
     access = level_access(abi)
     added = []
+    grants: dict[tuple[int, int], int] = {}
+    masked: list[str] = []
     try:
         homes = _user_homes(env)
         read, write, deny, private = _grants(policy, cwd, env, homes)
         if dry_run:
             read, write = _dry_run_grants(policy, read, write, private)
         read = [*read, *extra_read]
-        for rule in _fspolicy.compile_grants(read, write, deny):
+        for rule in _fspolicy.compile_grants(read, write, deny, masked):
             try:
-                ruleset.allow_path(rule.path, access[rule.level])
+                inode, granted = ruleset.allow_path(rule.path, access[rule.level])
             except FileNotFoundError:
                 continue  # vanished since it was listed: granting less is safe
             added.append((rule.path, access[rule.level]))
+            grants[inode] = grants.get(inode, 0) | granted
     except BaseException:
         ruleset.close()
         raise
     return _Filesystem(ruleset, tuple(added), tuple(read), tuple(write), private,
-                       tuple(home for home, _ in homes), caches(homes[0][0], env))
+                       tuple(home for home, _ in homes), caches(homes[0][0], env), grants,
+                       tuple(masked))
 
 
 def _writes_proc(rules: tuple[tuple[str, int], ...]) -> bool:
@@ -235,14 +248,15 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
         protect_autorun=not policy.allow_autorun_writes, unscanned=filesystem.caches,
         # a TMPDIR of the host's /tmp (a per-user one) is made again in the sandbox's
         temporary=[env[name] for name in ("TMPDIR", "TMP", "TEMP") if env.get(name)],
-        overlay=overlay, scratch_size=_scratch_size(policy))
+        overlay=overlay, scratch_size=_scratch_size(policy), masked=filesystem.masked)
 
 
 def _seccomp_program(policy: Policy, count_processes: bool,
                      unsupervised: Mapping[str, Rule] | None = None, *,
-                     observed: bool = False, memfds: bool = False) -> bytes:
+                     observed: bool = False, memfds: bool = False, files: bool = False) -> bytes:
     """The filter, with the network syscalls for the supervisor; without one, with the
     ``unsupervised`` rules standing for them, and no action that needs a listener.
+    ``files``: the file calls Landlock does not judge go to the supervisor too.
     Required even with --best-effort: without it there would be no network policy at
     all, silently."""
     arch = native_arch()  # SetupError on a machine without a verified syscall table
@@ -262,6 +276,9 @@ def _seccomp_program(policy: Policy, count_processes: bool,
         extra.update((name, seccomp.for_supervisor(name, frozenset(waived))) for name in OPEN_CALLS)
     if memfds:
         extra[MEMFD_CALL] = seccomp.Rule(default=seccomp.NOTIFY)
+    if files and unsupervised is None:
+        in_force = {name: rule for name, rule in seccomp.RULES.items() if name not in waived}
+        extra.update(seccomp.judged_file_calls({**in_force, **extra}))
     if unsupervised is None:
         return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED), extra)
     program = seccomp.build_filter(arch, frozenset(waived), extra={**extra, **unsupervised})

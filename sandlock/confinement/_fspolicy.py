@@ -7,9 +7,10 @@ expanded the same way, down to D's siblings.  Consequences worth knowing:
 
 * An expanded directory keeps only the right to be listed (LIST): any other
   right on it would also cover D.  So ``ls ~`` works and shows that ``.ssh``
-  exists, and the names inside D can be listed, but nothing in D can be read,
-  and nothing can be created or removed directly in the expanded directory.
-  Its other entries keep the grant.
+  exists, and Landlock alone would let the names inside D be listed: in the
+  sandbox's mount namespace D is covered by an empty mask (``masks``).  Nothing
+  in D can be read, and nothing can be created or removed directly in the
+  expanded directory.  Its other entries keep the grant.
 * A deny that encloses or equals a grant removes that grant (deny wins).
 * A deny that does not exist is ignored: nothing is there to protect.  Gap: a
   file created at that place later, by someone outside the sandbox, is readable
@@ -80,18 +81,27 @@ class PathRule:
 
 
 def compile_grants(
-    read: Iterable[str], write: Iterable[str], deny: Iterable[str]
+    read: Iterable[str], write: Iterable[str], deny: Iterable[str],
+    masks: list[str] | None = None,
 ) -> list[PathRule]:
     """The minimal, sorted rule list giving ``read``/``write`` access minus ``deny``.
 
     Write implies read; overlapping grants combine as Landlock does (a nested
     rule adds rights, never removes them).  Grants that do not exist are dropped.
+    ``masks``, if given, receives the denied paths a grant encloses: the expanded
+    directories above them keep LIST, so their names (and, inside a denied
+    directory, the names of its files) would be listed; the sandbox's mount
+    namespace covers each with an empty mask (``_isolation``).
     """
     denies = sorted({path for path in map(os.path.realpath, _present(deny)) if os.path.exists(path)})
     rules: dict[str, int] = {}
-    for grant, level in _grants(read, write).items():
+    grants = _grants(read, write)
+    for grant, level in grants.items():
         for path, expanded in _subtract(grant, denies):
             rules[path] = max(rules.get(path, LIST), LIST if expanded else level)
+    if masks is not None:
+        masks += [denied for denied in denies
+                  if any(denied != grant and _within(denied, grant) for grant in grants)]
     return sorted(PathRule(path, level) for path, level in rules.items()
                   if not _covered(path, level, rules))
 

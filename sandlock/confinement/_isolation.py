@@ -7,6 +7,9 @@
   /tmp, sandlock's trust bundle) bound back in at their paths; they vanish with the
   namespace, so there is nothing on the host to create or remove;
 * autorun files (``_autorun``) bound read-only, repositories pinned;
+* the denied paths a grant encloses covered by an empty mask of mode 0 (a directory
+  or a file, as they are): Landlock alone would let their names be listed, watched
+  or stat'ed through the grant above them;
 * the copy-on-write workspace (``--workdir``, ``sandlock.cow``): an overlayfs over
   the directory, its writes landing in the workspace's layer (with --max-disk, a
   tmpfs of that size over the layer: past it, writes fail with ENOSPC).
@@ -21,6 +24,7 @@ a tree that was mounted over are added again, by path, once the new tree is ther
 from __future__ import annotations
 
 import os
+import stat
 
 from ..kernel import mounts
 from . import _autorun
@@ -83,7 +87,7 @@ class Isolation:
                  protection: _autorun.Protection, reanchored: tuple[tuple[str, int], ...],
                  temporary: tuple[str, ...] = (), overlay: Overlay | None = None,
                  read_only: tuple[str, ...] = (), rewritable: tuple[str, ...] = (),
-                 scratch_size: int | None = None) -> None:
+                 scratch_size: int | None = None, masked: tuple[str, ...] = ()) -> None:
         self.private = private  # scratch directories replaced by a tmpfs
         # Under a memory limit their files are memory, which the memory watch counts:
         # then each is a tmpfs of ``scratch_size`` bytes (past it, ENOSPC), a bound.
@@ -97,6 +101,7 @@ class Isolation:
         self.protection = protection
         self.reanchored = reanchored  # (path, Landlock access) to add again
         self.overlay = overlay
+        self.masked = masked  # denied paths a grant encloses, covered by a mask
         self.layer_fd = -1  # (in init, after mount: the tmpfs layer of --max-disk)
 
     @classmethod
@@ -104,13 +109,14 @@ class Isolation:
              rules: Iterable[tuple[str, int]], writable: Iterable[str], homes: Iterable[str],
              protect_autorun: bool, unscanned: Iterable[str] = (),
              temporary: Iterable[str] = (), overlay: Overlay | None = None,
-             scratch_size: int | None = None) -> Isolation:
+             scratch_size: int | None = None, masked: tuple[str, ...] = ()) -> Isolation:
         """``private``: scratch paths to replace; ``granted``: what the command may
         reach (those beneath a private path are bound back: a workspace in /tmp,
         --unix-allow sockets...); ``rules``: the compiled Landlock rules; ``writable``:
         the write grants (for autorun files), ``unscanned`` those not searched;
         ``temporary``: the command's temporary directories ($TMPDIR...); ``overlay``:
-        the copy-on-write workspace; ``scratch_size``: their size under a memory limit."""
+        the copy-on-write workspace; ``scratch_size``: their size under a memory limit;
+        ``masked``: denied paths to cover."""
         private = tuple(private)
         rules = tuple(rules)
         # Only paths written beneath a scratch directory are resolved (a link from
@@ -127,7 +133,7 @@ class Isolation:
         read_only, rewritable = _read_only(restored, writable, private) if restored else ((), ())
         return cls(private, restored, protection,
                    tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
-                   temporary, overlay, read_only, rewritable, scratch_size)
+                   temporary, overlay, read_only, rewritable, scratch_size, masked)
 
     @staticmethod
     def enter_user_namespace() -> None:
@@ -172,7 +178,7 @@ class Isolation:
         for path in self.protection.read_only:
             mounts.bind(path, path)
             mounts.make_read_only(path)
-        _mount_proc(pids_below)
+        _mount_proc(pids_below, self.masked)
         for path, access in self.reanchored:
             try:
                 add_rule(path, access)
@@ -188,21 +194,31 @@ class Isolation:
             mounts.mount_tmpfs(scratch, options)
 
 
-def _mount_proc(pids_below: int) -> None:
+def _mount_proc(pids_below: int, masked: tuple[str, ...]) -> None:
     """The namespace's procfs, its kernel files masked by an empty file of mode 0, made
     in a tmpfs that the procfs then covers: nothing but the masks leads to it (a bind's
-    source must be mounted in the namespace, so it is covered, not detached). Its
-    pid_max is ``pids_below`` (if not 0), its sysctls read-only: nothing in a sandbox
-    has to write one."""
+    source must be mounted in the namespace, so it is covered, not detached). The
+    ``masked`` paths get the same file, or an empty directory of mode 0. Its pid_max
+    is ``pids_below`` (if not 0), its sysctls read-only: nothing in a sandbox has to
+    write one."""
     mounts.mount_tmpfs("/proc", b"mode=0700,size=4k")
     mask = os.open("/proc/mask", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0)
+    os.mkdir("/proc/masks", 0)
+    directory_mask = os.open("/proc/masks", _O_DIRECTORY_PATH)
     mounts.mount_proc("/proc", pids_below)
     source = f"/proc/self/fd/{mask}"
     for name in PROC_MASKED:
         path = os.path.join("/proc", name)
         if os.path.exists(path):
             mounts.bind(source, path)
+    for path in masked:
+        try:
+            directory = stat.S_ISDIR(os.lstat(path).st_mode)
+        except OSError:
+            continue  # not in the sandbox's tree (beneath a scratch directory)
+        mounts.bind(f"/proc/self/fd/{directory_mask}" if directory else source, path)
     os.close(mask)
+    os.close(directory_mask)
 
 
 def _make_mount_point(path: str, directory: bool) -> None:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from . import _landlock as landlock, _mounts as mounts, _ptrace as ptrace, _seccomp as seccomp
     from . import _tasks as tasks
     from ._bpf import returns as filter_actions
-    from ._capabilities import drop_capabilities
+    from ._capabilities import EffectiveDropped, drop_capabilities
     from ._fds import close_on_exec_from, take_fd
     from ._children import exited_children
     from ._features import PID_MAX, namespaces, probe, protection_level
@@ -27,10 +27,16 @@ if TYPE_CHECKING:
         PR_SET_DUMPABLE,
         PR_SET_NO_NEW_PRIVS,
         PR_SET_PDEATHSIG,
+        RESOLVE_IN_ROOT,
+        RESOLVE_NO_MAGICLINKS,
+        RESOLVE_NO_SYMLINKS,
         SECCOMP_MODE_FILTER,
         IoVec,
+        filesystem_type,
         inet_pton,
+        ioctl,
         limit_tasks,
+        openat2,
         prctl,
         socket_option,
         syscall,
@@ -54,6 +60,7 @@ if TYPE_CHECKING:
 # each module is imported on first use, so importing the package costs nothing
 _EXPORTS = {
     "Arch": "_syscalls",
+    "EffectiveDropped": "_capabilities",
     "Gone": "_notify",
     "IoVec": "_libc",
     "Listener": "_notify",
@@ -66,6 +73,9 @@ _EXPORTS = {
     "PR_SET_NO_NEW_PRIVS": "_libc",
     "SECCOMP_MODE_FILTER": "_libc",
     "PR_SET_PDEATHSIG": "_libc",
+    "RESOLVE_IN_ROOT": "_libc",
+    "RESOLVE_NO_MAGICLINKS": "_libc",
+    "RESOLVE_NO_SYMLINKS": "_libc",
     "SUPERVISED": "_seccomp",
     "PROCESS_CREATION": "_seccomp",
     "WAIVABLE": "_seccomp",
@@ -74,6 +84,7 @@ _EXPORTS = {
     "drop_capabilities": "_capabilities",
     "duplicate_fd": "_remote",
     "exited_children": "_children",
+    "filesystem_type": "_libc",
     "filter_actions": "_bpf:returns",
     "landlock": "_landlock:",
     "mounts": "_mounts:",
@@ -84,8 +95,10 @@ _EXPORTS = {
     "namespaces": "_features",
     "nr": "_syscalls",
     "open_pidfd": "_remote",
+    "openat2": "_libc",
     "prctl": "_libc",
     "inet_pton": "_libc",
+    "ioctl": "_libc",
     "limit_tasks": "_libc",
     "probe": "_features",
     "PID_MAX": "_features",

@@ -24,6 +24,7 @@ _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS: A = 32-bit word of seccomp_data at
 _ALU_AND_K = 0x54  # BPF_ALU | BPF_AND | BPF_K: A &= k
 _JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K: A == k
 _JGE_K = 0x35  # BPF_JMP | BPF_JGE | BPF_K: A >= k (unsigned)
+_JA = 0x05  # BPF_JMP | BPF_JA: jump k instructions forward (k is 32 bits: any distance)
 _RET_K = 0x06  # BPF_RET | BPF_K: return k
 
 MAX_INSNS = 4096  # BPF_MAXINSNS: the kernel refuses longer programs
@@ -94,6 +95,10 @@ class Assembler:
     def jge(self, k: int, jt: Label | None = None, jf: Label | None = None) -> None:
         self._emit(_JGE_K, k, jt, jf)
 
+    def ja(self, target: Label) -> None:
+        """Jump to ``target``, however far (a conditional jump reaches 255 at most)."""
+        self._insns.append((_JA, None, None, target))
+
     def ret(self, k: int) -> None:
         self._emit(_RET_K, k)
 
@@ -103,6 +108,8 @@ class Assembler:
             raise BpfError(f"program has {len(self._insns)} instructions (1..{MAX_INSNS} allowed)")
         out = bytearray()
         for index, (code, jt, jf, k) in enumerate(self._insns):
+            if isinstance(k, Label):  # ja
+                k = self._offset(index, k, MAX_INSNS)
             out += _INSN.pack(code, self._offset(index, jt), self._offset(index, jf), k)
         return bytes(out)
 
@@ -111,7 +118,7 @@ class Assembler:
             raise BpfError(f"operand {k:#x} does not fit in 32 bits")
         self._insns.append((code, jt, jf, k))
 
-    def _offset(self, index: int, target: Label | None) -> int:
+    def _offset(self, index: int, target: Label | None, reach: int = MAX_JUMP) -> int:
         if target is None:
             return 0
         position = self._positions.get(target)
@@ -120,8 +127,8 @@ class Assembler:
         offset = position - index - 1
         if offset < 0:
             raise BpfError(f"instruction {index} jumps backwards (classic BPF jumps forward only)")
-        if offset > MAX_JUMP:
-            raise BpfError(f"instruction {index} jumps {offset} instructions (at most {MAX_JUMP})")
+        if offset > reach:
+            raise BpfError(f"instruction {index} jumps {offset} instructions (at most {reach})")
         return offset
 
 
@@ -195,15 +202,60 @@ def compile_filter(audit_arch: int, syscall_bit: int, rules: Mapping[int, Rule],
                    kill: int, unsupported: int, allow: int) -> bytes:
     """The program enforcing ``rules`` (syscall number -> Rule) for one ABI: another
     audit arch gets ``kill``, numbers from ``syscall_bit`` up ``unsupported``, a syscall
-    without a rule ``allow``."""
+    without a rule ``allow``.
+
+    The syscall number is looked up by binary search (every syscall passes through the
+    filter: a linear chain cost the commonest ones, which have no rule, a comparison
+    per rule); a rule's clauses, and each distinct action's return, follow the search.
+    """
     asm = Assembler()
     _emit_abi_checks(asm, audit_arch, syscall_bit, kill, unsupported)
-    for number, rule in rules.items():
+    targets: dict[int, Label] = {}  # action -> its return
+    blocks: list[tuple[Label, Rule]] = []
+    found: list[tuple[int, Label]] = []
+    for number, rule in sorted(rules.items()):
         if rule.clauses:
-            _emit_conditional(asm, number, rule)
-    _emit_dispatch(asm, {number: rule.default for number, rule in rules.items() if not rule.clauses},
-                   allow)
+            blocks.append((Label(), rule))
+            found.append((number, blocks[-1][0]))
+        else:
+            found.append((number, targets.setdefault(rule.default, Label())))
+    allowed = Label()
+    _emit_search(asm, found, allowed)
+    for label, rule in blocks:
+        asm.place(label)
+        _emit_clauses(asm, rule)
+    asm.place(allowed)
+    asm.ret(allow)
+    for action, label in targets.items():
+        asm.place(label)
+        asm.ret(action)
     return asm.assemble()
+
+
+_LEAF = 4  # numbers compared one by one at the bottom of the search
+
+
+def _emit_search(asm: Assembler, found: list[tuple[int, Label]], missing: Label) -> None:
+    """With A = nr: jump to the label of the number that matches, else to ``missing``.
+    Far targets are reached through ``ja`` (a conditional jump reaches 255 at most)."""
+    if len(found) > _LEAF:
+        middle = len(found) // 2
+        lower = Label()
+        asm.jge(found[middle][0], jf=lower)
+        upper = Label()
+        asm.ja(upper)
+        asm.place(lower)
+        _emit_search(asm, found[:middle], missing)
+        asm.place(upper)
+        _emit_search(asm, found[middle:], missing)
+        return
+    near = [Label() for _ in found]
+    for (number, _), label in zip(found, near):
+        asm.jeq(number, jt=label)
+    asm.ja(missing)
+    for (_, target), label in zip(found, near):
+        asm.place(label)
+        asm.ja(target)
 
 
 def _emit_abi_checks(asm: Assembler, audit_arch: int, syscall_bit: int, kill: int,
@@ -223,10 +275,8 @@ def _emit_abi_checks(asm: Assembler, audit_arch: int, syscall_bit: int, kill: in
     asm.place(supported)
 
 
-def _emit_conditional(asm: Assembler, number: int, rule: Rule) -> None:
-    """``if nr == number`` then the rule's clauses in order; A = nr on the way past."""
-    other_syscall = Label()
-    asm.jeq(number, jf=other_syscall)
+def _emit_clauses(asm: Assembler, rule: Rule) -> None:
+    """The rule's clauses in order (each loads the arguments it needs), then its default."""
     for clause in rule.clauses:
         next_clause = Label()
         for match in clause.matches:
@@ -234,7 +284,6 @@ def _emit_conditional(asm: Assembler, number: int, rule: Rule) -> None:
         asm.ret(clause.action)
         asm.place(next_clause)
     asm.ret(rule.default)
-    asm.place(other_syscall)
 
 
 def _emit_match(asm: Assembler, match: Match, miss: Label) -> None:
@@ -248,17 +297,3 @@ def _emit_match(asm: Assembler, match: Match, miss: Label) -> None:
         asm.jeq(value, jt=hit)
     asm.jeq(last, jf=miss)
     asm.place(hit)
-
-
-def _emit_dispatch(asm: Assembler, actions: dict[int, int], allow: int) -> None:
-    """``nr == N`` jumps to one shared return per action; anything else is ``allow``ed.
-
-    Jumps span at most the chain plus the returns, far below the 255 limit.
-    """
-    targets = {action: Label() for action in dict.fromkeys(actions.values())}
-    for number, action in sorted(actions.items()):
-        asm.jeq(number, jt=targets[action])
-    asm.ret(allow)
-    for action, label in targets.items():
-        asm.place(label)
-        asm.ret(action)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 
 from ._libc import prctl, syscall
 from ._syscalls import nr
@@ -89,3 +90,27 @@ def _capset(header: ctypes.Array, held: int, inheritable: int) -> None:
         data[3 * word] = data[3 * word + 1] = held >> shift & 0xFFFFFFFF
         data[3 * word + 2] = inheritable >> shift & 0xFFFFFFFF
     syscall(nr("capset"), header, data)
+
+
+class EffectiveDropped:
+    """``with EffectiveDropped():`` the calling thread acts without its effective
+    capabilities (its permitted set is kept, and they come back on the way out): what
+    sandlock does for a command that holds none (a root command's were dropped) must
+    not succeed by sandlock's own. Capabilities are per thread; nothing to do but for
+    root."""
+
+    def __enter__(self) -> EffectiveDropped:
+        self._saved = None
+        if os.geteuid() == 0:
+            header, data = _Header(_CAPABILITY_VERSION_3, 0), _Data()
+            syscall(nr("capget"), header, data)
+            self._saved = (header, bytes(data))
+            lowered = _Data.from_buffer_copy(data)
+            lowered[0] = lowered[3] = 0  # the effective set, both words
+            syscall(nr("capset"), header, lowered)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is not None:
+            header, data = self._saved
+            syscall(nr("capset"), header, _Data.from_buffer_copy(data))

@@ -209,20 +209,23 @@ class Ruleset:
             raise ValueError("Landlock ruleset is closed")
         return self._fd
 
-    def allow_path(self, path: str, access: int) -> None:
+    def allow_path(self, path: str, access: int) -> tuple[tuple[int, int], int]:
         """Allow ``access`` beneath ``path`` (the path itself if not a directory).
 
         Rights the ruleset does not handle are dropped (they are never denied
         anyway), and so are directory-only rights on a non-directory, which the
-        kernel would reject.  OSError from opening ``path`` propagates.
+        kernel would reject.  Returns ((st_dev, st_ino) of the file the rule is
+        on, the rights granted there).  OSError from opening ``path`` propagates.
         """
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
+            info = os.fstat(fd)
             access &= self.handled_fs
-            if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            if not stat.S_ISDIR(info.st_mode):
                 access &= FS_FILE_ACCESS
             if access:  # an empty rule is an error (ENOMSG) and grants nothing
                 self._add_rule(_RULE_PATH_BENEATH, _PathBeneathAttr(access, fd), path)
+            return (info.st_dev, info.st_ino), access
         finally:
             os.close(fd)
 

@@ -146,3 +146,34 @@ def limit_tasks(count: int) -> None:
     limit.soft = limit.hard = min(count, limit.soft, limit.hard)
     if _libc.setrlimit(RLIMIT_NPROC, ctypes.byref(limit)) != 0:
         raise OSError(ctypes.get_errno(), "setrlimit(RLIMIT_NPROC)")
+
+
+# openat2(2): how a path is resolved (linux/openat2.h).
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_IN_ROOT = 0x10
+
+
+class _OpenHow(ctypes.Structure):
+    """struct open_how"""
+
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def openat2(dirfd: int, path: bytes, flags: int, resolve: int) -> int:
+    """openat2(2) with ``flags`` (O_*) and ``resolve`` (RESOLVE_*); raises OSError. A
+    root's descriptor and RESOLVE_IN_ROOT look a path up as a process whose root that
+    is would: its absolute symlinks, and ".." never above it."""
+    from ._syscalls import nr
+
+    how = _OpenHow(flags, 0, resolve)
+    return syscall(nr("openat2"), dirfd, ctypes.c_char_p(path), ctypes.byref(how), ctypes.sizeof(how))
+
+
+def filesystem_type(fd: int) -> int:
+    """fstatfs(2)'s f_type of the file system ``fd`` is on (PROC_SUPER_MAGIC...)."""
+    buffer = ctypes.create_string_buffer(120)  # struct statfs; f_type is its first field
+    if _libc.fstatfs(fd, buffer) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int.from_bytes(buffer.raw[:8], "little", signed=True)

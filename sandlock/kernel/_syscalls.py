@@ -103,6 +103,13 @@ _X86_64 = Arch(
         "semtimedop": 220, "personality": 135,
         # resource limits
         "setrlimit": 160, "prlimit64": 302, "sched_setaffinity": 203,
+        # a file's metadata and watches on it (Landlock judges neither: sandlock.files)
+        "chmod": 90, "fchmod": 91, "chown": 92, "fchown": 93, "lchown": 94, "utime": 132,
+        "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
+        "lremovexattr": 198, "fremovexattr": 199, "utimes": 235, "inotify_add_watch": 254,
+        "fchownat": 260, "futimesat": 261, "fchmodat": 268, "utimensat": 280,
+        "fanotify_mark": 301, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466,
+        "file_setattr": 469,
     },
 )
 

@@ -58,4 +58,16 @@ def process_creation() -> frozenset[int]:
     return _CREATION_NUMBERS
 
 
+def file_calls() -> frozenset[int]:
+    """The numbers of the calls sandlock.files answers."""
+    global _FILE_NUMBERS
+    if _FILE_NUMBERS is None:
+        from ..kernel import native_arch, seccomp
+
+        numbers = native_arch().numbers
+        _FILE_NUMBERS = frozenset(numbers[name] for name in seccomp.FILE_CALLS)
+    return _FILE_NUMBERS
+
+
 _CREATION_NUMBERS: frozenset[int] | None = None
+_FILE_NUMBERS: frozenset[int] | None = None

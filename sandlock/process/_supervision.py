@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from .._auditlog import AuditLog
     from ..confinement import Confinement
+    from ..files import FileCalls
     from ..kernel import Listener, Notification
     from ..net import HttpRun
     from ..policy import Policy
@@ -95,6 +96,10 @@ class Supervision:
 
             self._pins_at_start = pins_at_start(policy)
         self._memfd_nr = _memfd_number() if self.wants_scratch else -1  # (see MEMFD_CALL)
+        # The file calls Landlock does not judge (sandlock.files), answered once one comes.
+        self._file_grants = confinement.file_grants
+        self._reanchored = confinement.isolation.reanchored if confinement.isolation else ()
+        self._files: FileCalls | None = None
         self._receivers = 0  # threads waiting for the command's calls
         self._grown = False  # the receivers joined at the first fork-like call
         self._over = _thread.allocate_lock()  # held until the last receiver is over
@@ -189,11 +194,13 @@ class Supervision:
         wait, so that a burst of calls is received while Python is busy with one. They
         end when the sandbox is gone (the listener hangs up)."""
         from ._receiving import (  # (in the thread: a default run loads it after exec)
+            file_calls,
             hung_up,
             process_creation,
         )
 
         self._creations = process_creation()
+        self._file_numbers = file_calls() if self._file_grants is not None else frozenset()
 
         try:
             while True:
@@ -239,6 +246,9 @@ class Supervision:
             listener.proceed(notification.id)  # nothing read: the memory watch only learns
             self.watches.memfds_in_use()
             return
+        if notification.nr in self._file_numbers:
+            self._file_calls().handle(listener, notification)
+            return
         caps = self._processes
         if caps is not None and caps.supervised and notification.nr in self._creations:
             if not self._grown:  # before the answer: a second fork may follow at once
@@ -260,6 +270,14 @@ class Supervision:
     def nest_network(self, rules: dict[str, list[str]], probe: socket.socket, name: str) -> None:
         """A nested sandbox's own network rules (net._nests); ``probe``: owned."""
         self._network.nest(rules, probe, name)
+
+    def _file_calls(self) -> FileCalls:
+        with self._lock:
+            if self._files is None:
+                from ..files import FileCalls
+
+                self._files = FileCalls(self._file_grants, self._reanchored, self._audit, self._quiet)
+            return self._files
 
     def _done(self, listener: Listener | None) -> None:
         """A receiver is over; the last one releases the listener: it closes once no
@@ -304,7 +322,8 @@ class Supervision:
             # the interpreter may be shutting down.
             self._over.acquire(timeout=_WAKE_TIMEOUT)
         summary = self._network.close()
-        lines = [*self.notices, *([summary] if summary else [])]
+        files = self._files.summary() if self._files is not None else None
+        lines = [*self.notices, *filter(None, (files, summary))]
         return "\n".join(lines) if lines else None
 
 

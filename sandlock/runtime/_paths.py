@@ -23,7 +23,6 @@ from ..kernel import read_memory, read_string
 AT_FDCWD = -100
 PATH_MAX = 4096
 _O_PATH = os.O_PATH | os.O_CLOEXEC
-_RESOLVE_IN_ROOT = 0x10
 _OPEN_HOW_SIZE = 24
 _MAX_DEPTH = 4096
 
@@ -161,13 +160,9 @@ def _in_root(root: int, path: str) -> int | None:
 
 
 def _openat2_in_root(root: int, path: str) -> int:
-    import ctypes
+    from ..kernel import RESOLVE_IN_ROOT, openat2
 
-    from ..kernel import nr, syscall
-
-    how = (ctypes.c_uint64 * 3)(_O_PATH, 0, _RESOLVE_IN_ROOT)
-    return syscall(nr("openat2"), root, os.fsencode(path.lstrip("/") or "."), ctypes.byref(how),
-                   ctypes.sizeof(how))
+    return openat2(root, os.fsencode(path.lstrip("/") or "."), _O_PATH, RESOLVE_IN_ROOT)
 
 
 def _is_dir(info: os.stat_result) -> bool:
