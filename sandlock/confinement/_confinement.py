@@ -310,7 +310,7 @@ def _grants(
     # A CA key the user brings (--http-key) and the files secrets come from
     # (--credential NAME=file:PATH) are as secret as sandlock's own.
     deny = [*policy.fs_denied, *protected, *filter(None, (policy.http_key,)),
-            *policy.credential_files]
+            *policy.credential_files, *_fspolicy.host_secrets()]
     # The copy-on-write workspace is written, whatever else is (its writes are captured).
     workdir = [policy.workdir] if policy.workdir else []
     if policy.uses_default_workspace:

@@ -64,6 +64,24 @@ PSEUDO_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/ur
 # tables, security modules): denied wherever an explicit grant would cover them.
 KERNEL_DENIED = ("/sys/kernel", "/sys/firmware")
 
+# The host's own secrets, which a root command owns (and so could read wherever /etc is
+# granted, as in the default workspace): password hashes, sudo's rules, and the SSH
+# host keys (host_secrets). Denied in every policy.
+HOST_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
+                "/etc/sudoers.d")
+_SSH_HOST_KEYS = "/etc/ssh"
+
+
+def host_secrets() -> tuple[str, ...]:
+    """HOST_SECRETS and the SSH host private keys (``ssh_host_*_key``) present."""
+    try:
+        with os.scandir(_SSH_HOST_KEYS) as entries:
+            keys = [entry.path for entry in entries
+                    if entry.name.startswith("ssh_host_") and entry.name.endswith("_key")]
+    except OSError:
+        keys = []
+    return (*HOST_SECRETS, *sorted(keys))
+
 
 # Access levels of a rule, each including the ones below it.
 LIST = 0  # list the directory (names only): what an expanded directory keeps
