@@ -97,11 +97,3 @@ class FileCall:
     syscall: str
     target: Target
     operation: Operation
-
-    @property
-    def descriptors(self) -> tuple[int, ...]:
-        """sandlock's duplicates this call holds (closed once it is answered)."""
-        held = [self.target.dirfd] if self.target.dirfd >= 0 else []
-        if isinstance(self.operation, WATCHES) and self.operation.fd != self.target.dirfd:
-            held.append(self.operation.fd)
-        return tuple(held)

@@ -12,7 +12,7 @@ import stat
 import sys
 from _thread import allocate_lock
 
-from ..kernel import Gone, landlock, native_arch, open_pidfd, seccomp
+from ..kernel import Gone, landlock, native_arch, seccomp
 from ._calls import FileCall
 from ._execute import perform
 from ._grants import Grants
@@ -72,15 +72,11 @@ class FileCalls:
                 os.close(fd)
 
     def _read(self, notification: Notification, held: list[int]) -> FileCall:
-        pidfd = open_pidfd(notification.pid)
+        reader = Reader(notification.pid, notification.args)
         try:
-            reader = Reader(notification.pid, pidfd, notification.args)
-            try:
-                return read_call(self._names[notification.nr], reader)
-            finally:
-                held.extend(reader.taken)
+            return read_call(self._names[notification.nr], reader)
         finally:
-            os.close(pidfd)
+            held.extend(reader.taken)
 
     def _judge(self, call: FileCall, file: int, root: int) -> Verdict:
         wanted = landlock.FS_WRITE_FILE if needs_write(call.operation) else landlock.FS_READ_FILE

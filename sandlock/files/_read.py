@@ -9,7 +9,7 @@ import errno
 import os
 import struct
 
-from ..kernel import duplicate_fd, read_memory, read_string
+from ..kernel import duplicate_fd, open_pidfd, read_memory, read_string
 from ._calls import (
     AT_EMPTY_PATH,
     AT_FDCWD,
@@ -46,19 +46,24 @@ INODE_FLAG_IOCTLS = {0x40086602: 4, 0x40046602: 4, 0x401C5820: 28}
 
 
 class Reader:
-    """One notification's reads: thread ``tid``'s memory and, through ``pidfd``, its
-    descriptors (each duplicated once, closed with the call)."""
+    """One notification's reads: thread ``tid``'s memory and, through a pidfd opened
+    when a descriptor is first needed, its descriptors (each duplicated once; ``taken``
+    holds them, and the pidfd, to close with the call)."""
 
-    def __init__(self, tid: int, pidfd: int, args: tuple[int, ...]) -> None:
-        self.tid, self.pidfd, self.args = tid, pidfd, args
+    def __init__(self, tid: int, args: tuple[int, ...]) -> None:
+        self.tid, self.args = tid, args
         self.taken: list[int] = []
+        self._pidfd = -1
 
     def fd(self, index: int) -> int:
         """Our duplicate of the descriptor in argument ``index`` (EBADF as the kernel)."""
         number = _int(self.args[index])
         if number < 0:
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
-        fd = duplicate_fd(self.pidfd, number)
+        if self._pidfd < 0:
+            self._pidfd = open_pidfd(self.tid)
+            self.taken.append(self._pidfd)
+        fd = duplicate_fd(self._pidfd, number)
         self.taken.append(fd)
         return fd
 

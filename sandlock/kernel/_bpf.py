@@ -204,9 +204,10 @@ def compile_filter(audit_arch: int, syscall_bit: int, rules: Mapping[int, Rule],
     audit arch gets ``kill``, numbers from ``syscall_bit`` up ``unsupported``, a syscall
     without a rule ``allow``.
 
-    The syscall number is looked up by binary search (every syscall passes through the
-    filter: a linear chain cost the commonest ones, which have no rule, a comparison
-    per rule); a rule's clauses, and each distinct action's return, follow the search.
+    The syscall number is looked up by binary search (a linear chain cost a call whose
+    rule reads its arguments, such as openat, a comparison per rule before it; a call
+    the filter allows whatever its arguments never runs it: the kernel's action cache);
+    a rule's clauses, and each distinct action's return, follow the search.
     """
     asm = Assembler()
     _emit_abi_checks(asm, audit_arch, syscall_bit, kill, unsupported)

@@ -8,8 +8,9 @@ ours to reason about (ABI checks first), and nothing beyond ctypes is needed.
 Program layout (``_bpf.compile_filter``):
   1. seccomp_data.arch is not the native one -> kill (i386 ``int 0x80`` from x86_64);
   2. nr at or above the x32 bit -> ENOSYS;
-  3. a binary search of nr among the syscalls with a rule (a syscall with none, the
-     common case, costs ~2 log2(rules) instructions, not a comparison per rule);
+  3. a binary search of nr among the syscalls with a rule (~2 log2(rules) instructions,
+     not a comparison per rule, for the calls that run the filter: a syscall the filter
+     allows whatever its arguments is skipped by the kernel's action cache);
   4. ALLOW, then one block per rule with argument conditions, then one return per
      distinct action.
 """
