@@ -81,9 +81,8 @@ def _read_fresh(entry: str) -> bytes | None:
 def _make(hosts: list[str], entry: str) -> bytes:
     from datetime import timedelta
 
-    from ._generate import ephemeral_ca
-
     from .._hostfile import write_file
+    from ._generate import ephemeral_ca
 
     pem = ephemeral_ca(hosts, lifetime=timedelta(hours=LIFETIME_HOURS)).mitmproxy_pem()
     write_file(entry, pem, 0o600, exact=True)  # whole, for a run reading it at the same moment
