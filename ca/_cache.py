@@ -81,15 +81,11 @@ def _read_fresh(entry: str) -> bytes | None:
 def _make(hosts: list[str], entry: str) -> bytes:
     from datetime import timedelta
 
+    from .._hostfile import write_file
     from ._generate import ephemeral_ca
 
     pem = ephemeral_ca(hosts, lifetime=timedelta(hours=LIFETIME_HOURS)).mitmproxy_pem()
-    partial = f"{entry}.{os.getpid()}.new"
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(pem)
-    os.replace(partial, entry)  # whole, for a run reading it at the same moment
+    write_file(entry, pem, 0o600, exact=True)  # whole, for a run reading it at the same moment
     return pem
 
 

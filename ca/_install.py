@@ -142,10 +142,10 @@ class _Manifest:
         if not self.entries:
             self.path.unlink(missing_ok=True)
             return
+        from .._hostfile import write_file
+
         data = {"installed": [values_of(e) for e in self.entries]}
-        temporary = self.path.with_name(f".{MANIFEST_FILE}.new")
         try:
-            temporary.write_text(json.dumps(data, indent=2) + "\n")
-            os.replace(temporary, self.path)
+            write_file(self.path, (json.dumps(data, indent=2) + "\n").encode())
         except OSError as exc:
             raise CAError(f"cannot record the installation in {self.path}: {exc.strerror}") from None

@@ -145,33 +145,21 @@ def _make_private_directory(directory: Path) -> None:
 
 
 def _write_pair(directory: Path, ca: CertificateAuthority) -> None:
-    """Key then certificate, each written to a new file and renamed into place."""
-    staged: list[tuple[Path, Path]] = []
-    try:
-        for name, data, mode in ((KEY_FILE, ca.key_pem, 0o600), (CERT_FILE, ca.cert_pem, 0o644)):
-            staged.append((_write_new(directory / f".{name}.new", data, mode), directory / name))
-        for temporary, final in staged:
-            os.replace(temporary, final)
-    except OSError as exc:
-        for temporary, _ in staged:
-            _unlink(temporary)
-        raise CAError(f"cannot write in {directory}: {exc.strerror}") from None
+    """Key then certificate, both written to new files (with their exact modes), then
+    renamed into place."""
+    from contextlib import ExitStack
 
+    from .._hostfile import Output
 
-def _write_new(path: Path, data: bytes, mode: int) -> Path:
-    """Write ``data`` to a file that did not exist, created with ``mode`` (never wider)."""
-    _unlink(path)  # a leftover of an interrupted init
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    with os.fdopen(fd, "wb") as file:
-        os.fchmod(file.fileno(), mode)  # the umask only narrows; make the mode exact
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    return path
-
-
-def _unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    staged: list[tuple[Output, str]] = []
+    with ExitStack() as held:
+        try:
+            for name, data, mode in ((KEY_FILE, ca.key_pem, 0o600), (CERT_FILE, ca.cert_pem, 0o644)):
+                output = held.enter_context(Output(directory / name))
+                staged.append((output, output.stage(data, mode, exact=True, durable=True)))
+            for output, temporary in staged:
+                output.commit(temporary)
+        except OSError as exc:
+            for output, temporary in staged:
+                output.discard(temporary)
+            raise CAError(f"cannot write in {directory}: {exc.strerror}") from None

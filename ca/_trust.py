@@ -132,9 +132,10 @@ def write_trust_files(cert_pem: bytes, directory: str, *,
     _write(paths["bundle"], system + cert_pem)
     _write(paths["wgetrc"], _wgetrc(paths["bundle"], env))
     if certificate_out:
-        try:
-            with open(certificate_out, "wb") as file:
-                file.write(cert_pem)
+        from .._hostfile import write_file
+
+        try:  # (a file of the user's: a command may have left a link at its name)
+            write_file(certificate_out, cert_pem)
         except OSError as exc:
             raise CAError(f"cannot write {certificate_out}: {exc.strerror}") from None
     return base

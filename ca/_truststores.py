@@ -322,12 +322,10 @@ def _tool(name: str, hint: str, env: Mapping[str, str]) -> str:
 
 
 def _copy(source: Path, destination: Path) -> None:
+    from .._hostfile import write_file
+
     try:
-        data = source.read_bytes()
-        temporary = destination.with_name(f".{destination.name}.new")
-        temporary.write_bytes(data)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, destination)
+        write_file(destination, source.read_bytes(), 0o644, exact=True)
     except OSError as exc:
         raise CAError(f"cannot install {source} as {destination}: {exc.strerror}") from None
 

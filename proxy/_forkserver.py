@@ -126,11 +126,9 @@ def _listen(path: str) -> socket.socket:
 
 
 def _write_token(directory: str, token: str) -> None:
-    partial = os.path.join(directory, f"{TOKEN_NAME}.{os.getpid()}")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as file:
-        file.write(token)
-    os.replace(partial, os.path.join(directory, TOKEN_NAME))
+    from .._hostfile import write_file
+
+    write_file(os.path.join(directory, TOKEN_NAME), token.encode(), 0o600, exact=True)
 
 
 def _remove_if_ours(directory: str, token: str) -> None:

@@ -1,14 +1,17 @@
 """The --audit file: one JSON object per line, each stamped with its time.
 
 Shared by everything that records what a run did: the network engine's decisions, the
-limits that were hit, a full-access run. Written from any thread; a record that comes
-after the run closed the log (what --max-output dropped is known only once the
-command's pipes are drained) is appended by reopening the file.
+limits that were hit, a full-access run. Written from any thread, always through the
+descriptor opened before the command started (``_hostfile``: never through a link, the
+name never opened again): a record that comes after the run ended (what --max-output
+dropped is known only once the command's pipes are drained) goes there too, whatever
+the command left at the file's name.
 """
 
 from __future__ import annotations
 
 import _thread  # threading costs ~1 ms of start-up: its Lock is this
+import os
 import time
 
 from ._errors import PolicyError
@@ -17,9 +20,12 @@ from ._errors import PolicyError
 class AuditLog:
     def __init__(self, path: str) -> None:
         """Opened before anything starts, so that a bad path is a clear error."""
+        from ._hostfile import Output
+
         self.path = path
         try:
-            self._file = open(path, "a", buffering=1, encoding="utf-8")
+            with Output(path) as output:
+                self._fd = output.append()
         except OSError as exc:
             raise PolicyError("audit", f"cannot open {path}: {exc.strerror}") from None
         self._lock = _thread.allocate_lock()
@@ -27,22 +33,27 @@ class AuditLog:
     def write(self, record: dict) -> None:
         import json  # only runs that keep an audit log pay for it
 
-        line = json.dumps({"time": round(time.time(), 6), **record}) + "\n"
+        line = (json.dumps({"time": round(time.time(), 6), **record}) + "\n").encode()
         with self._lock:
-            if self._file is not None:
-                self._file.write(line)
-                return
-        try:
-            with open(self.path, "a", encoding="utf-8") as file:
-                file.write(line)
-        except OSError:
-            pass  # removed or unwritable since the run began: the run's outcome stands
+            if self._fd < 0:
+                return  # closed: the run that owned it is gone
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(self._fd, view):]
+            except OSError:
+                pass  # a full disk: the run's outcome stands
 
     def close(self) -> None:
+        """Only once nothing of the run can record any more (``__del__`` otherwise)."""
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
 
     def limit(self, name: str, value: object, verdict: str, reason: str, **details: object) -> None:
         """A limit that was hit: ``name`` is its policy field, ``verdict`` what it did

@@ -43,6 +43,7 @@ NEVER = {
     "sandlock.ca", "sandlock.shellpolicy", "sandlock.proxy._launcher",
     "sandlock.process._confine_self", "sandlock.confinement._static",  # sandlock.confine() alone
     "sandlock.cow", "sandlock.process._cow", "sandlock.cli._workspace",  # --workdir runs only
+    "sandlock._hostfile",  # runs that write a file of their own (--audit, --http-ca-out...)
 }
 
 DRIVER = """

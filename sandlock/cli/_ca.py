@@ -12,7 +12,6 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 
 from .._errors import EXIT_USAGE, fail
 from ..ca import (
@@ -111,8 +110,12 @@ def _export(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return 0
-    try:
-        Path(args.path).write_bytes(data)
+    from .._hostfile import UnsafeOutput, write_file
+
+    try:  # replaced, never written through a link (a command may have left one there)
+        write_file(args.path, data)
+    except UnsafeOutput as exc:
+        fail(f"ca export: cannot write {args.path}: {exc.strerror}")
     except OSError as exc:
         raise CAError(f"cannot write {args.path}: {exc.strerror}") from None
     print(f"wrote the CA certificate ({'DER' if args.der else 'PEM'}) to {args.path}", file=sys.stderr)

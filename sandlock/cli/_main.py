@@ -119,31 +119,37 @@ def _widening_notes(policy: Policy) -> list[str]:
 def _learn(args: Namespace) -> int:
     import tempfile
 
+    from .._hostfile import Output
     from ..policy import apply_learned, dumps, learn, observing_policy, read_audit
 
     if args.collapse < 0:
         fail("--collapse: expected 0 or more")
     base = _policy_of(args)
     command = _command_of(args)
-    target = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(target) or not os.access(target, os.W_OK):
-        fail(f"--output: {args.output}: cannot write there")  # before running, not after
-    with tempfile.TemporaryDirectory(prefix="sandlock-learn-") as directory:
-        audit = os.path.join(directory, "audit.jsonl")
-        try:
-            observing = observing_policy(base)
-        except PolicyError as exc:
-            fail(_option_error(exc))
-        code = _execute(observing, command, audit=audit, quiet=args.quiet)
-        learned = learn(read_audit(audit), args.collapse)
-    policy = apply_learned(learned, base)
-    try:
-        with open(args.output, "w", encoding="utf-8") as file:
-            # The program's name only: its arguments may carry tokens (see _learn).
-            program = os.path.basename(command[0])
-            file.write(dumps(policy, description=f"learned by `sandlock learn` from {program}"))
+    try:  # before running, not after; held, so that nothing the command does moves it
+        output = Output(args.output)
     except OSError as exc:
-        fail(f"--output: {args.output}: {exc.strerror}", EXIT_SETUP)
+        fail(f"--output: cannot write {args.output}: {exc.strerror}")
+    with output, tempfile.TemporaryDirectory(prefix="sandlock-learn-") as directory:
+        audit = os.path.join(directory, "audit.jsonl")
+        # Read back through this descriptor: the records the run appended to this file.
+        records = os.open(audit, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with open(records, encoding="utf-8", errors="surrogateescape") as lines:
+            try:
+                observing = observing_policy(base)
+            except PolicyError as exc:
+                fail(_option_error(exc))
+            code = _execute(observing, command, audit=audit, quiet=args.quiet)
+            learned = learn(read_audit(lines), args.collapse)
+        policy = apply_learned(learned, base)
+        # The program's name only: its arguments may carry tokens (see _learn).
+        text = dumps(policy, description=f"learned by sandlock learn from {os.path.basename(command[0])}")
+        try:
+            output.replace(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            fail("--output: the policy holds text that is not UTF-8 (from the options given)")
+        except OSError as exc:
+            fail(f"--output: cannot write {args.output}: {exc.strerror}", EXIT_SETUP)
     if not args.quiet:
         print(f"sandlock: learned {len(learned.net_allow)} network and {len(learned.http_allow)} "
               f"HTTP rules; wrote {args.output}", file=sys.stderr)

@@ -20,6 +20,7 @@ import fcntl
 import os
 
 from .._errors import EXIT_USAGE, SandlockError
+from .._hostfile import write_file
 from ._tree import DIR_FLAGS, remove_tree
 
 RUNNING, KEPT, CONFLICTS, INTERRUPTED = "running", "kept", "conflicts", "interrupted"
@@ -174,10 +175,7 @@ class Workspace:
         meta = (f'{{"dir": {_json_string(self.directory)}, "since_ns": {self.since_ns}, '
                 f'"created": {self.created!r}, "state": "{self._state}", '
                 f'"max_disk": {"null" if self.max_disk is None else self.max_disk}}}\n')
-        temporary = os.path.join(self.path, ".meta.json.new")
-        with open(temporary, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(meta)
-        os.rename(temporary, os.path.join(self.path, "meta.json"))
+        write_file(os.path.join(self.path, "meta.json"), meta.encode("utf-8", "surrogateescape"))
 
 
 def _json_string(text: str) -> str:

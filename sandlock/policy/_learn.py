@@ -68,20 +68,15 @@ def applied(learned: Learned, base: Policy) -> Policy:
     )
 
 
-def read_audit(path: str) -> Iterator[dict]:
-    """The records of an --audit file (lines that are not JSON objects are skipped)."""
-    try:
-        file = open(path, encoding="utf-8")
-    except FileNotFoundError:
-        return
-    with file:
-        for line in file:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                yield record
+def read_audit(lines: Iterable[str]) -> Iterator[dict]:
+    """The records of an --audit file's lines (those that are not JSON objects skipped)."""
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            yield record
 
 
 def learn(records: Iterable[dict], collapse: int = DEFAULT_COLLAPSE) -> Learned:
@@ -154,8 +149,18 @@ def _http_rules(host: str, seen: list[tuple[str, str]], collapse: int) -> list[s
 
 
 def _segments(path: str) -> list[str]:
+    """A path's segments, each kept or ``*``: a secret, or bytes that are not UTF-8
+    (a policy file is text)."""
     parts = path.split("/")[1:]
-    return ["*" if looks_secret(part) else part for part in parts]
+    return ["*" if looks_secret(part) or not _text(part) else part for part in parts]
+
+
+def _text(segment: str) -> bool:
+    try:
+        segment.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: undecodable bytes of the request
+        return False
+    return True
 
 
 @record(frozen=False)

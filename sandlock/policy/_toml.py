@@ -15,7 +15,10 @@ from ._schema import BY_SECTION, DESCRIPTION, ENV, SECTIONS, SIZE, TABLE_SECTION
 
 LINE_WIDTH = 88  # longer arrays are written one item per line
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
-            "\r": "\\r"}
+            "\r": "\\r",
+            # Exact in TOML, inert to a shell: a policy file sourced by mistake (or a learned
+            # path sandlock was led to write into ~/.bashrc) substitutes no command.
+            "$": "\\u0024", "`": "\\u0060"}
 DEFAULT_WORKSPACE_NOTE = ("no [filesystem] read or write paths: the default workspace "
                           "applies (docs/usage.md)")
 
@@ -24,7 +27,7 @@ def dumps(policy: Policy, *, description: str | None = None,
           comments: Sequence[str] = ()) -> str:
     """``policy`` as TOML, after ``comments`` (lines without their '#') and a
     ``description`` (shown by ``sandlock profile list``)."""
-    head = [f"# {comment}".rstrip() for comment in comments]
+    head = [f"# {_comment(comment)}".rstrip() for comment in comments]
     if description is not None:
         head.append(f"{DESCRIPTION} = {_string(description)}")
     blocks = [head, *(_section(policy, section) for section in SECTIONS)]
@@ -71,6 +74,13 @@ def _scalar(value: object) -> str:
     if isinstance(value, str):
         return _string(value)
     raise TypeError(f"no TOML form for {value!r}")
+
+
+def _comment(text: str) -> str:
+    """One comment line: no line break (that would start a key), nothing a shell would
+    substitute (``$(``, backquotes)."""
+    text = "".join(" " if char < " " or char == "\x7f" else char for char in text)
+    return text.replace("`", "'").replace("$(", "$ (")
 
 
 def _string(text: str) -> str:

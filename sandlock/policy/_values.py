@@ -231,6 +231,12 @@ def output_file(name: str, value: object) -> str | None:
     path = os.path.abspath(value)
     if not os.path.isdir(os.path.dirname(path)):
         raise PolicyError(name, f"{value}: its directory does not exist")
+    from .._hostfile import Output  # (only policies that write a file load it)
+
+    try:  # refused now, not once the run is set up; written by replacing, never through a link
+        Output(path).close()
+    except OSError as exc:
+        raise PolicyError(name, f"cannot write {value}: {exc.strerror}") from None
     return path
 
 

@@ -137,7 +137,8 @@ class Capture:
 
     def drop_notices(self, audit: AuditLog | None = None) -> list[str]:
         """What the limit cut, one line per output (for stderr and the exit summary),
-        also recorded in ``audit``."""
+        also recorded in ``audit`` (the process's own), which is then closed: these
+        are a run's last records."""
         notices = []
         for name, dropped in zip(STREAMS, self.dropped):
             if not dropped:
@@ -147,6 +148,8 @@ class Capture:
             if audit is not None:
                 audit.limit("max_output", limit, "truncate", reason, stream=name, dropped=dropped)
             notices.append(f"sandlock: {reason}")
+        if audit is not None:
+            audit.close()
         return notices
 
     def _limit_text(self) -> str:

@@ -387,7 +387,7 @@ def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
         from ._runevents import file_size_exceeded
 
         process.on_exit(lambda: file_size_exceeded(process, limit))
-    if audit is not None:
+    if audit is not None and sandbox.policy.max_output is None:  # else: Capture.drop_notices
         process.on_exit(audit.close)
     return process
 
