@@ -272,3 +272,87 @@ def test_a_long_lived_sandboxs_processes_bind_too(world_tmp):
         called = sb.call(_bind_relative, ("called.sock",))
     assert called.value == "called.sock", called
     assert sorted(os.listdir(work)) == ["called.sock", "ran.sock"]
+
+
+# --- nested sandboxes: their own Landlock layer decides too -----------------------
+
+SYSTEM = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIND_ONE = ("import errno, socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.bind(sys.argv[1])\n"
+            "    print('ok')\nexcept OSError as exc:\n    print(errno.errorcode[exc.errno])")
+
+
+def _nest_dirs(tmp_path) -> tuple[str, str]:
+    outer = tmp_path / "outer"
+    inner = outer / "inner"
+    inner.mkdir(parents=True)
+    return str(outer), str(inner)
+
+
+@pytest.mark.parametrize("network", [["*"], ["127.0.0.1:9"]], ids=["parents", "own"])
+def test_a_nested_sandboxs_socket_files_are_under_its_own_rules(tmp_path, network):
+    from sandlock import Policy, Sandbox
+
+    outer, inner = _nest_dirs(tmp_path)
+    readable = [*SYSTEM, sys.prefix, ROOT]
+    bind = lambda sandbox, path: sandbox.run([sys.executable, "-c", BIND_ONE, path]).stdout
+    with Sandbox(Policy(fs_readable=readable, fs_writable=[outer]), quiet=True) as sb:
+        nested = sb.sandbox(Policy(fs_readable=[*readable, outer], fs_writable=[inner],
+                                   net_allow=network))
+        assert bind(nested, f"{outer}/nested.sock") == b"EACCES\n"
+        assert bind(nested, f"{inner}/nested.sock") == b"ok\n"
+        assert bind(sb, f"{outer}/parent.sock") == b"ok\n"  # the parent's rules allow it
+    assert sorted(os.listdir(outer)) == ["inner", "parent.sock"]
+    assert os.listdir(inner) == ["nested.sock"]
+
+
+@pytest.mark.parametrize("network", ["*", "127.0.0.1:9"], ids=["enclosing", "own"])
+def test_a_run_inside_a_run_binds_under_its_own_rules(tmp_path, network):
+    outer, inner = _nest_dirs(tmp_path)
+    reads = [f"--fs-read={path}" for path in (*SYSTEM, sys.prefix, ROOT)]
+    script = (f"{shlex.join([*SANDLOCK, 'run', '-q', *reads, '-r', outer, '-w', inner, '--net-allow', network, '--', sys.executable, '-c', BIND_ONE])}"
+              f" {{}}/x.sock")
+    commands = "; ".join([script.format(outer), script.format(inner),
+                          shlex.join([sys.executable, "-c", BIND_ONE, f"{outer}/outer.sock"])])
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SANDLOCK_FS")}
+    done = subprocess.run([*SANDLOCK, "run", "-q", *reads, "-w", outer, "--net-allow", "*", "--",
+                           "sh", "-c", commands], capture_output=True, text=True, timeout=60, env=env,
+                          cwd="/")
+    assert done.stdout == "EACCES\nok\nok\n", done.stderr
+    assert sorted(os.listdir(outer)) == ["inner", "outer.sock"] and os.listdir(inner) == ["x.sock"]
+
+
+# A process of the outer sandbox registers as a run whose network is the sandbox's,
+# with a ruleset that lets it make sockets anywhere (or, second, with a descriptor that
+# is no ruleset), and claims every thread it is asked about: it may only narrow.
+HOSTILE = """
+import json, socket, sys
+from sandlock.kernel import landlock
+permissive = landlock.Ruleset(handled_fs=landlock.FS_MAKE_SOCK)
+permissive.allow_path("/", landlock.FS_MAKE_SOCK)
+probes = []
+for second in (permissive.fileno(), sys.stdin.fileno()):
+    theirs, mine = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    service = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    service.connect(b"\\0sandlock-nesting")
+    socket.send_fds(service, [b'{"network": ["enclosing"]}'], [theirs.fileno(), second])
+    print(service.recv(100).decode().split(" ")[0], flush=True)
+    probes.append(mine)
+while question := socket.recv_fds(probes[0], 32, 1)[0]:
+    probes[0].send(question[1:] + b" 0")  # "mine", whatever the thread
+"""
+
+
+def test_a_hostile_registration_only_narrows_a_runs_binds(tmp_path):
+    outer, inner = _nest_dirs(tmp_path)
+    hostile = tmp_path / "hostile.py"
+    hostile.write_text(HOSTILE)
+    reads = [f"--fs-read={path}" for path in (*SYSTEM, sys.prefix, ROOT, str(tmp_path))]
+    run_inside = shlex.join([*SANDLOCK, "run", "-q", *reads, "-w", inner, "--net-allow", "*", "--",
+                             sys.executable, "-c", BIND_ONE, f"{outer}/x.sock"])
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SANDLOCK_FS")}
+    done = subprocess.run([*SANDLOCK, "run", "-q", *reads, "-w", outer, "--net-allow", "*", "--",
+                           "sh", "-c", f"{sys.executable} {hostile} & sleep 1; {run_inside}; kill %1"],
+                          capture_output=True, text=True, timeout=60, env=env, cwd="/")
+    assert done.stdout.split() == ["ok", "error", "EACCES"], done.stderr
+    assert os.listdir(outer) == ["inner"]

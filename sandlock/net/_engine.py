@@ -138,28 +138,33 @@ class Network(Services):
         """The run's loop is over: the listener goes once no worker holds a call."""
         self._supervisor.release(listener)
 
-    def nest(self, texts: Mapping[str, Sequence[str]], probe: socket.socket, name: str,
-             trusted: bool = True) -> None:
+    def nest(self, texts: Mapping[str, Sequence[str]] | None, probe: socket.socket, name: str,
+             trusted: bool = True, ruleset: int = -1) -> None:
         """A nested sandbox whose processes' calls these rules narrow (``texts``: lists
         of rules in the grammars of --net-allow, --net-deny, --net-bind, --http-allow
         and --http-deny, by "allow", "deny", "bind", "http_allow", "http_deny"; "scope":
-        [ABSTRACT_SCOPE] if its processes' IPC is scoped), told
-        apart by its resident on ``probe`` (owned from now on; see ``_nests``).
-        ValueError for a bad rule, or HTTP rules in a sandbox without a proxy."""
+        [ABSTRACT_SCOPE] if its processes' IPC is scoped; None: its network is the
+        sandbox's), told apart by its resident on ``probe``, whose Landlock ``ruleset``
+        (-1: none) its pathname binds are under too (both owned from now on; see
+        ``_nests``). ValueError for a bad rule, or HTTP rules in a sandbox without a proxy."""
         from ._nests import Nests
 
         try:
-            rules = self._nested_policy(texts)
+            rules = self._nested_policy(texts) if texts is not None else None
         except BaseException:
             probe.close()
+            if ruleset >= 0:
+                os.close(ruleset)
             raise
         with self._lock:
             if self._closed:
                 probe.close()
+                if ruleset >= 0:
+                    os.close(ruleset)
                 return
             if self._supervisor.nests is None:
                 self._supervisor.nests = Nests(self._keeper)
-            self._supervisor.nests.add(rules, probe, name, trusted)
+            self._supervisor.nests.add(rules, probe, name, trusted, ruleset)
 
     def _nested_policy(self, texts: Mapping[str, Sequence[str]]) -> NetPolicy:
         http = HttpRules.parse(tuple(texts.get("http_allow", ())), tuple(texts.get("http_deny", ())))

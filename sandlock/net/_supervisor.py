@@ -247,10 +247,20 @@ class Supervisor:
 
     def _bind_path(self, request: Request) -> Outcome:
         """A socket file, bound by the binder as the command would bind it (in its mount
-        namespace, under its Landlock rules), from sandlock's copies: the kernel never reads the call again. The socket is
+        namespace, under its Landlock rules and those of the nested sandboxes it is
+        in), from sandlock's copies: the kernel never reads the call again. The socket is
         then the sandbox's own IPC (``_bind_as_the_command``), known by the file the
         kernel says it is bound to."""
-        error = self._services.bind_path(request.socket.fd, request.path_bind, ())
+        tid, nests = request.notification.pid, self.nests
+        try:
+            rulesets = nests.rulesets_for(tid, lambda fresh: self._pidfd(tid, fresh)) if nests else ()
+        except (Refused, Gone) as refused:  # (Gone: nobody to answer)
+            return -1, getattr(refused, "errno", errno.ESRCH)
+        try:
+            error = self._services.bind_path(request.socket.fd, request.path_bind, rulesets)
+        finally:
+            for ruleset in rulesets:
+                os.close(ruleset)
         if error:
             return -1, error
         self._context.own_sockets.add_file(_execute.socket_inode(request.socket))

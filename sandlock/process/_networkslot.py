@@ -88,16 +88,19 @@ class NetworkSlot:
         self._network = network
         return network
 
-    def nest(self, rules: dict[str, list[str]], probe: socket.socket, name: str) -> None:
-        """A nested sandbox's own network rules (net._nests); ``probe``: owned."""
+    def nest(self, rules: dict[str, list[str]] | None, probe: socket.socket, name: str,
+             ruleset: int) -> None:
+        """A nested sandbox's own network rules (None: the sandbox's) and Landlock
+        ruleset (net._nests); ``probe`` and ``ruleset``: owned."""
         with self._handling:
             network = self._network or self._build()
         if network is None:
             probe.close()
+            os.close(ruleset)
             from .._errors import SetupError
 
             raise SetupError("the sandbox's network supervisor could not start")
-        network.nest(rules, probe, name)
+        network.nest(rules, probe, name, ruleset=ruleset)
 
     def _reviewed(self, call: NetworkCall) -> int:
         """policy_fn's word on a network call. The engine asks with ``_handling`` held

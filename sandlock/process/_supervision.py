@@ -286,9 +286,11 @@ class Supervision:
             os.close(self.binder_fd)
             self.binder_fd = -1
 
-    def nest_network(self, rules: dict[str, list[str]], probe: socket.socket, name: str) -> None:
-        """A nested sandbox's own network rules (net._nests); ``probe``: owned."""
-        self._network.nest(rules, probe, name)
+    def nest_network(self, rules: dict[str, list[str]] | None, probe: socket.socket, name: str,
+                     ruleset: int) -> None:
+        """A nested sandbox's own network rules (None: the sandbox's) and its Landlock
+        ruleset (net._nests); ``probe`` and ``ruleset``: owned."""
+        self._network.nest(rules, probe, name, ruleset)
 
     def _file_calls(self) -> FileCalls:
         with self._lock:
