@@ -33,7 +33,15 @@ import os
 import struct
 
 from .._record import record
-from ..kernel import PR_SET_NO_NEW_PRIVS, drop_capabilities, nr, prctl, restrict_self, syscall
+from ..kernel import (
+    PR_SET_NO_NEW_PRIVS,
+    drop_capabilities,
+    nr,
+    prctl,
+    restrict_self,
+    syscall,
+    tasks,
+)
 
 _REQUEST = struct.Struct("=IHH")  # umask, has a directory, nested rulesets
 _REPLY = struct.Struct("=i")
@@ -67,7 +75,8 @@ def path_bind(tid: int, raw: bytes, path: bytes) -> PathBind:
     umask = _umask(tid)
     names = [name for name in path.split(b"/") if name not in (b"", b".")]
     if (path.startswith(b"/") and len(names) > 2 and names[0] == b"proc"
-            and names[1] in (b"self", b"thread-self") and names[-1] != b".." and not path.endswith(b"/")):
+            and names[1] in (b"self", b"thread-self") and names[-1] != b".."
+            and not path.endswith(b"/") and len(raw) <= _SOCKADDR_UN):  # (else EINVAL)
         from ..files import open_as_caller
 
         directory = open_as_caller(tid, b"/" + b"/".join(names[:-1]))
@@ -78,16 +87,11 @@ def path_bind(tid: int, raw: bytes, path: bytes) -> PathBind:
 
 
 _O_DIRECTORY_PATH = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+_SOCKADDR_UN = 110  # sizeof(struct sockaddr_un): the kernel refuses a longer one
 
 
 def _umask(tid: int) -> int:
-    fd = os.open(f"/proc/{tid}/status", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        status = os.read(fd, 8192)  # (one read: the whole file, ~1.5 KB)
-    finally:
-        os.close(fd)
-    start = status.index(b"Umask:") + 6
-    return int(status[start:status.index(b"\n", start)], 8)
+    return int(tasks.status_field(tid, b"Umask"), 8)
 
 
 def become_the_command(ruleset: int) -> None:

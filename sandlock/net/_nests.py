@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 
+from ..kernel import tasks
 from ._judge import TO_NESTING, Decision
 from ._materialize import Refused
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
@@ -279,13 +280,7 @@ def _scoped(rules: NetPolicy, syscall: str, address: UnixAddress, decision: Deci
 def _seccomp_filters(task: str) -> int | None:
     """How many seccomp filters the thread ``task`` (a tid, or "self") runs under."""
     try:
-        fd = os.open(f"/proc/{task}/status", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            status = os.read(fd, 8192)  # (one read: the whole file, ~1.5 KB)
-        finally:
-            os.close(fd)
-        start = status.index(b"Seccomp_filters:") + 16
-        return int(status[start:status.index(b"\n", start)])
+        return int(tasks.status_field(task, b"Seccomp_filters"))
     except (OSError, ValueError):
         return None
 

@@ -17,8 +17,11 @@ from ._sockaddr import SockAddress, UnixAddress
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import TypeVar
 
     from ._netpolicy import NetPolicy
+
+    T = TypeVar("T")
 
 
 @record
@@ -62,12 +65,8 @@ class SandboxSockets:
     def add_file(self, socket_inode: int) -> None:
         """Socket ``socket_inode`` (sandlock's duplicate of it) was just bound to a
         file: remembered, with the file the kernel says it is bound to."""
-        try:
-            file = unix_socket_file(socket_inode)
-        except OSError:
-            file = None
-        if file is None:  # (about a socket held here): the kernel cannot tell
-            self._unanswered()
+        file = self._asked(unix_socket_file, socket_inode)
+        if file is None:
             return
         self.sockets[socket_inode] = None
         self.files.add(file)
@@ -81,12 +80,8 @@ class SandboxSockets:
         """Socket ``fd`` (our duplicate) was just bound, by a name or autobind: remember
         the name the kernel gave it, exactly."""
         inode = os.fstat(fd).st_ino
-        try:
-            found = unix_socket_name(inode)
-        except OSError:
-            found = None
-        if found is None:  # (about a socket held here): the kernel cannot tell
-            self._unanswered()
+        found = self._asked(unix_socket_name, inode)
+        if found is None:
             return
         cookie, name = found
         if not name.startswith(b"\0"):
@@ -148,6 +143,17 @@ class SandboxSockets:
             if self.abstract.get(name) is entry:
                 del self.abstract[name]
         return False
+
+    def _asked(self, question: Callable[[int], T | None], socket_inode: int) -> T | None:
+        """The kernel's answer about a socket held here: None only if it cannot tell
+        (then said, once)."""
+        try:
+            found = question(socket_inode)
+        except OSError:
+            found = None
+        if found is None:
+            self._unanswered()
+        return found
 
     def _unanswered(self) -> None:
         if not self._said:
