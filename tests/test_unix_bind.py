@@ -241,14 +241,46 @@ report(**results)
 """
 
 
-def test_a_path_through_proc_self_is_the_commands_own(world_tmp, unscratched, monkeypatch):
+@users
+def test_a_path_through_proc_self_is_the_commands_own(world_tmp, unscratched, monkeypatch,
+                                                     as_nobody_or_self):
     # /proc/self of the binder is not the command's: such a path is looked up as the
     # command's own, its socket bound to the last name (docs/usage.md, "Unix sockets").
     work, read_only = _setup(world_tmp, unscratched)
     monkeypatch.setenv("SANDLOCK_FS_READ", os.environ["SANDLOCK_FS_READ"] + ":" + read_only)
-    got = confined(PROC_SELF, cwd=work, WORK=work, READ_ONLY=read_only).report
+    got = confined(PROC_SELF, wrap=as_nobody_or_self, cwd=work, WORK=work,
+                   READ_ONLY=read_only).report
     assert got == {"own fd": "ok", "own cwd": "ok", "read-only fd": "EACCES", "connect": "ok"}
     assert sorted(os.listdir(work)) == ["cwd.sock", "fd.sock"] and os.listdir(read_only) == []
+
+
+LOCKED = r"""
+results = {}
+for name, path in (("direct", OPEN + "/direct.sock"),
+                   ("through /proc/self", "/proc/self/root" + OPEN + "/self.sock")):
+    results[name] = attempt(socket.socket(socket.AF_UNIX).bind, path)
+report(**results)
+"""
+
+
+def test_a_path_through_proc_self_is_not_looked_up_with_sandlocks_capabilities(world_tmp):
+    # Root's command holds no capability: a directory it may write, beneath another
+    # user's 0700 directory, is out of its reach. sandlock (root) looks such a path up
+    # for it without its own capabilities too.
+    if os.getuid() != 0:
+        pytest.skip("root's capabilities are what is at stake")
+    locked = world_tmp / "locked"
+    inside = locked / "open"
+    inside.mkdir(parents=True)
+    os.chmod(inside, 0o777)
+    os.chown(locked, 65534, 65534)
+    os.chmod(locked, 0o700)
+    options = ("-r", "/", "-w", str(world_tmp))
+    assert confined(LOCKED, *options, OPEN=str(inside)).report == {
+        "direct": "EACCES", "through /proc/self": "EACCES"}
+    assert os.listdir(inside) == []
+    assert bare(LOCKED, OPEN=str(inside)).report == {  # control: with root's capabilities
+        "direct": "ok", "through /proc/self": "ok"}
 
 
 def _bind_relative(name: str) -> str:

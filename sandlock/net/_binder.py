@@ -78,8 +78,10 @@ def path_bind(tid: int, raw: bytes, path: bytes) -> PathBind:
             and names[1] in (b"self", b"thread-self") and names[-1] != b".."
             and not path.endswith(b"/") and len(raw) <= _SOCKADDR_UN):  # (else EINVAL)
         from ..files import open_as_caller
+        from ..kernel import EffectiveDropped
 
-        directory = open_as_caller(tid, b"/" + b"/".join(names[:-1]))
+        with EffectiveDropped():  # (root's: no directory the command could not search)
+            directory = open_as_caller(tid, b"/" + b"/".join(names[:-1]))
         return PathBind(raw[:2] + names[-1] + b"\0", directory, umask)
     if path.startswith(b"/"):
         return PathBind(raw, -1, umask)
