@@ -179,8 +179,10 @@ class Nests:
         gone: the caller opens a fresh one), Refused(UNKNOWN) if it cannot be told."""
         if pidfd in known:
             return known[pidfd]
-        found = self._claiming(tid, pidfd, networks=True)
-        rules = tuple(nest.rules for nest in found)
+        if all(nest.rules is None for nest in self._nests):
+            rules = ()  # (nests for binds alone: nothing to ask, nor to count, here)
+        else:
+            rules = tuple(nest.rules for nest in self._claiming(tid, pidfd, networks=True))
         known[pidfd] = rules
         return rules
 
