@@ -14,6 +14,9 @@ Usage: python bench/network.py [--connects N] [--requests N] [--sends N] [--runs
 5. sends: a Python client inside and outside the sandbox times N UDP sendto()s of 64
    bytes with a destination, and N/20 sendmsg()s of 1 MiB on a unix stream a thread
    drains (per-call medians): what the supervisor adds to a small send and a bulk one.
+6. binds to a path: a Python client inside and outside the sandbox times N binds of a
+   fresh unix socket to an absolute path and N to a relative one (per-bind medians,
+   the file removed after each): what the binder adds (docs/architecture.md).
 Prints Markdown tables for docs/performance.md. Loopback only.
 """
 
@@ -95,6 +98,24 @@ for _ in range(max(count // 20, 1)):
 print(statistics.median(small) * 1e6, statistics.median(bulk) * 1e6)
 """
 
+BIND_CLIENT = r"""
+import os, socket, statistics, sys, tempfile, time
+count = int(sys.argv[1])
+directory = tempfile.mkdtemp()
+os.chdir(directory)
+samples = {"absolute": [], "relative": []}
+for _ in range(count):
+    for kind, path in (("absolute", os.path.join(directory, "a")), ("relative", "r")):
+        s = socket.socket(socket.AF_UNIX)
+        start = time.perf_counter()
+        s.bind(path)
+        samples[kind].append(time.perf_counter() - start)
+        s.close()
+        os.unlink(path)
+os.rmdir(directory)
+print(statistics.median(samples["absolute"]) * 1e6, statistics.median(samples["relative"]) * 1e6)
+"""
+
 ECHO_SERVER = r"""
 import asyncio, sys
 async def handle(reader, writer):
@@ -140,6 +161,12 @@ def connect_latency(count: int) -> tuple[float, float]:
 def unix_connect_latency(count: int) -> list[tuple[float, float]]:
     """(abstract, path) per-connect medians in µs: bare, then sandboxed."""
     return [tuple(map(float, subprocess.check_output([*prefix, PY, "-c", UNIX_CLIENT, str(count)]).split()))
+            for prefix in ([], [*SANDLOCK, "run", "-q", "--"])]
+
+
+def bind_latency(count: int) -> list[tuple[float, float]]:
+    """(absolute, relative) per-bind medians in µs: bare, then sandboxed."""
+    return [tuple(map(float, subprocess.check_output([*prefix, PY, "-c", BIND_CLIENT, str(count)]).split()))
             for prefix in ([], [*SANDLOCK, "run", "-q", "--"])]
 
 
@@ -217,7 +244,7 @@ def main() -> int:
     parser.add_argument("--sends", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3, help="median over this many rounds")
-    parser.add_argument("--only", choices=("connect", "unix", "server", "startup", "send"),
+    parser.add_argument("--only", choices=("connect", "unix", "server", "startup", "send", "bind"),
                         help="measure only this part")
     args = parser.parse_args()
     if args.only in (None, "connect"):
@@ -230,6 +257,8 @@ def main() -> int:
         _report_startup(args)
     if args.only in (None, "send"):
         _report_send(args)
+    if args.only in (None, "bind"):
+        _report_bind(args)
     return 0
 
 
@@ -275,13 +304,25 @@ def _report_startup(args: argparse.Namespace) -> None:
 
 def _report_send(args: argparse.Namespace) -> None:
     rounds = [send_latency(args.sends) for _ in range(args.repeat)]
-    print(f"## sends ({args.sends} UDP sendto of 64 B, {max(args.sends // 20, 1)} sendmsg of "
-          f"1 MiB; median of {args.repeat} rounds)\n")
-    print("| | sendto 64 B | sendmsg 1 MiB |\n| --- | --- | --- |")
-    for name, index in (("bare", 0), ("sandboxed", 1)):
-        small = statistics.median(r[index][0] for r in rounds)
-        bulk = statistics.median(r[index][1] for r in rounds)
-        print(f"| {name} | {small:.1f} µs | {bulk:.1f} µs |")
+    _two_columns(f"sends ({args.sends} UDP sendto of 64 B, {max(args.sends // 20, 1)} sendmsg "
+                 f"of 1 MiB; median of {args.repeat} rounds)", ("sendto 64 B", "sendmsg 1 MiB"),
+                 ("bare", "sandboxed"), rounds)
+
+
+def _report_bind(args: argparse.Namespace) -> None:
+    rounds = [bind_latency(args.connects) for _ in range(args.repeat)]
+    _two_columns(f"binds to a path ({args.connects} of each, median of {args.repeat} rounds)",
+                 ("absolute path", "relative path"), ("bare", "sandboxed (the binder)"), rounds)
+
+
+def _two_columns(title: str, columns: tuple[str, str], rows: tuple[str, str],
+                 rounds: list) -> None:
+    """A table of two measures (µs, medians over ``rounds``), bare then sandboxed."""
+    print(f"## {title}\n")
+    print(f"| | {columns[0]} | {columns[1]} |\n| --- | --- | --- |")
+    for index, name in enumerate(rows):
+        first, second = (statistics.median(r[index][column] for r in rounds) for column in (0, 1))
+        print(f"| {name} | {first:.1f} µs | {second:.1f} µs |")
     print()
 
 

@@ -385,3 +385,31 @@ def test_a_kernel_that_cannot_name_the_socket_is_said(capsys, monkeypatch):
             assert own.identify(UnixAddress(bound.getsockname()[1:], True)) not in own
     said = capsys.readouterr().err.splitlines()
     assert len(said) == 1 and "sock_diag" in said[0] and "--allow-ipc" in said[0]
+
+
+# --- sendto with an address of length 0: no address at all ---------------------------
+
+EMPTY_ADDRESS = r"""
+def sendto_empty(sock):
+    name = ctypes.create_string_buffer(16)  # a pointer, and a length of 0
+    return outcome(libc.sendto(sock.fileno(), b"x", 1, 0, ctypes.addressof(name), 0))
+
+got = {}
+for kind in ("DGRAM", "STREAM", "SEQPACKET"):
+    a, b = socket.socketpair(socket.AF_UNIX, getattr(socket, "SOCK_" + kind))
+    got[kind] = sendto_empty(a)
+    b.setblocking(False)
+    got[kind + " received"] = attempt(b.recv, 1)
+got["unconnected"] = sendto_empty(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(("127.0.0.1", 0))
+udp.connect(udp.getsockname())
+got["udp"] = sendto_empty(udp)  # the kernel refuses it on an IP datagram socket
+report(**got)
+"""
+
+
+def test_an_address_of_length_0_is_a_plain_send_as_the_kernel_says():
+    got = confined(EMPTY_ADDRESS, "--net-allow", "*").report
+    assert got == bare(EMPTY_ADDRESS).report
+    assert got["DGRAM"] == got["STREAM"] == got["SEQPACKET"] == 1 and got["udp"] == "EINVAL"

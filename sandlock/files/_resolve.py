@@ -31,6 +31,17 @@ def open_root(tid: int) -> int:
     return os.open(f"/proc/{tid}/root", _O_PATH | os.O_DIRECTORY)
 
 
+def open_as_caller(tid: int, path: bytes) -> int:
+    """An O_PATH descriptor (ours, to close) on the file ``path`` names for thread
+    ``tid``, looked up as it would: from its root or working directory, its own
+    ``/proc/self``, symlinks followed. OSError where the lookup fails."""
+    root = open_root(tid)
+    try:
+        return resolve(tid, root, Target(AT_FDCWD, path))
+    finally:
+        os.close(root)
+
+
 def resolve(tid: int, root: int, target: Target) -> int:
     """An O_PATH descriptor (ours, to close) on the file ``target`` names for ``tid``;
     OSError (ENOENT, ENOTDIR, ELOOP...) where the lookup fails."""

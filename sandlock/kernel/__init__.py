@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         limit_tasks,
         openat2,
         prctl,
+        seqpacket_pair,
         socket_option,
         syscall,
     )
@@ -106,6 +107,7 @@ _EXPORTS = {
     "read_memory": "_remote",
     "restrict_self": "_landlock",
     "seccomp": "_seccomp:",
+    "seqpacket_pair": "_libc",
     "socket_option": "_libc",
     "syscall": "_libc",
     "take_fd": "_fds",

@@ -1,6 +1,6 @@
 """What /proc and kcmp(2) tell about another process's tasks and memory: its threads,
 its children, whether two processes share one address space, where a range of its
-memory lives, and a task's scheduling state and current syscall."""
+memory lives, a task's scheduling state and current syscall, a field of its status."""
 
 from __future__ import annotations
 
@@ -42,6 +42,19 @@ def share_memory(pid: int, other: int) -> bool:
         return syscall(nr("kcmp"), pid, other, _KCMP_VM, 0, 0) == 0
     except OSError:
         return False  # gone
+
+
+def status_field(task: int | str, name: bytes) -> bytes:
+    """The value of ``name`` (b"Umask", b"Seccomp_filters"...) in /proc/TASK/status
+    (``task``: a tid, or "self"), the file read in one go (~1.5 KB). OSError if the task
+    is gone, ValueError if the kernel has no such field."""
+    fd = os.open(f"/proc/{task}/status", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        status = os.read(fd, 8192)
+    finally:
+        os.close(fd)
+    start = status.index(b"\n" + name + b":") + len(name) + 2
+    return status[start:status.index(b"\n", start)].strip()
 
 
 def process_of(tid: int) -> tuple[int, int]:

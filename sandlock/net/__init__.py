@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ._netpolicy import Endpoint, NetPolicy, Verdict, rules_admit
     from ._pins import PinTable
     from ._ports import parse_ports
+    from ._binder import serve as serve_binds
     from ._review import NetworkCall
     from ._spec import (
         DEFAULT_PROTOCOLS,
@@ -66,6 +67,7 @@ _EXPORTS = {
     "read_allow": "_spec",
     "read_deny": "_spec",
     "read_dns_server": "_spec",
+    "serve_binds": "_binder:serve",
     "read_resolve": "_spec",
     "resolved_names": "_spec",
     "ABSTRACT_SCOPE": "_judge",

@@ -15,10 +15,11 @@ import sys
 import threading
 from functools import partial
 
-from ..kernel import drop_capabilities, native_arch, restrict_self
+from ..kernel import native_arch
 from ..proxy import HttpRules
 from . import _execute
 from ._audit import Audit
+from ._binder import Binder, PathBind, become_the_command, perform
 from ._execute import ConfinedWorker
 from ._judge import ABSTRACT_SCOPE, OwnListeners, RunContext
 from ._materialize import Socket
@@ -77,9 +78,12 @@ class Network(Services):
 
     def __init__(self, policy: Policy, ruleset_fd: int | None, audit_log: AuditLog | None, *,
                  quiet: bool, http: HttpRun | None = None,
-                 review: Callable[[NetworkCall], int] | None = None, keeper: int = 0) -> None:
+                 review: Callable[[NetworkCall], int] | None = None, keeper: int = 0,
+                 binder_fd: int | None = None) -> None:
         """``ruleset_fd``: the command's Landlock ruleset (owned from now on), for the
-        confined worker, and ``http`` (the run's proxy): owned from now on; ``keeper``:
+        confined worker, and ``http`` (the run's proxy): owned from now on; ``binder_fd``:
+        sandlock's end of the channel to the binder in the sandbox's namespaces (owned;
+        None: no namespaces, the confined worker binds socket files); ``keeper``:
         the pid of the run's keeper (under the sandbox's filters, but its own); ``audit_log``:
         the run's (it closes it); ``review``: the runtime policy's word on each call."""
         self._policy = policy
@@ -103,6 +107,8 @@ class Network(Services):
         self._closed = False
         self._ruleset_fd = ruleset_fd  # kept for a confined worker made on first need
         self._confined: ConfinedWorker | None = None
+        self._binder_fd = binder_fd  # made a Binder on first need
+        self._binder: Binder | None = None
         self._nesting: NestingService | None = None  # runs inside register there (_nesting)
         context = RunContext(rules, self.pins, self._listeners,
                              ipc_scoped=not (policy.allow_ipc or policy.full_access))
@@ -132,28 +138,33 @@ class Network(Services):
         """The run's loop is over: the listener goes once no worker holds a call."""
         self._supervisor.release(listener)
 
-    def nest(self, texts: Mapping[str, Sequence[str]], probe: socket.socket, name: str,
-             trusted: bool = True) -> None:
+    def nest(self, texts: Mapping[str, Sequence[str]] | None, probe: socket.socket, name: str,
+             trusted: bool = True, ruleset: int = -1) -> None:
         """A nested sandbox whose processes' calls these rules narrow (``texts``: lists
         of rules in the grammars of --net-allow, --net-deny, --net-bind, --http-allow
         and --http-deny, by "allow", "deny", "bind", "http_allow", "http_deny"; "scope":
-        [ABSTRACT_SCOPE] if its processes' IPC is scoped), told
-        apart by its resident on ``probe`` (owned from now on; see ``_nests``).
-        ValueError for a bad rule, or HTTP rules in a sandbox without a proxy."""
+        [ABSTRACT_SCOPE] if its processes' IPC is scoped; None: its network is the
+        sandbox's), told apart by its resident on ``probe``, whose Landlock ``ruleset``
+        (-1: none) its pathname binds are under too (both owned from now on; see
+        ``_nests``). ValueError for a bad rule, or HTTP rules in a sandbox without a proxy."""
         from ._nests import Nests
 
         try:
-            rules = self._nested_policy(texts)
+            rules = self._nested_policy(texts) if texts is not None else None
         except BaseException:
             probe.close()
+            if ruleset >= 0:
+                os.close(ruleset)
             raise
         with self._lock:
             if self._closed:
                 probe.close()
+                if ruleset >= 0:
+                    os.close(ruleset)
                 return
             if self._supervisor.nests is None:
                 self._supervisor.nests = Nests(self._keeper)
-            self._supervisor.nests.add(rules, probe, name, trusted)
+            self._supervisor.nests.add(rules, probe, name, trusted, ruleset)
 
     def _nested_policy(self, texts: Mapping[str, Sequence[str]]) -> NetPolicy:
         http = HttpRules.parse(tuple(texts.get("http_allow", ())), tuple(texts.get("http_deny", ())))
@@ -232,9 +243,16 @@ class Network(Services):
     def _restrict(self) -> None:
         """Make the calling thread as restricted as the command (Landlock and
         capabilities are per thread)."""
-        drop_capabilities()
-        if self._ruleset_fd is not None:
-            restrict_self(self._ruleset_fd)
+        become_the_command(self._ruleset_fd if self._ruleset_fd is not None else -1)
+
+    def bind_path(self, sock: int, bind: PathBind, rulesets: tuple[int, ...]) -> int:
+        if self._binder_fd is not None:  # in the sandbox's mount namespace
+            with self._lock:
+                if self._binder is None:
+                    self._binder = Binder(self._binder_fd)
+            return self._binder.bind(sock, bind, rulesets)
+        # Without namespaces, the host's: the confined worker is the command's equal.
+        return self.confined_worker().call(lambda: (perform(sock, bind, rulesets), 0))[0]
 
     # --- DNS -------------------------------------------------------------------------
 
@@ -319,6 +337,10 @@ class Network(Services):
             self._nesting.close()
         if self._confined is not None:
             self._confined.stop()
+        if self._binder is not None:
+            self._binder.close()
+        elif self._binder_fd is not None:
+            os.close(self._binder_fd)
         if self._ruleset_fd is not None:
             os.close(self._ruleset_fd)
         if self._http is not None:

@@ -141,10 +141,6 @@ def socket_error(fd: int) -> int:
     return value.value
 
 
-# Not an outcome: the kernel performs the call itself, as the command (seccomp CONTINUE).
-KERNEL_PROCEEDS: Outcome = (0, -1)
-
-
 def socket_inode(sock: Socket) -> int:
     return os.fstat(sock.fd).st_ino
 

@@ -16,6 +16,7 @@ import struct
 
 from .._record import field, record
 from ..kernel import (
+    MSG_FASTOPEN,
     Notification,
     cwd_of,
     duplicate_fd,
@@ -23,6 +24,7 @@ from ..kernel import (
     socket_option,
 )
 from . import _sockaddr
+from ._binder import PathBind, path_bind
 from ._payload import CALL_MAX, Payload, TooLarge, first_copy
 from ._sockaddr import SockAddress, UnixAddress
 
@@ -96,6 +98,7 @@ class Request:
     msgvec: int = 0  # sendmmsg: where to write msg_len back
     owned_fds: tuple[int, ...] = field(default=(), repr=False)
     nested: tuple[NetPolicy, ...] = field(default=(), repr=False)  # nested sandboxes' rules
+    path_bind: PathBind | None = None  # bind to a path: what the binder needs (_binder)
 
     def close(self) -> None:
         for fd in (self.socket.fd, *self.owned_fds):
@@ -120,15 +123,17 @@ def materialize(notification: Notification, syscall: str, pidfd: int) -> Request
     sock = _socket(pidfd, _fd_arg(args[0]))
     owned: list[int] = []
     try:
-        if syscall in ("connect", "bind"):
-            address = _address(pid, args[1], args[2])
+        if syscall == "connect":
             return Request(notification, syscall, sock,
-                           address=_anchor(address, pid, must_exist=syscall == "connect"))
+                           address=_anchor(_address(pid, args[1], args[2]), pid))
+        if syscall == "bind":
+            raw = _raw_address(pid, args[1], args[2])
+            return _bind_request(notification, sock, raw, _parse(raw))
         if syscall == "sendto":
-            destination = _address(pid, args[4], args[5]) if args[4] else None
+            destination = _destination(pid, sock, args[4], args[5], args[3])
             size = min(args[2], MAX_RW_COUNT)  # (the kernel takes no more in one call)
             payload = Payload(pid, ((args[1], size),), size)
-            message = Message(_anchor(destination, pid), _first_copy(payload, sock), source=payload)
+            message = Message(destination, _first_copy(payload, sock), source=payload)
             return Request(notification, syscall, sock, messages=(message,), flags=args[3] & 0xFFFFFFFF)
         if syscall == "sendmsg":
             raw = read_memory(pid, args[1], _MSGHDR.size)
@@ -203,24 +208,56 @@ def _local_address(fd: int) -> SockAddress:
 
 
 def _address(pid: int, pointer: int, length: int) -> SockAddress:
+    return _parse(_raw_address(pid, pointer, length))
+
+
+def _destination(pid: int, sock: Socket, pointer: int, length: int, flags: int) -> SockAddress | None:
+    """sendto's destination. An address of length 0 is no address to the kernel (a
+    plain send), but on an IP datagram socket, or for a TCP Fast Open, which refuse
+    it (EINVAL)."""
+    if not pointer:
+        return None
+    if not length & 0xFFFFFFFF:
+        if sock.transport in ("udp", "icmp") or (sock.transport == "tcp" and flags & MSG_FASTOPEN):
+            raise Refused(errno.EINVAL)
+        return None
+    return _anchor(_address(pid, pointer, length), pid)
+
+
+def _raw_address(pid: int, pointer: int, length: int) -> bytes:
     length &= 0xFFFFFFFF
     if length > SOCKADDR_MAX or pointer == 0:
         raise Refused(errno.EINVAL)
+    return read_memory(pid, pointer, length)
+
+
+def _parse(raw: bytes) -> SockAddress:
     try:
-        return _sockaddr.parse(read_memory(pid, pointer, length))
+        return _sockaddr.parse(raw)
     except _sockaddr.BadAddress:
         raise Refused(errno.EINVAL) from None
 
 
-def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> SockAddress | None:
-    """A unix address with what it names for the child.
+def _bind_request(notification: Notification, sock: Socket, raw: bytes,
+                  address: SockAddress) -> Request:
+    """A bind. To a path, the binder (``_binder``) performs it from these copies, as
+    the command would: the address stays as the command gave it, relative or not."""
+    if not isinstance(address, UnixAddress) or address.abstract or not address.path:
+        return Request(notification, "bind", sock, address=address)
+    bind = path_bind(notification.pid, raw, address.path)
+    return Request(notification, "bind", sock, address=address, path_bind=bind,
+                   owned_fds=(bind.directory,) if bind.directory >= 0 else ())
+
+
+def _anchor(address: SockAddress | None, pid: int) -> SockAddress | None:
+    """A unix address with what it names for the child, for a connect or a send.
 
     Paths are the child's: relative ones are relative to its cwd, and every one is
     looked up in its mount namespace (through /proc/PID/root: it has its own /tmp).
     Symlinks are resolved so that the verdict sees the socket actually reached
     (execute then refuses any symlink). A socket that does not exist is ENOENT, as the
-    kernel would say: no denial to report. For a connect or send, what is reached is
-    noted: the (st_dev, st_ino) of a socket file.
+    kernel would say: no denial to report. What is reached is noted: the (st_dev,
+    st_ino) of a socket file.
     """
     if not isinstance(address, UnixAddress) or not address.path or address.abstract:
         return address  # (which socket holds an abstract name: the supervisor asks the kernel)
@@ -230,9 +267,6 @@ def _anchor(address: SockAddress | None, pid: int, must_exist: bool = True) -> S
     for own in (b"/proc/self/", b"/proc/thread-self/"):  # the caller's, seen from here
         if path.startswith(own):
             path, root = b"/proc/%d/" % pid + path[len(own):], b""
-    if not must_exist:  # bind: the last component is created, never followed
-        directory, name = os.path.split(path)
-        return UnixAddress(os.path.join(_resolve(root, directory), name), False, root=root)
     path = _resolve(root, path)
     try:
         found = os.stat(root + path)

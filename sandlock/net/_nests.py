@@ -21,6 +21,12 @@ anything in the sandbox can, so such a nest is untrusted: it may only narrow.
 
 A call allowed by the sandbox's rules is then judged again by the nested rules, with
 the sandbox's pinned names: a destination must be allowed by both.
+
+A nest also brings its Landlock ruleset: a socket file its processes bind is bound by
+sandlock's binder (``_binder``), under the sandbox's ruleset and those of the nests
+the thread is in (``rulesets_for``, asked at such a bind only). A nest whose network is
+the sandbox's registers for that alone (``rules`` None): its threads are asked about
+only when they bind a path.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import sys
 import threading
 import time
 
+from ..kernel import tasks
 from ._judge import TO_NESTING, Decision
 from ._materialize import Refused
 from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
@@ -40,6 +47,8 @@ from ._sockaddr import InetAddress, UnixAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._ownsockets import SandboxSockets
     from ._pins import PinTable
 
@@ -72,8 +81,10 @@ class _Nest:
     run`` there, through ``_nesting``) answers for a process sandlock does not control:
     its word can only narrow the threads it claims, so silence claims nothing."""
 
-    def __init__(self, rules: NetPolicy, probe: socket.socket, name: str, trusted: bool) -> None:
-        self.rules = rules
+    def __init__(self, rules: NetPolicy | None, probe: socket.socket, name: str, trusted: bool,
+                 ruleset: int = -1) -> None:
+        self.rules = rules  # None: the sandbox's network (registered for binds alone)
+        self.ruleset = ruleset  # its Landlock ruleset (owned; -1: none given)
         self.name = name
         self.trusted = trusted
         self.gone = ""  # why it can answer no more
@@ -110,6 +121,9 @@ class _Nest:
 
     def close(self) -> None:
         self._probe.close()
+        if self.ruleset >= 0:
+            os.close(self.ruleset)
+            self.ruleset = -1
 
 
 class Nests:
@@ -131,16 +145,31 @@ class Nests:
         keepers = _seccomp_filters(str(keeper)) if keeper > 0 else None
         self._sandbox_filters = -1 if keepers is None else keepers + 1
 
-    def add(self, rules: NetPolicy, probe: socket.socket, name: str, trusted: bool = True) -> None:
-        """A nested sandbox whose resident answers on ``probe`` (owned from now on).
-        Threads judged earlier need no new question: none can enter its domain."""
+    def add(self, rules: NetPolicy | None, probe: socket.socket, name: str, trusted: bool = True,
+            ruleset: int = -1) -> None:
+        """A nested sandbox whose resident answers on ``probe``, with its Landlock
+        ``ruleset`` (both owned from now on); ``rules`` None: its network is the
+        sandbox's. Threads judged earlier need no new question: none can enter its
+        domain."""
+        nest = _Nest(rules, probe, name, trusted, ruleset)
         with self._lock:
-            self._nests = [nest for nest in self._nests if nest.trusted or not nest.gone]
+            self._prune()
             if len(self._nests) >= MAX_NESTS:
-                probe.close()
-                raise NestRefused("-", f"at most {MAX_NESTS} nested sandboxes have network rules "
-                                  "at once")
-            self._nests = [*self._nests, _Nest(rules, probe, name, trusted)]
+                nest.close()
+                raise NestRefused("-", f"at most {MAX_NESTS} nested sandboxes are registered at "
+                                  "once")
+            self._nests = [*self._nests, nest]
+
+    def _prune(self) -> None:
+        """(Lock held) An untrusted nest that is gone: its run is over, and the
+        processes it vouched for with it."""
+        kept = [nest for nest in self._nests if nest.trusted or not nest.gone]
+        if len(kept) < len(self._nests):
+            for nest in self._nests:
+                if nest not in kept and nest.ruleset >= 0:
+                    os.close(nest.ruleset)  # (rulesets_for hands out copies)
+                    nest.ruleset = -1
+            self._nests = kept
 
     def rules_for(self, tid: int, pidfd: int,
                   known: dict[int, tuple[NetPolicy, ...]]) -> tuple[NetPolicy, ...]:
@@ -150,24 +179,44 @@ class Nests:
         gone: the caller opens a fresh one), Refused(UNKNOWN) if it cannot be told."""
         if pidfd in known:
             return known[pidfd]
+        if all(nest.rules is None for nest in self._nests):
+            rules = ()  # (nests for binds alone: nothing to ask, nor to count, here)
+        else:
+            rules = tuple(nest.rules for nest in self._claiming(tid, pidfd, networks=True))
+        known[pidfd] = rules
+        return rules
+
+    def rulesets_for(self, tid: int, pidfd: Callable[[bool], int]) -> tuple[int, ...]:
+        """Copies (the caller's to close) of the Landlock rulesets of every nested
+        sandbox thread ``tid`` is in, for a bind to a path: every nest is asked, the
+        answers are not kept (binds are rare). ``pidfd(fresh)``: the thread's (a cached
+        one may name an earlier thread: then a fresh one). Refused as ``rules_for``."""
+        try:
+            found = self._claiming(tid, pidfd(False), networks=False)
+        except Refused as refused:
+            if refused.errno != errno.ESRCH:
+                raise
+            found = self._claiming(tid, pidfd(True), networks=False)
+        with self._lock:  # (a nest pruned meanwhile has closed its ruleset: -1)
+            return tuple(os.dup(nest.ruleset) for nest in found if nest.ruleset >= 0)
+
+    def _claiming(self, tid: int, pidfd: int, *, networks: bool) -> list[_Nest]:
+        """The nests (``networks``: those with network rules) that claim thread ``tid``."""
         filters = _seccomp_filters(str(tid))
         try:
             if filters is not None and filters <= self._sandbox_filters:
-                rules = ()  # (if the pidfd names an earlier thread, it is dropped, and this)
-            else:
-                with self._asking:
-                    rules = self._ask(tid, pidfd)
+                return []  # (if the pidfd names an earlier thread, it is dropped, and this)
+            with self._asking:
+                return self._ask(tid, pidfd, [nest for nest in self._nests
+                                              if nest.rules is not None or not networks])
         except ProcessLookupError:
             raise Refused(errno.ESRCH) from None
         except Unknown as unknown:
             print(f"sandlock: a network call refused: {unknown.why}", file=sys.stderr, flush=True)
             raise Refused(UNKNOWN) from None
-        known[pidfd] = rules
-        return rules
 
-    def _ask(self, tid: int, pidfd: int) -> tuple[NetPolicy, ...]:
+    def _ask(self, tid: int, pidfd: int, nests: list[_Nest]) -> list[_Nest]:
         self._questions += 1
-        nests = self._nests
         for nest in nests:  # all asked at once: a slow one delays the answer once
             nest.ask(pidfd, self._questions)
         deadline = time.monotonic() + PROBE_TIMEOUT
@@ -177,14 +226,14 @@ class Nests:
             if error == errno.ESRCH and nest.trusted:  # (an untrusted one could say it always)
                 raise ProcessLookupError(tid)  # the pidfd names an earlier thread: reopen
             if error == 0:
-                found.append(nest.rules)
+                found.append(nest)
             elif not (error == errno.EPERM and _may_be_signalled(tid)) and nest.trusted:
                 why = nest.gone or ("does not answer" if error is None else os.strerror(error))
                 raise Unknown(f"{nest.name}'s resident {why}: thread {tid} cannot be told apart")
         if any(nest.gone and not nest.trusted for nest in nests):
-            with self._lock:  # its run is over, and the processes it vouched for with it
-                self._nests = [nest for nest in self._nests if nest.trusted or not nest.gone]
-        return tuple(found)
+            with self._lock:
+                self._prune()
+        return found
 
     def close(self) -> None:
         with self._lock:
@@ -233,13 +282,7 @@ def _scoped(rules: NetPolicy, syscall: str, address: UnixAddress, decision: Deci
 def _seccomp_filters(task: str) -> int | None:
     """How many seccomp filters the thread ``task`` (a tid, or "self") runs under."""
     try:
-        fd = os.open(f"/proc/{task}/status", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            status = os.read(fd, 8192)  # (one read: the whole file, ~1.5 KB)
-        finally:
-            os.close(fd)
-        start = status.index(b"Seccomp_filters:") + 16
-        return int(status[start:status.index(b"\n", start)])
+        return int(tasks.status_field(task, b"Seccomp_filters"))
     except (OSError, ValueError):
         return None
 

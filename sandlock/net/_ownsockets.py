@@ -17,8 +17,11 @@ from ._sockaddr import SockAddress, UnixAddress
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import TypeVar
 
     from ._netpolicy import NetPolicy
+
+    T = TypeVar("T")
 
 
 @record
@@ -38,9 +41,8 @@ class SandboxSockets:
     kernel (sock_diag, about that one socket), never inferred from a path the sandbox
     could swap or from /proc/net/unix, where a name with a newline forges a line.
 
-    Pathnames: ``files`` (socket files' identities, learnt from the kernel) only says
-    when the question is worth asking; while a bound file is not known yet
-    (``pending``: the command bound it itself), it always is.
+    Pathnames: ``files`` (socket files' identities, learnt from the kernel right after
+    the binder bound them) only says when the question is worth asking.
 
     Abstract names (``abstract``: name -> the socket bound to it, with its cookie):
     one is the sandbox's while that very socket is alive (names are unique, and a
@@ -53,7 +55,6 @@ class SandboxSockets:
     def __init__(self) -> None:
         self.sockets: dict[int, None] = {}  # socket inodes bound to files, oldest first
         self.files: set[tuple[int, int]] = set()
-        self.pending: set[int] = set()  # socket inodes bound to a file not yet known
         self.abstract: dict[bytes, AbstractSocket] = {}
         self._sweep_at = self.SWEEP_AT
         self._said = False  # that sock_diag does not answer
@@ -61,20 +62,17 @@ class SandboxSockets:
 
     # --- pathnames -----------------------------------------------------------------
 
-    def add_pending(self, socket_inode: int) -> None:
+    def add_file(self, socket_inode: int) -> None:
+        """Socket ``socket_inode`` (sandlock's duplicate of it) was just bound to a
+        file: remembered, with the file the kernel says it is bound to."""
+        file = self._asked(unix_socket_file, socket_inode)
+        if file is None:
+            return
         self.sockets[socket_inode] = None
-        self.pending.add(socket_inode)
-
-    def learn(self, socket_inode: int, file: tuple[int, int]) -> None:
-        self.pending.discard(socket_inode)
         self.files.add(file)
 
-    def forget(self, socket_inode: int) -> None:
-        self.sockets.pop(socket_inode, None)
-        self.pending.discard(socket_inode)
-
     def may_be_ours(self, address: UnixAddress) -> bool:
-        return address.identity in self.files or bool(self.pending)
+        return address.identity in self.files
 
     # --- abstract names ------------------------------------------------------------
 
@@ -82,12 +80,8 @@ class SandboxSockets:
         """Socket ``fd`` (our duplicate) was just bound, by a name or autobind: remember
         the name the kernel gave it, exactly."""
         inode = os.fstat(fd).st_ino
-        try:
-            found = unix_socket_name(inode)
-        except OSError:
-            found = None
-        if found is None:  # (about a socket held here): the kernel cannot tell
-            self._unanswered()
+        found = self._asked(unix_socket_name, inode)
+        if found is None:
             return
         cookie, name = found
         if not name.startswith(b"\0"):
@@ -150,12 +144,24 @@ class SandboxSockets:
                 del self.abstract[name]
         return False
 
+    def _asked(self, question: Callable[[int], T | None], socket_inode: int) -> T | None:
+        """The kernel's answer about a socket held here: None only if it cannot tell
+        (then said, once)."""
+        try:
+            found = question(socket_inode)
+        except OSError:
+            found = None
+        if found is None:
+            self._unanswered()
+        return found
+
     def _unanswered(self) -> None:
         if not self._said:
             self._said = True
-            print("sandlock: the kernel does not say which name a unix socket got (sock_diag, "
-                  "CONFIG_UNIX_DIAG): the sandbox's abstract sockets are out of its reach "
-                  "unless --allow-ipc", file=sys.stderr, flush=True)
+            print("sandlock: the kernel does not say which name or file a unix socket got "
+                  "(sock_diag, CONFIG_UNIX_DIAG): the sandbox's own sockets are out of its "
+                  "reach (unless --allow-ipc, for abstract names; --unix-allow, for files)",
+                  file=sys.stderr, flush=True)
 
     def _sweep(self) -> None:
         """Drop the closed sockets (a run binding name after name must not grow this)."""
@@ -189,10 +195,8 @@ class SandboxSockets:
         for socket_inode in reversed(list(self.sockets)):  # the newest are the likeliest
             file = unix_socket_file(socket_inode)
             if file is None:
-                if socket_inode not in self.pending:
-                    self.forget(socket_inode)  # closed: never the answer again
+                self.sockets.pop(socket_inode, None)  # closed: never the answer again
                 continue
-            self.learn(socket_inode, file)
             if file == address.identity:
                 return replace(address, bound_socket=socket_inode)
         return address

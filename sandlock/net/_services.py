@@ -5,6 +5,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ._binder import PathBind
     from ._execute import ConfinedWorker
     from ._materialize import Socket
     from ._netpolicy import NetPolicy
@@ -25,6 +26,11 @@ class Services:
 
     def confined_worker(self) -> ConfinedWorker:
         """The thread running filesystem-bound operations under the command's rules."""
+        raise NotImplementedError
+
+    def bind_path(self, sock: int, bind: PathBind, rulesets: tuple[int, ...]) -> int:
+        """Bind ``sock`` (sandlock's duplicate) as ``bind`` says, as the command would,
+        under the nested ``rulesets`` too (``_binder``); the errno (0: bound)."""
         raise NotImplementedError
 
     def proxy_target(self, sock: Socket, destination: InetAddress, pid: int,

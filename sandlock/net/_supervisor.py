@@ -1,10 +1,11 @@
 """The network supervisor: notification -> materialize -> verdict -> execute -> reply.
 
 Runs in sandlock's process, on the run's supervision thread, which reads each call and
-hands the network's here (``handle``). Every allowed operation is
-performed here, from sandlock's copies, on a duplicate of the child's socket, so
-nothing the child changes after the check can matter. The one CONTINUE: a unix socket
-file the command binds itself, where nothing is checked (``_bind_as_the_command``).
+hands the network's here (``handle``). Every allowed operation is performed from
+sandlock's copies, on a duplicate of the child's socket, so nothing the child changes
+after the check can matter: here, or, for what must be done as the command, by a
+thread that is its equal (the confined worker; the binder, for a socket file in the
+sandbox's mount namespace: ``_binder``). The kernel never proceeds with a judged call.
 Operations that may block (on blocking sockets) run on worker threads, so a connect
 to a silent host never delays the other notifications.
 """
@@ -205,10 +206,7 @@ class Supervisor:
     @staticmethod
     def _reply(listener: Listener, request: Request, outcome: Outcome) -> None:
         request.close()
-        if outcome is _execute.KERNEL_PROCEEDS:
-            listener.proceed(request.notification.id)
-        else:
-            listener.reply(request.notification.id, *outcome)
+        listener.reply(request.notification.id, *outcome)
 
     # --- verdict and execution ---------------------------------------------------
 
@@ -228,8 +226,10 @@ class Supervisor:
         if syscall == "listen":
             return _execute.listen(request.socket, request.flags)
         if syscall == "bind":
-            # A unix bind creates a file, netlink checks the caller's capabilities:
-            # both under the command's own rules.
+            if request.path_bind is not None:  # a socket file: by the binder
+                return self._bind_path(request)
+            # An abstract name, or netlink, which checks the caller's capabilities: both
+            # under the command's own rules.
             if decision.protocol in _AS_THE_COMMAND or isinstance(decision.target, UnixAddress):
                 return self._bind_as_the_command(request, decision.target)
             return _execute.bind(request.socket, decision.target)
@@ -245,21 +245,33 @@ class Supervisor:
                                  lambda: _execute.connect(request.socket, target))
         return _execute.connect(request.socket, target)  # may be Deferred
 
+    def _bind_path(self, request: Request) -> Outcome:
+        """A socket file, bound by the binder as the command would bind it (in its mount
+        namespace, under its Landlock rules and those of the nested sandboxes it is
+        in), from sandlock's copies: the kernel never reads the call again. The socket is
+        then the sandbox's own IPC (``_bind_as_the_command``), known by the file the
+        kernel says it is bound to."""
+        tid, nests = request.notification.pid, self.nests
+        try:
+            rulesets = nests.rulesets_for(tid, lambda fresh: self._pidfd(tid, fresh)) if nests else ()
+        except (Refused, Gone) as refused:  # (Gone: nobody to answer)
+            return -1, getattr(refused, "errno", errno.ESRCH)
+        try:
+            error = self._services.bind_path(request.socket.fd, request.path_bind, rulesets)
+        finally:
+            for ruleset in rulesets:
+                os.close(ruleset)
+        if error:
+            return -1, error
+        self._context.own_sockets.add_file(_execute.socket_inode(request.socket))
+        return 0, 0
+
     def _bind_as_the_command(self, request: Request, address: SockAddress) -> Outcome:
         """A unix socket the sandbox binds is its own IPC: remembered, so that the
         sandbox may reach it without --unix-allow (or --allow-ipc, for abstract names).
-
-        A socket file is bound by the command itself (CONTINUE): the path is one of its
-        mount namespace (its own /tmp), which no thread here can create a file in under
-        that name, and nothing was judged that the command could change since: every
-        unix bind is allowed, and Landlock decides on the file, in the kernel, as the
-        command. Which file it became is asked of the kernel when it matters. An
-        abstract name, or one the kernel chooses (autobind), is bound here: the name it
-        got is then asked of the kernel, with the socket's identity."""
+        An abstract name, or one the kernel chooses (autobind), is bound here: the name
+        it got is then asked of the kernel, with the socket's identity."""
         sock = request.socket
-        if isinstance(address, UnixAddress) and address.path and not address.abstract:
-            self._context.own_sockets.add_pending(_execute.socket_inode(sock))
-            return _execute.KERNEL_PROCEEDS
         outcome = self._services.confined_worker().call(lambda: _execute.bind(sock, address))
         if not outcome[1] and isinstance(address, UnixAddress) and sock.family == AF_UNIX:
             self._context.own_sockets.add_abstract(sock.fd, request.nested)

@@ -64,6 +64,9 @@ class ChildSpec:
     # tells the enclosing supervisor which threads are the run's (_vouching).
     probe_fd: int = -1
     no_terminal: bool = False  # --max-output: no terminal to write to (leave_the_terminal)
+    # In the sandbox's namespaces: init's end of the channel on which sandlock asks its
+    # binder for the command's pathname binds (net._binder).
+    binder_fd: int = -1
 
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,

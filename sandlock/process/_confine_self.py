@@ -167,31 +167,38 @@ def _threads() -> int:
 _ENCLOSED_RUN = APPLIED | {"timeout", "max_output", "env", "clean_env", "cwd"}
 
 
-def enclosed_confinement(policy: Policy, cwd: str, env: dict[str, str]) -> tuple[SelfConfinement, bool]:
+def enclosed_confinement(policy: Policy, cwd: str, env: dict[str, str]) -> tuple[SelfConfinement, str]:
     """A run's confinement where sandlock itself is in a sandbox (``_enclosed``): the
     static part of ``policy`` (its default workspace included, of ``cwd`` and ``env``),
-    and whether it has network rules of its own, which the enclosing sandbox's
-    supervisor applies on top of its own (as for a nested sandbox)."""
-    bare, tcp, rules, own = _split_network(policy)
+    and its network (NONE, PARENTS, or OWN: rules of its own, which the enclosing
+    sandbox's supervisor applies on top of its own, as for a nested sandbox)."""
+    bare, tcp, rules, network = _split_network(policy)
+    own = network == OWN
     if own and (policy.allow_ipc or not policy.isolate_signals):
         raise PolicyError("allow_ipc", "a run inside a sandbox with network rules of its own "
                           "keeps its command from signalling its keeper, which vouches for its "
                           "processes: signals must stay isolated")
     _check(bare, _ENCLOSED_RUN, enclosed=True)
-    return SelfConfinement.prepare(bare, tcp, rules, cwd=cwd, env=env, enclosed=True), own
+    return SelfConfinement.prepare(bare, tcp, rules, cwd=cwd, env=env, enclosed=True), network
 
 
-def _split_network(policy: Policy) -> tuple[Policy, TcpRules, dict | None, bool]:
+# A nested policy's network: none (every socket refused), its parent's, or its parent's
+# narrowed by rules of its own.
+NONE, PARENTS, OWN = "none", "parent's", "own"
+
+
+def _split_network(policy: Policy) -> tuple[Policy, TcpRules, dict | None, str]:
     """A nested policy without its network fields, the TCP and seccomp rules for its
     network (none, or its parent's: nothing of its own decides in the kernel), and
-    whether it has rules of its own for its parent's supervisor to apply."""
+    which network it has: NONE, PARENTS, or OWN (rules for its parent's supervisor to
+    apply)."""
     network = {name: getattr(policy, name) for name in NESTED_NETWORK}
     parents = network == {**dict.fromkeys(NESTED_NETWORK, ()), "net_allow": ("*",)}
     own = any(network.values()) and not parents
     bare = policy.replace(**dict.fromkeys(NESTED_NETWORK, ()))
-    if parents or own:
-        return bare, TcpRules(connect=None, any_bind=True), {}, own  # the parent's filter decides
-    return bare, TcpRules(), None, False  # every socket refused
+    if parents or own:  # the parent's filter decides
+        return bare, TcpRules(connect=None, any_bind=True), {}, OWN if own else PARENTS
+    return bare, TcpRules(), None, NONE  # every socket refused
 
 
 # A nested sandbox's network rules of its own: judged by the parent's supervisor (and
@@ -213,17 +220,17 @@ def nested_network_rules(policy: Policy) -> dict[str, list[str]]:
 
 
 def nested_confinement(policy: Policy, readable: tuple[str, ...] = ()
-                       ) -> tuple[SelfConfinement, KernelLimits | None, bool]:
+                       ) -> tuple[SelfConfinement, KernelLimits | None, str]:
     """What a sandbox nested in a running one adds on top of it (``sb.sandbox``): the
-    static part of ``policy``, compiled here, applied by its resident, and whether it
-    has network rules of its own. Its network is none (a seccomp ERRNO, which takes
+    static part of ``policy``, compiled here, applied by its resident, and its network
+    (NONE, PARENTS or OWN, rules of its own). Its network is none (a seccomp ERRNO, which takes
     precedence over the parent's notification), its parent's (``net_allow=["*"]``), or
     its parent's narrowed by rules of its own, which the parent's supervisor applies
     after its own (it performs the connects: no Landlock TCP rule would be consulted;
     nor can the nested processes have a listener of their own: the kernel allows one
     per chain of filters, EBUSY below the sandbox's; tried). See net._nests.
     ``readable``: what every process of the parent must read (its CA bundle)."""
-    bare, tcp, rules, own = _split_network(policy)
+    bare, tcp, rules, network = _split_network(policy)
     _check(bare)
     return (SelfConfinement.prepare(bare, tcp, rules, readable=readable), _kernel_limits(policy),
-            own)
+            network)

@@ -76,10 +76,10 @@ def launch_enclosed(sandbox: Sandbox, argv: list[str], function: Callable[[int],
                          "sandbox (no namespaces of its own here)")
     env = child_environment(policy, os.environ)
     cwd = policy.cwd or os.getcwd()
-    confined, own_network = enclosed_confinement(policy, cwd, env)
+    confined, network = enclosed_confinement(policy, cwd, env)
     confinement = EnclosedConfinement(confined)
     try:
-        probe = _register_network(policy) if own_network else None
+        probe = _register(policy, network, confinement.ruleset.fileno())
     except BaseException:
         confinement.close()
         raise
@@ -103,25 +103,42 @@ def launch_enclosed(sandbox: Sandbox, argv: list[str], function: Callable[[int],
     return finish_launch(sandbox, process, audit)
 
 
-def _register_network(policy: Policy) -> socket.socket:
-    """The enclosing supervisor told the run's network rules (net._nesting); returns
-    the keeper's end of the socket its questions will come on."""
+def _register(policy: Policy, network: str, ruleset: int) -> socket.socket | None:
+    """The enclosing supervisor told the run's network rules (net._nesting), and the
+    Landlock ruleset its command's socket files are bound under (net._binder); returns
+    the keeper's end of the socket its questions will come on (None: not registered).
+
+    A run with the sandbox's network registers for its socket files alone, where its
+    keeper can tell its processes apart (its command's signals scoped); outside a
+    sandlock sandbox, where nothing would take it, the kernel binds them as the
+    command anyway."""
+    from ._confine_self import OWN, PARENTS, nested_network_rules
+
+    if network == OWN:
+        return _registration(nested_network_rules(policy), ruleset, required=True)
+    if network == PARENTS and policy.isolate_signals and not policy.allow_ipc:
+        return _registration({"network": ["enclosing"]}, ruleset, required=False)
+    return None
+
+
+def _registration(rules: dict[str, list[str]], ruleset: int, *,
+                  required: bool) -> socket.socket | None:
     import json
     import socket
 
     from ..net import NESTING_NAME
-    from ._confine_self import nested_network_rules
 
-    rules = nested_network_rules(policy)
     theirs, keepers = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as service:
             service.settimeout(REGISTRATION_TIMEOUT)
             service.connect(b"\0" + NESTING_NAME)
-            socket.send_fds(service, [json.dumps(rules).encode()], [theirs.fileno()])
+            socket.send_fds(service, [json.dumps(rules).encode()], [theirs.fileno(), ruleset])
             reply = service.recv(4096)
     except OSError as exc:
         keepers.close()
+        if not required:
+            return None
         raise SetupError(f"the enclosing sandbox cannot apply this run's network rules "
                          f"({exc.strerror or exc}): only a sandlock sandbox can") from None
     finally:

@@ -5,7 +5,8 @@ keeper ──fork──> init (pid 1) ──fork──> command (pid 2)
 Forked by the keeper once it is in the sandbox's user and PID namespaces, init makes
 the mount namespace and every mount, its own /proc included (only a process inside
 the PID namespace can mount that), forks the command and reaps for the namespace
-until the command ends. When it exits, the kernel kills whatever is left in the
+until the command ends. A thread of it binds the command's sockets to paths, for
+sandlock's supervisor (``_binder``). When it exits, the kernel kills whatever is left in the
 namespace, atomically: the keeper's "kill the tree" is killing this one process.
 
 It is outside the command's Landlock domain, so the command can neither signal nor
@@ -16,8 +17,10 @@ it wipes its command line, which /proc shows to anyone.
 from __future__ import annotations
 
 import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
+import _thread
 import ctypes
 import os
+import select
 
 from ..confinement import RESERVED_PIDS, Isolation
 from ..kernel import PR_SET_PDEATHSIG, prctl
@@ -46,12 +49,31 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
             host_pid = int(os.readlink("self", dir_fd=host_proc))  # our pid outside
             _child.exec_command(spec, 1, error_fd, report_fd=report_fd, host_pid=host_pid,
                                 host_proc=host_proc, layer=isolation.layer_fd)
-        _reports.close_all_but(report_fd, status_fd)
+        binder = (spec.binder_fd, ruleset.fileno()) if spec.binder_fd >= 0 and ruleset else ()
+        _reports.close_all_but(report_fd, status_fd, *binder)
+        if binder:
+            _thread.start_new_thread(_binder, binder)
         status = _reports.wait_for_command(command_pid, report_fd)
         os.write(status_fd, b"%d" % status)
     except BaseException as exc:  # noqa: BLE001 - must never unwind into sandlock's code
         _child.report_setup_error(error_fd, exc)
     os._exit(0)
+
+
+def _binder(channel: int, ruleset: int) -> None:
+    """A thread of init, in the sandbox's namespaces and outside the command's domain,
+    which binds the command's sockets to paths for sandlock (``net._binder``): idle, and
+    nothing loaded, until the first request."""
+    try:
+        select.select([channel], [], [])
+        from ..net import serve_binds
+    except BaseException:  # noqa: BLE001 - nothing may be printed in the sandbox
+        os.close(channel)  # sandlock's request then fails (EACCES), never waits
+        return
+    try:
+        serve_binds(channel, ruleset)  # (closes the channel when it returns)
+    except BaseException:  # noqa: BLE001
+        pass
 
 
 def _wipe_command_line() -> None:

@@ -14,6 +14,7 @@ it are its own (net._nests).
 
 from __future__ import annotations
 
+import os
 import socket
 
 from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
@@ -35,7 +36,7 @@ class NestedSandbox:
     """``run``, ``call`` and ``exec`` as a Sandbox's, inside the running ``live``."""
 
     def __init__(self, live: LiveSandbox, policy: Policy | str) -> None:
-        from ._confine_self import nested_confinement
+        from ._confine_self import NONE, OWN, nested_confinement
 
         if isinstance(policy, str):
             from ..policy import load_profile
@@ -47,10 +48,11 @@ class NestedSandbox:
         if policy.has_http_rules and not live._sandbox.policy.has_http_rules:
             raise PolicyError("http_allow", "a nested sandbox's HTTP rules are applied by its "
                               "parent's proxy, and the parent has no HTTP rules (so no proxy)")
-        confinement, limits, own_network = nested_confinement(policy, live._process.readable)
+        confinement, limits, network = nested_confinement(policy, live._process.readable)
         try:
             self._live = NestedLive(live, (confinement.program, limits),
-                                    confinement.ruleset.fileno(), policy if own_network else None)
+                                    confinement.ruleset.fileno(), policy if network == OWN else None,
+                                    vouched=network != NONE)
         finally:
             confinement.close()
 
@@ -93,10 +95,13 @@ class NestedLive(LiveSandbox):
     forks; it lives as long as the parent."""
 
     def __init__(self, parent: LiveSandbox, nested: tuple, ruleset: int,
-                 network: Policy | None) -> None:
+                 network: Policy | None, vouched: bool = True) -> None:
         """``nested``: the static filter and rlimits; ``ruleset``: the Landlock ruleset's
         descriptor (sent); ``network``: the policy whose network rules narrow the
-        parent's for the nested processes, None if it has none of its own."""
+        parent's for the nested processes, None if it has none of its own; ``vouched``:
+        its processes may make sockets, and its resident tells the parent's supervisor
+        which are its own (their binds to paths are under its ruleset too: net._nests)
+        where Landlock's signal scope lets it (its own rules need that)."""
         self._prepare(parent._sandbox, None)
         self._parent = parent
         self._results = None
@@ -104,15 +109,16 @@ class NestedLive(LiveSandbox):
         self.audit = parent.audit
         if network is not None:
             _check_scopes()
+        vouched = network is not None or (vouched and _scopes_signals())
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours, ends = [self._control], [theirs]
         try:
-            if network is not None:
+            if vouched:
                 probe, probe_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                 ours.append(probe)
                 ends.append(probe_theirs)
             token = parent._new_tokens(1)[0]
-            parent._request([], ("nest", token, nested, network is not None),
+            parent._request([], ("nest", token, nested, vouched),
                             [end.fileno() for end in ends] + [ruleset])
             parent.on_close(self._finish)
             self._begin()  # SetupError if its resident could not start
@@ -123,13 +129,14 @@ class NestedLive(LiveSandbox):
         finally:
             for end in ends:
                 end.close()
-        if network is not None:
+        if vouched:
             from ._confine_self import nested_network_rules
 
             # Before any process of it exists: none could make a call the rules miss.
+            rules = nested_network_rules(network) if network is not None else None
             try:
-                parent._process.nest_network(nested_network_rules(network), ours[1],
-                                             f"nested sandbox {token}")
+                parent._process.nest_network(rules, ours[1], f"nested sandbox {token}",
+                                             os.dup(ruleset))
             except ValueError as exc:  # (net._nests.NestRefused: too many)
                 self._control.close()  # its resident ends
                 raise SetupError(str(exc)) from None
@@ -163,9 +170,13 @@ class NestedLive(LiveSandbox):
         self._control.close()
 
 
-def _check_scopes() -> None:
+def _scopes_signals() -> bool:
     from ..kernel import landlock
 
-    if landlock.abi_version() < 6:  # LANDLOCK_SCOPE_SIGNAL
+    return landlock.abi_version() >= 6  # LANDLOCK_SCOPE_SIGNAL
+
+
+def _check_scopes() -> None:
+    if not _scopes_signals():
         raise SetupError("a nested sandbox's own network rules need Landlock's signal "
                          "scope (Linux 6.12): its processes could not be told apart")

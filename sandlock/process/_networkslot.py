@@ -25,12 +25,15 @@ if TYPE_CHECKING:
 class NetworkSlot:
     def __init__(self, policy: Policy, ruleset_fd: int | None, audit: AuditLog | None, quiet: bool,
                  http: HttpRun | None, review: Callable[[NetworkCall], int] | None,
-                 closed: Callable[[], bool], built: Callable[[Network], None] | None = None) -> None:
-        """``ruleset_fd`` and ``http`` are owned from now on; ``review``: policy_fn's
+                 closed: Callable[[], bool], built: Callable[[Network], None] | None = None,
+                 binder_fd: int | None = None) -> None:
+        """``ruleset_fd``, ``http`` and ``binder_fd`` (the channel to the binder in the
+        sandbox) are owned from now on; ``review``: policy_fn's
         word on a judged call; ``closed``: whether the run has ended (a build that fails
         then has nothing to say); ``built``: told of the engine once it runs."""
         self._policy, self._ruleset_fd, self._audit, self._quiet = policy, ruleset_fd, audit, quiet
         self._http, self._review, self._closed, self._built = http, review, closed, built
+        self._binder_fd = binder_fd
         self.keeper = 0  # its pid (the engine counts the sandbox's seccomp filters on it)
         self._handling = _thread.allocate_lock()  # network calls: one at a time
         self._network: Network | None = None
@@ -67,7 +70,8 @@ class NetworkSlot:
 
                 review = self._reviewed if self._review is not None else None
                 network = Network(self._policy, self._ruleset_fd, self._audit, quiet=self._quiet,
-                                  http=self._http, review=review, keeper=self.keeper)
+                                  http=self._http, review=review, keeper=self.keeper,
+                                  binder_fd=self._binder_fd)
         except BaseException as exc:
             self._failed = True
             if self._http is not None:
@@ -77,23 +81,26 @@ class NetworkSlot:
             print(f"sandlock: error: the network supervisor could not start: {exc}",
                   file=sys.stderr, flush=True)
             return None
-        self._ruleset_fd = None  # the engine's now
+        self._ruleset_fd = self._binder_fd = None  # the engine's now
         network.start()
         if self._built is not None:
             self._built(network)
         self._network = network
         return network
 
-    def nest(self, rules: dict[str, list[str]], probe: socket.socket, name: str) -> None:
-        """A nested sandbox's own network rules (net._nests); ``probe``: owned."""
+    def nest(self, rules: dict[str, list[str]] | None, probe: socket.socket, name: str,
+             ruleset: int) -> None:
+        """A nested sandbox's own network rules (None: the sandbox's) and Landlock
+        ruleset (net._nests); ``probe`` and ``ruleset``: owned."""
         with self._handling:
             network = self._network or self._build()
         if network is None:
             probe.close()
+            os.close(ruleset)
             from .._errors import SetupError
 
             raise SetupError("the sandbox's network supervisor could not start")
-        network.nest(rules, probe, name)
+        network.nest(rules, probe, name, ruleset=ruleset)
 
     def _reviewed(self, call: NetworkCall) -> int:
         """policy_fn's word on a network call. The engine asks with ``_handling`` held
@@ -121,6 +128,7 @@ class NetworkSlot:
         # and now (idempotent), so that it never outlives sandlock.
         if self._http is not None:
             self._http.close()
-        if self._ruleset_fd is not None:
-            os.close(self._ruleset_fd)
+        for fd in (self._ruleset_fd, self._binder_fd):
+            if fd is not None:
+                os.close(fd)
         return None

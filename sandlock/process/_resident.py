@@ -55,7 +55,7 @@ class Resident:
                  work: Callable[[], object] | None, probe: int = -1) -> None:
         self._control_fd = control
         self._results = results  # -1 without work
-        self._probe = probe  # a nested sandbox's with network rules: see _vouching
+        self._probe = probe  # a nested sandbox's that vouches for its processes: _vouching
         self._init = init
         self._work = work
         self._children: dict[int, int] = {}  # pid (in the sandbox) -> token
@@ -148,7 +148,7 @@ class Resident:
     def _nest(self, token: int, nested: Nested, scoped: bool, *, fds: list[int]) -> None:
         """Fork the resident of a nested sandbox (``sb.sandbox``): confined further by
         its static policy (the ruleset: the last of ``fds``), in a layer scoped for
-        signals if ``scoped`` (its network rules: see net._nests), then serving sandlock
+        signals if ``scoped`` (it vouches for its processes: see net._nests), then serving sandlock
         on the control socket (and probe socket) sent first. Every process it starts
         is its descendant, so in its Landlock domain, and under its filter."""
         if self._fork(token):
@@ -227,8 +227,9 @@ def _fence(scoped: bool) -> landlock.Ruleset | None:
     included): in a domain of its own, no process of the sandbox can read them, nor
     take the resident's descriptors (its socket to sandlock among them), nor reach
     another's, call and clone alike (Landlock's ptrace rule; see neutral_layer).
-    ``scoped``: in a nested sandbox with network rules, whose resident must live (it
-    tells sandlock which processes are its own): nor can they signal it, or a sibling."""
+    ``scoped``: in a nested sandbox that may make sockets, whose resident must live (it
+    tells sandlock which processes are its own: their network rules, the Landlock rules
+    their socket files are bound under): nor can they signal it, or a sibling."""
     if not landlock.abi_version():
         return None
     return neutral_layer(landlock.SCOPE_SIGNAL if scoped else 0)

@@ -256,9 +256,7 @@ class Sandbox:
         supervision = Supervision(policy, confinement, audit, self.quiet, http,
                                   pausable=resident, policy_fn=self.policy_fn)
         try:
-            process = spawn(spec.replace(hand_proc=supervision.wants_proc,
-                                         hand_scratch=supervision.wants_scratch),
-                            terminal, supervision.take_listener)
+            process = spawn(supervision.prepared(spec), terminal, supervision.take_listener)
         except BaseException:
             supervision.close()
             for resource in (cow, audit):
@@ -267,6 +265,7 @@ class Sandbox:
             raise
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
+            supervision.launched()  # (its end of the binder's channel: init's now)
         process.pauser = supervision.watches if resident else None
         process.nest_network = supervision.nest_network if resident else None
         process.readable = http.readable_paths if http else ()  # (its CA bundle)

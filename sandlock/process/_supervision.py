@@ -11,6 +11,7 @@ import _thread  # threading costs ~1 ms of start-up; its Lock and a daemon threa
 import os
 import sys
 
+from ..kernel import seqpacket_pair
 from ._networkslot import NetworkSlot
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from ..net import HttpRun
     from ..policy import Policy
     from ..runtime import Context, Event, RuntimePolicy
+    from ._child import ChildSpec
     from ._processcap import ProcessCaps
     from ._watches import Watches
 
@@ -84,11 +86,15 @@ class Supervision:
         self._closed = False
         # The confined worker restricts itself with the command's ruleset, later.
         ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
+        # In namespaces, socket files are bound by a thread of the sandbox's init, on
+        # this channel (net._binder); ``binder_fd`` is init's end, for the launch.
+        ours, self.binder_fd = seqpacket_pair() if confinement.isolation else (None, -1)
         self._network = NetworkSlot(policy, ruleset_fd, audit, quiet, http,
                                     self._runtime.review_network if self._runtime else None,
                                     lambda: self._closed,
                                     # what the supervisor holds for the command is its memory
-                                    self.watches.attach if self.watches is not None else None)
+                                    self.watches.attach if self.watches is not None else None,
+                                    binder_fd=ours)
         # Decided before the fork: the command waits while take_listener runs.
         self._pins_at_start = False
         if policy.net_allow_specs or policy.has_http_rules:  # (only then: an import)
@@ -267,9 +273,24 @@ class Supervision:
             return
         self._network.handle(listener, notification)
 
-    def nest_network(self, rules: dict[str, list[str]], probe: socket.socket, name: str) -> None:
-        """A nested sandbox's own network rules (net._nests); ``probe``: owned."""
-        self._network.nest(rules, probe, name)
+    def prepared(self, spec: ChildSpec) -> ChildSpec:
+        """The command's side as the supervision needs it: what it hands over with its
+        listener, and init's end of the binder's channel."""
+        return spec.replace(hand_proc=self.wants_proc, hand_scratch=self.wants_scratch,
+                            binder_fd=self.binder_fd)
+
+    def launched(self) -> None:
+        """The keeper is forked (or could not be): init's end of the binder's channel
+        is not sandlock's to hold."""
+        if self.binder_fd >= 0:
+            os.close(self.binder_fd)
+            self.binder_fd = -1
+
+    def nest_network(self, rules: dict[str, list[str]] | None, probe: socket.socket, name: str,
+                     ruleset: int) -> None:
+        """A nested sandbox's own network rules (None: the sandbox's) and its Landlock
+        ruleset (net._nests); ``probe`` and ``ruleset``: owned."""
+        self._network.nest(rules, probe, name, ruleset)
 
     def _file_calls(self) -> FileCalls:
         with self._lock:

@@ -1,7 +1,8 @@
 """The answer to the enclosing supervisor's one question about a thread: is it one of
 mine? Given by a nested sandbox's resident (``sb.sandbox``) and by the keeper of a
-``sandlock run`` inside a sandbox, when their sandbox has network rules of its own
-(see net._nests for who asks, and why the answer cannot be forged).
+``sandlock run`` inside a sandbox, when their sandbox may make sockets: for its network
+rules of its own, and for the Landlock rules its socket files are bound under (see
+net._nests for who asks, and why the answer cannot be forged).
 """
 
 from __future__ import annotations
