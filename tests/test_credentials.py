@@ -238,9 +238,10 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
 for top in ("/tmp", os.getcwd()):
     for root, dirs, files in os.walk(top):
         for file in files:
-            try:
-                if holds(open(os.path.join(root, file), "rb").read()):
-                    found.append(os.path.join(root, file))
+            path = os.path.join(root, file)
+            try:  # (regular files: another test's FIFO in the shared temp tree would block)
+                if os.path.isfile(path) and not os.path.islink(path) and holds(open(path, "rb").read()):
+                    found.append(path)
             except OSError:
                 pass
 print("found:", found)
