@@ -96,9 +96,16 @@ def main() -> int:
     for workload in workloads:
         cells = [f"{statistics.median(times[(workload, r)]) * 1e3:.1f} ms" for r in runners]
         print(f"| {workload} | " + " | ".join(cells) + " |")
-    calls = next(iter(workloads))
-    added = statistics.median(a - b for a, b in zip(times[(calls, "sandlock")], times[(calls, "bare")]))
-    print(f"\nper supervised call (calls workload, less the bare run): {added / (2 * args.files) * 1e6:.0f} µs")
+    calls, startup = next(iter(workloads)), list(workloads)[-1]
+    for runner in runners:
+        if runner == "bare":
+            continue
+        added = statistics.median(
+            (own - own_start) - (bare - bare_start) for own, own_start, bare, bare_start in zip(
+                times[(calls, runner)], times[(startup, runner)], times[(calls, "bare")],
+                times[(startup, "bare")]))
+        print(f"\n{runner}: per call of the calls workload (less the bare run and each one's "
+              f"start-up): {added / (2 * args.files) * 1e6:.0f} µs")
     return 0
 
 
