@@ -1,0 +1,422 @@
+"""Nothing the sandbox writes may run later outside it (docs/usage.md, "Autorun files").
+
+Each attack is performed by a real confined command in a workspace under a realistic
+home, as an unprivileged user (and the key ones as root); then the user's own,
+unconfined action follows, the one that would run what was planted: ``git status``,
+``git diff``, ``git commit``, a shell that reads ~/.bashrc, direnv, an editor opening
+the folder. What was planted runs ``touch MARKER``; each test asserts the marker is
+absent, and its control (the same steps with --allow-autorun-writes) that it is there:
+the test sees the attack succeed where it is allowed to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import SANDLOCK, UNPRIVILEGED_UID, unprivileged
+
+IDENTITY = {"GIT_AUTHOR_NAME": "User", "GIT_AUTHOR_EMAIL": "user@example.test",
+            "GIT_COMMITTER_NAME": "User", "GIT_COMMITTER_EMAIL": "user@example.test"}
+CONTROL = "--allow-autorun-writes"
+# The user's later actions.
+GIT_ACTIONS = ("git status", "git diff", "git commit -q --allow-empty -m x")
+
+
+class World:
+    """A user (nobody, or root) with a home, a project in it, and a marker to plant."""
+
+    def __init__(self, base: Path, nobody: bool) -> None:
+        self.nobody = nobody
+        self.home = base / "home"
+        self.project = self.home / "project"
+        self.project.mkdir(parents=True)
+        self.marker = self.home / "PWNED"
+        if nobody:
+            subprocess.run(["chown", "-R", f"{UNPRIVILEGED_UID}:{UNPRIVILEGED_UID}", str(self.home)],
+                           check=True)
+        self.touch = f"touch {self.marker}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        keep = ("PATH", "LANG", "SANDLOCK_FS_READ", "SANDLOCK_FS_WRITE", "XDG_RUNTIME_DIR")
+        return {**{name: os.environ[name] for name in keep if name in os.environ},
+                "HOME": str(self.home), **IDENTITY}
+
+    def _argv(self, argv: list[str]) -> list[str]:
+        return unprivileged(argv) if self.nobody else argv
+
+    def user(self, script: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        """The user's own shell, unconfined."""
+        return subprocess.run(self._argv(["sh", "-c", script]), capture_output=True, text=True,
+                              timeout=60, cwd=cwd or self.project, env=self.env)
+
+    def setup(self, script: str, cwd: Path | None = None) -> None:
+        result = self.user(script, cwd)
+        assert result.returncode == 0, result.stderr
+
+    def sandlock(self, script: str, *options: str, cwd: Path | None = None,
+                 ) -> subprocess.CompletedProcess:
+        """``script`` confined (the attack), in the project."""
+        argv = self._argv([*SANDLOCK, "run", *options, "--", "sh", "-c", script])
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                              cwd=cwd or self.project, env=self.env)
+
+    def git_actions(self, cwd: Path | None = None) -> None:
+        for action in GIT_ACTIONS:
+            self.user(action, cwd)
+
+    def fsmonitor_config(self) -> str:
+        return f'[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = "{self.touch}; false"\\n'
+
+    @property
+    def pwned(self) -> bool:
+        return self.marker.exists()
+
+
+@pytest.fixture
+def nobody_world(unscratched, as_nobody) -> World:
+    return World(unscratched, nobody=True)
+
+
+@pytest.fixture(params=["nobody", "root"])
+def world(request, unscratched) -> World:
+    """Key attacks: as nobody and as root."""
+    if request.param == "nobody":
+        request.getfixturevalue("as_nobody")
+    elif os.getuid() != 0:
+        pytest.skip("needs root")
+    return World(unscratched, nobody=request.param == "nobody")
+
+
+def repository(world: World, path: Path | None = None) -> Path:
+    path = path or world.project
+    world.setup("git init -q . && git commit -q --allow-empty -m init", cwd=path)
+    return path
+
+
+def attack(world: World, script: str, *options: str, actions=None, cwd: Path | None = None,
+           control: bool = False) -> subprocess.CompletedProcess:
+    """Plant, then the user's actions; the sandlock run's result."""
+    result = world.sandlock(script, *options, *((CONTROL,) if control else ()), cwd=cwd)
+    (actions or world.git_actions)()
+    return result
+
+
+# --- git: files that move where git reads config and hooks -----------------------------
+
+COMMONDIR = ("mkdir evil && cp -r .git/objects .git/refs .git/HEAD evil/ && "
+             "printf '{config}' > evil/config && echo \"$PWD/evil\" > .git/commondir && echo planted")
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_commondir_made_during_the_run_is_quarantined(world, control):
+    repository(world)
+    result = attack(world, COMMONDIR.format(config=world.fsmonitor_config()), control=control)
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control
+    if not control:
+        assert "quarantined" in result.stderr and ".git/commondir" in result.stderr
+        assert list((world.project / ".git").glob("commondir.sandlock-quarantined-*"))
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_commondir_committed_from_a_workdir_is_quarantined_first(world, control):
+    repository(world)
+    result = attack(world, COMMONDIR.format(config=world.fsmonitor_config()), "--workdir", ".",
+                    control=control)
+    assert "planted" in result.stdout, result.stderr
+    assert "workspace: committed" in result.stderr
+    assert world.pwned == control
+    if not control:
+        assert "quarantined" in result.stderr
+
+
+@pytest.mark.parametrize("where", ["sub", "vendor/lib/sub"])
+@pytest.mark.parametrize("control", [False, True])
+def test_a_nested_repository_added_as_a_gitlink_is_neutralised(world, control, where):
+    repository(world)
+    script = (f"mkdir -p {where} && git init -q {where} && "
+              f"git -C {where} config core.fsmonitor '{world.touch}; false' && "
+              f"git -C {where} commit -q --allow-empty -m x && git add {where} && echo planted")
+    result = attack(world, script, control=control)
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control
+    if not control:
+        config = (world.project / where / ".git" / "config").read_text()
+        assert "fsmonitor" not in config and "repositoryformatversion" in config
+        assert "core.fsmonitor" in result.stderr
+
+
+def test_a_repository_made_in_a_gitlink_that_had_none_is_neutralised(nobody_world):
+    """An uninitialised submodule's directory, where the command makes a repository."""
+    world = nobody_world
+    repository(world)
+    world.setup("mkdir -p lib/sub && git init -q lib/sub && git -C lib/sub commit -q --allow-empty "
+                "-m s && git add lib/sub && git commit -q -m sub && rm -rf lib/sub/.git")
+    script = f"git init -q lib/sub && git -C lib/sub config core.fsmonitor '{world.touch}; false'"
+    result = attack(world, script)
+    assert not world.pwned, result.stderr
+    assert "lib/sub/.git/config" in result.stderr
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_repository_made_during_the_run_is_neutralised(world, control):
+    """No repository at start: git init, a pre-commit hook, core.fsmonitor."""
+    script = ("git init -q && printf '#!/bin/sh\\n%s\\n' > .git/hooks/pre-commit && "
+              "chmod +x .git/hooks/pre-commit && git config core.fsmonitor '%s; false' && "
+              "git config alias.st '!%s' && echo planted") % (world.touch, world.touch, world.touch)
+    result = attack(world, script, control=control,
+                    actions=lambda: (world.git_actions(), world.user("git st")))
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control
+    if not control:
+        assert (world.project / ".git" / "hooks" / "pre-commit").exists() is False
+        config = (world.project / ".git" / "config").read_text()
+        assert "fsmonitor" not in config and "alias" not in config
+        quarantined = list((world.project / ".git").glob("config.sandlock-quarantined-*"))
+        assert len(quarantined) == 1 and "fsmonitor" in quarantined[0].read_text()
+
+
+def test_a_clone_made_during_the_run_keeps_its_remote_but_not_its_hooks(nobody_world):
+    world = nobody_world
+    repository(world, world.project)
+    world.setup("mkdir src && cd src && git init -q && git commit -q --allow-empty -m src")
+    script = (f"git clone -q src copy && printf '#!/bin/sh\\n{world.touch}\\n' > "
+              "copy/.git/hooks/post-checkout && chmod +x copy/.git/hooks/post-checkout && "
+              "printf '#!/bin/sh\\n%s\\n' > copy/.git/hooks/pre-commit && chmod +x copy/.git/hooks/pre-commit"
+              % world.touch)
+    result = attack(world, script, actions=lambda: world.git_actions(world.project / "copy"))
+    assert not world.pwned, result.stderr
+    assert "url" in (world.project / "copy" / ".git" / "config").read_text()
+    assert "config" not in result.stderr.split("quarantined")[-1].split(":")[0]
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_git_file_naming_a_repository_of_the_command_is_quarantined(nobody_world, control):
+    world = nobody_world
+    script = ("git init -q elsewhere && mv elsewhere/.git attacker.git && rmdir elsewhere && "
+              f"git --git-dir=attacker.git config core.fsmonitor '{world.touch}; false' && "
+              "mkdir sub && echo 'gitdir: ../attacker.git' > sub/.git && echo planted")
+    result = attack(world, script, control=control,
+                    actions=lambda: world.git_actions(world.project / "sub"))
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control
+    if not control:
+        assert "sub/.git" in result.stderr and not (world.project / "sub" / ".git").exists()
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_worktree_directory_naming_another_repository_is_quarantined(nobody_world, control):
+    world = nobody_world
+    repository(world)
+    script = ("mkdir -p evil .git/worktrees/wt wt && cp -r .git/objects .git/refs .git/HEAD evil/ && "
+              f"printf '{world.fsmonitor_config()}' > evil/config && "
+              "echo \"$PWD/evil\" > .git/worktrees/wt/commondir && cp .git/HEAD .git/worktrees/wt/ && "
+              "echo \"$PWD/wt/.git\" > .git/worktrees/wt/gitdir && "
+              "echo \"gitdir: $PWD/.git/worktrees/wt\" > wt/.git && echo planted")
+    result = attack(world, script, control=control,
+                    actions=lambda: world.git_actions(world.project / "wt"))
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_config_worktree_made_during_the_run_is_quarantined(nobody_world, control):
+    world = nobody_world
+    repository(world)
+    world.setup("git config extensions.worktreeConfig true")
+    script = f"printf '{world.fsmonitor_config()}' > .git/config.worktree && echo planted"
+    result = attack(world, script, control=control)
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control
+
+
+# --- git: hooks that live in the work tree ---------------------------------------------
+
+HOOK = "mkdir -p {dir} && printf '#!/bin/sh\\n{touch}\\n' > {dir}/pre-commit && chmod +x {dir}/pre-commit"
+
+
+@pytest.mark.parametrize("existing", [True, False])
+@pytest.mark.parametrize("control", [False, True])
+def test_husky_hooks_in_the_work_tree_are_autorun_files(nobody_world, control, existing):
+    world = nobody_world
+    repository(world)
+    world.setup("git config core.hooksPath .husky" + (" && mkdir .husky" if existing else ""))
+    result = attack(world, HOOK.format(dir=".husky", touch=world.touch) + " && echo planted",
+                    control=control)
+    assert world.pwned == control, result.stderr
+    if not control and existing:
+        assert "planted" not in result.stdout  # read-only during the run
+    elif not control:
+        assert "planted" in result.stdout and ".husky" in result.stderr
+
+
+# pre-commit is not installed here: its shim, simulated, runs each local hook's entry.
+PRE_COMMIT_SHIM = """#!/usr/bin/env bash
+# File generated by pre-commit: https://pre-commit.com
+ARGS=(hook-impl --config=.pre-commit-config.yaml --hook-type=pre-commit)
+[ -f .pre-commit-config.yaml ] || exit 0
+sed -n 's/^ *entry: *//p' .pre-commit-config.yaml | while read -r entry; do sh -c "$entry"; done
+"""
+
+
+@pytest.mark.parametrize("existing", [True, False])
+@pytest.mark.parametrize("control", [False, True])
+def test_pre_commit_config_is_an_autorun_file_where_its_shim_is_installed(nobody_world, control,
+                                                                           existing):
+    world = nobody_world
+    repository(world)
+    shim = world.project / ".git" / "hooks" / "pre-commit"
+    shim.write_text(PRE_COMMIT_SHIM)
+    shim.chmod(0o755)
+    if world.nobody:
+        os.chown(shim, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    if existing:
+        world.setup("printf 'repos: []\\n' > .pre-commit-config.yaml")
+    yaml = ("repos:\\n- repo: local\\n  hooks:\\n  - id: x\\n    name: x\\n    language: system\\n"
+            f"    entry: {world.touch}\\n")
+    result = attack(world, f"printf '{yaml}' > .pre-commit-config.yaml && echo planted",
+                    control=control)
+    assert world.pwned == control, result.stderr
+    if not control:
+        assert ("planted" in result.stdout) != existing
+
+
+def test_lefthook_files_are_autorun_files_where_its_shim_is_installed(nobody_world):
+    world = nobody_world
+    repository(world)
+    world.setup("printf '#!/bin/sh\\n# lefthook shim\\nexit 0\\n' > .git/hooks/pre-commit && "
+                "printf 'pre-commit: {}\\n' > lefthook.yml")
+    result = world.sandlock("echo x >> lefthook.yml; echo yml=$?; echo x > .lefthook.yml; "
+                            "echo made=$?")
+    assert result.stdout.split() == ["yml=2", "made=0"], result.stderr
+    assert not (world.project / ".lefthook.yml").exists()
+    assert ".lefthook.yml" in result.stderr
+
+
+# --- git: configs included from the user's own -----------------------------------------
+
+@pytest.mark.parametrize("existing", [True, False])
+@pytest.mark.parametrize("control", [False, True])
+def test_an_include_target_of_the_users_config_is_an_autorun_file(nobody_world, control, existing):
+    world = nobody_world
+    repository(world)
+    local = world.project / ".gitconfig-local"
+    (world.home / ".gitconfig").write_text(
+        f'[includeIf "gitdir:{world.project}/"]\n\tpath = {local}\n')
+    if existing:
+        world.setup("echo '[user]' > .gitconfig-local")
+    result = attack(world, f"printf '{world.fsmonitor_config()}' > .gitconfig-local && echo planted",
+                    control=control)
+    assert world.pwned == control, result.stderr
+    if not control:
+        assert ("planted" in result.stdout) != existing
+
+
+# --- editors, direnv, shells ---------------------------------------------------------
+
+FOLDER_OPEN = """
+import json, subprocess, sys
+try:
+    tasks = json.load(open(".vscode/tasks.json"))["tasks"]
+except OSError:
+    sys.exit(0)
+for task in tasks:
+    if task.get("runOptions", {}).get("runOn") == "folderOpen":
+        subprocess.run(task["command"], shell=True)
+"""
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_editor_tasks_and_envrc_made_during_the_run_are_quarantined(nobody_world, control):
+    world = nobody_world
+    tasks = json.dumps({"version": "2.0.0", "tasks": [
+        {"label": "x", "type": "shell", "command": world.touch, "runOptions": {"runOn": "folderOpen"}}]})
+    script = f"mkdir -p .vscode && echo '{tasks}' > .vscode/tasks.json && echo planted"
+
+    def open_folder():  # as VS Code would, once the folder is trusted
+        world.user(f"python3 -c '{FOLDER_OPEN}'")
+
+    result = attack(world, script, control=control, actions=open_folder)
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control
+    world.marker.unlink(missing_ok=True)
+    result = attack(world, f"echo '{world.touch}' > .envrc", control=control,
+                    actions=lambda: world.user("[ -f .envrc ] && . ./.envrc"))  # direnv, once allowed
+    assert world.pwned == control, result.stderr
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_shell_start_up_file_made_during_the_run_is_quarantined(nobody_world, control):
+    world = nobody_world
+    result = attack(world, f"echo '{world.touch}' > ~/.bashrc", "-r", "/", "-w", str(world.home),
+                    control=control, actions=lambda: world.user("bash -ic true"))
+    assert world.pwned == control, result.stderr
+    if not control:
+        assert ".bashrc" in result.stderr
+
+
+# --- policy files --------------------------------------------------------------------
+
+POLICY = '[network]\nallow = ["127.0.0.1:9"]\n'
+
+
+def test_a_policy_file_in_the_workspace_is_read_only_for_the_run(nobody_world):
+    world = nobody_world
+    policy = world.project / "pol.toml"
+    policy.write_text(POLICY)
+    other = world.project / "other.toml"
+    other.write_text(POLICY)
+    if world.nobody:
+        for path in (policy, other):
+            os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    widen = "printf '[network]\\nallow = [\"*\"]\\n' > {}; echo $?"
+    result = world.sandlock(f"{widen.format('pol.toml')}; {widen.format('other.toml')}",
+                            "--policy", "pol.toml", CONTROL)
+    assert result.stdout.split() == ["2", "0"], result.stderr  # the control: other.toml
+    assert policy.read_text() == POLICY
+    assert "policy file" in result.stderr and "inside a writable directory" in result.stderr
+    again = world.sandlock("true", "--policy", "pol.toml", "--print-policy")
+    assert '"*"' not in again.stdout and "127.0.0.1:9" in again.stdout
+
+
+def test_a_policy_file_outside_every_write_grant_is_not_mentioned(nobody_world):
+    world = nobody_world
+    policy = world.home / "pol.toml"
+    policy.write_text(POLICY)
+    result = world.sandlock("true", "--policy", str(policy))
+    assert result.returncode == 0 and "policy file" not in result.stderr, result.stderr
+
+
+# --- ordinary work -------------------------------------------------------------------
+
+ORDINARY = """set -e
+git init -q
+echo a > a && git add a && git commit -q -m a
+git branch topic && git checkout -q topic && echo b > b && git add b && git commit -q -m b
+mkdir src && git -C src init -q && git -C src commit -q --allow-empty -m s
+git clone -q src clone && git -C clone log --oneline >/dev/null
+git worktree add -q wt topic 2>/dev/null || git worktree add wt -b wt-branch
+git -C wt status --short
+echo done
+"""
+
+
+def test_ordinary_git_work_goes_on_and_the_end_check_is_quiet(world):
+    result = world.sandlock(ORDINARY)
+    assert result.returncode == 0 and "done" in result.stdout, result.stderr
+    assert "quarantined" not in result.stderr
+    status = world.user("git status --short && git -C clone status --short && git -C wt status --short")
+    assert status.returncode == 0, status.stderr
+
+
+def test_the_end_check_is_quiet_in_an_existing_repository(nobody_world):
+    world = nobody_world
+    repository(world)
+    result = world.sandlock("echo x > f && git add f && git commit -q -m f && echo done")
+    assert result.stdout.split() == ["done"] and "quarantined" not in result.stderr, result.stderr
