@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -226,6 +227,31 @@ def test_a_worktree_directory_naming_another_repository_is_quarantined(nobody_wo
 
 
 @pytest.mark.parametrize("control", [False, True])
+def test_an_existing_worktree_directory_cannot_be_swapped(nobody_world, control):
+    """The directory holding a protected file is pinned: renamed aside, another one
+    with a commondir of the command's would take its place."""
+    world = nobody_world
+    repository(world)
+    world.setup("git worktree add -q wt -b topic")
+    script = ("mkdir evil && cp -r .git/objects .git/refs .git/HEAD evil/ && "
+              f"printf '{world.fsmonitor_config()}' > evil/config && "
+              "mv .git/worktrees/wt .git/worktrees/aside && cp -r .git/worktrees/aside .git/worktrees/wt && "
+              "echo \"$PWD/evil\" > .git/worktrees/wt/commondir && echo planted")
+    result = attack(world, script, control=control,
+                    actions=lambda: world.git_actions(world.project / "wt"))
+    assert world.pwned == control, result.stderr
+    if not control:
+        assert "planted" not in result.stdout and "busy" in result.stderr
+
+
+def test_the_directory_holding_an_editor_task_cannot_be_swapped(nobody_world):
+    world = nobody_world
+    world.setup("mkdir .vscode && echo '{}' > .vscode/tasks.json")
+    result = world.sandlock("mv .vscode aside; echo moved=$?")
+    assert result.stdout.split() == ["moved=1"], result.stderr
+
+
+@pytest.mark.parametrize("control", [False, True])
 def test_a_config_worktree_made_during_the_run_is_quarantined(nobody_world, control):
     world = nobody_world
     repository(world)
@@ -234,6 +260,40 @@ def test_a_config_worktree_made_during_the_run_is_quarantined(nobody_world, cont
     result = attack(world, script, control=control)
     assert "planted" in result.stdout, result.stderr
     assert world.pwned == control
+
+
+def test_a_git_symlink_made_during_the_run_is_quarantined(nobody_world):
+    world = nobody_world
+    script = ("git init -q attacker && mv attacker/.git attacker.git && "
+              f"git --git-dir=attacker.git config core.fsmonitor '{world.touch}; false' && "
+              "mkdir sub && ln -s ../attacker.git sub/.git")
+    result = attack(world, script, actions=lambda: world.git_actions(world.project / "sub"))
+    assert not world.pwned, result.stderr
+    assert not os.path.lexists(world.project / "sub" / ".git")
+
+
+def test_a_symlink_on_the_way_to_an_autorun_file_is_quarantined(nobody_world):
+    """``.vscode`` made a link to a directory holding tasks.json: the link goes, not
+    what it points to."""
+    world = nobody_world
+    result = world.sandlock("mkdir elsewhere && echo '{}' > elsewhere/tasks.json && "
+                            "ln -s elsewhere .vscode")
+    assert not os.path.lexists(world.project / ".vscode"), result.stderr
+    assert (world.project / "elsewhere" / "tasks.json").exists()
+    assert ".vscode" in result.stderr and "symbolic link" in result.stderr
+
+
+def test_from_a_subdirectory_the_writable_git_directory_is_checked(nobody_world):
+    """The default workspace in a subdirectory of a repository writes its .git."""
+    world = nobody_world
+    repository(world)
+    (world.project / "sub").mkdir()
+    if world.nobody:
+        os.chown(world.project / "sub", UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    result = attack(world, COMMONDIR.format(config=world.fsmonitor_config()).replace(
+        ".git/", "../.git/"), cwd=world.project / "sub")
+    assert not world.pwned, result.stderr
+    assert "commondir" in result.stderr
 
 
 # --- git: hooks that live in the work tree ---------------------------------------------
@@ -393,6 +453,36 @@ def test_a_policy_file_outside_every_write_grant_is_not_mentioned(nobody_world):
     assert result.returncode == 0 and "policy file" not in result.stderr, result.stderr
 
 
+API_PROFILE = """
+import os, sys
+from sandlock import Sandbox
+sandbox = Sandbox("work", fs_writable=[os.getcwd()], fs_readable=["/"])
+result = sandbox.run(["sh", "-c", "echo '[filesystem]' >> profiles/sandlock/profiles/work.toml; echo $?"])
+print(result.stdout.decode().strip(), any("policy file" in w for w in sandbox.warnings))
+"""
+
+
+def test_a_profile_the_api_loads_from_a_writable_directory_is_read_only(nobody_world):
+    world = nobody_world
+    world.setup("mkdir -p profiles/sandlock/profiles && echo 'fs_readable = [\"/usr\"]' > "
+                "profiles/sandlock/profiles/work.toml")
+    argv = [sys.executable, "-c", API_PROFILE]
+    result = subprocess.run(unprivileged(argv) if world.nobody else argv, capture_output=True,
+                            text=True, timeout=60, cwd=world.project,
+                            env={**world.env, "XDG_CONFIG_HOME": str(world.project / "profiles")})
+    assert result.stdout.split() == ["2", "True"], result.stderr
+
+
+def test_what_was_quarantined_is_in_the_audit_log(nobody_world):
+    world = nobody_world
+    audit = world.home / "audit.jsonl"
+    world.sandlock(f"echo '{world.touch}' > .envrc", "--audit", str(audit))
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    quarantined = [r for r in records if r["event"] == "quarantine"]
+    assert len(quarantined) == 1 and quarantined[0]["path"] == str(world.project / ".envrc")
+    assert os.path.exists(quarantined[0]["renamed"])
+
+
 # --- ordinary work -------------------------------------------------------------------
 
 ORDINARY = """set -e
@@ -401,8 +491,10 @@ echo a > a && git add a && git commit -q -m a
 git branch topic && git checkout -q topic && echo b > b && git add b && git commit -q -m b
 mkdir src && git -C src init -q && git -C src commit -q --allow-empty -m s
 git clone -q src clone && git -C clone log --oneline >/dev/null
-git worktree add -q wt topic 2>/dev/null || git worktree add wt -b wt-branch
+git worktree add -q wt topic 2>/dev/null || git worktree add -q wt -b wt-branch
 git -C wt status --short
+git -c protocol.file.allow=always submodule -q add ./src module
+git commit -q -m module
 echo done
 """
 
@@ -411,8 +503,9 @@ def test_ordinary_git_work_goes_on_and_the_end_check_is_quiet(world):
     result = world.sandlock(ORDINARY)
     assert result.returncode == 0 and "done" in result.stdout, result.stderr
     assert "quarantined" not in result.stderr
-    status = world.user("git status --short && git -C clone status --short && git -C wt status --short")
-    assert status.returncode == 0, status.stderr
+    status = world.user("git status --short && git -C clone status --short && "
+                        "git -C wt status --short && git -C module status --short")
+    assert status.returncode == 0 and status.stderr == "", status.stderr
 
 
 def test_the_end_check_is_quiet_in_an_existing_repository(nobody_world):

@@ -83,18 +83,22 @@ class Protection:
 class StartRecord:
     """What the end check compares with: the write grants written on the host
     (``roots``) and those searched for repositories (``scanned``); the autorun paths
-    missing at start, each with whether a repository may appear there (``absent``);
+    missing at start, each with whether a repository may appear there and the directory
+    above it that existed (``absent``), that directory's inode and ctime (``anchors``:
+    unchanged, nothing was made in it);
     the real paths of every repository entry and git directory found (``known``), and
     each repository's (work tree, git directory, common directory, index identity);
     the common directories whose hooks run what their work tree says; a relative
     ``core.hooksPath`` of the user's own config; when the run began (file ctimes)."""
 
     def __init__(self, roots: tuple[str, ...], scanned: tuple[str, ...],
-                 absent: tuple[tuple[str, bool], ...], known: frozenset[str],
+                 absent: tuple[tuple[str, bool, str | None], ...],
+                 anchors: dict[str, tuple[int, int]], known: frozenset[str],
                  repositories: tuple[tuple[str, str, str, tuple | None], ...],
                  worktree_hooks: frozenset[str], relative_hooks: str | None,
                  since_ns: int) -> None:
         self.roots, self.scanned, self.absent, self.known = roots, scanned, absent, known
+        self.anchors = anchors
         self.repositories, self.worktree_hooks = repositories, worktree_hooks
         self.relative_hooks, self.since_ns = relative_hooks, since_ns
 
@@ -107,6 +111,7 @@ class Found:
     def __init__(self, roots: list[str]) -> None:
         self.roots = roots
         self.pinned: list[str] = []
+        self._pinned: set[str] = set()
         self.read_only: list[str] = []
         self.absent: list[tuple[str, bool]] = []
         self.known: set[str] = set()
@@ -114,47 +119,76 @@ class Found:
         self.worktree_hooks: set[str] = set()
         self.git_dirs: set[str] = set()  # (those whose own files were listed already)
         self.global_hooks: str | None = None  # core.hooksPath of the user's own config
-        self._real: dict[str, str] = {}
+        self.nested = 0  # repositories found at gitlinks (bounded)
+        self._real: dict[str, tuple[str, bool]] = {}  # path -> (real path, exists)
 
     def covered(self, path: str) -> bool:
-        return any(path == root or path.startswith(root.rstrip("/") + "/") for root in self.roots)
+        return self._root(path) is not None
+
+    def _root(self, path: str) -> str | None:
+        """The outermost root that covers ``path``."""
+        return next((root for root in self.roots
+                     if path == root or path.startswith(root.rstrip("/") + "/")), None)
 
     def real(self, path: str) -> str:
         """``path`` with the symlinks of its existing part resolved."""
+        return self._resolve(path)[0]
+
+    def _resolve(self, path: str) -> tuple[str, bool]:
+        """(real path, whether it exists), one lstat a new path (two for a link)."""
         found = self._real.get(path)
         if found is None:
-            parent, name = os.path.split(path)
-            if not name or name in (".", ".."):
-                found = os.path.realpath(path)
+            parent, _, name = path.rpartition("/")
+            if not parent or name in ("", ".", ".."):
+                real = os.path.realpath(path)
+                found = real, os.path.exists(real)
             else:
-                found = os.path.join(self.real(parent), name)
+                base, exists = self._resolve(parent)
+                real = f"{base}/{name}"
                 try:
-                    if stat.S_ISLNK(os.lstat(found).st_mode):
-                        found = os.path.realpath(found)
+                    link = exists and stat.S_ISLNK(os.lstat(real).st_mode)
+                    found = (os.path.realpath(real), os.path.exists(real)) if link else (real, exists)
                 except OSError:
-                    pass
+                    found = real, False
             self._real[path] = found
         return found
 
     def files(self, base: str, names: Iterable[str], repository: bool = False) -> None:
         """Each ``base/name``: read-only if it exists, else recorded as absent."""
+        base = base.rstrip("/")
         for name in names:
-            self.file(os.path.join(base, name), repository)
+            self.file(f"{base}/{name}", repository)
 
     def file(self, path: str, repository: bool = False) -> bool:
         """Protect ``path``; whether it exists."""
-        real = self.real(path)
-        exists = os.path.exists(real)
+        real, exists = self._resolve(path)
         if self.covered(real):
             if exists:
-                self.read_only.append(real)
+                self.protect(real)
             else:
                 self.absent.append((real, repository))
         return exists
 
+    def protect(self, real: str) -> None:
+        """``real`` read-only, and the directories above it up to its write grant pinned:
+        a file bound read-only cannot be replaced, but the directory holding it could be
+        renamed, and another one put in its place."""
+        self.read_only.append(real)
+        self.pin(os.path.dirname(real))
+
     def pin(self, directory: str) -> None:
-        if self.covered(directory):
+        """``directory`` and those above it below its write grant, bound onto themselves."""
+        root = self._root(directory)
+        while root is not None and directory != root and directory not in self._pinned:
+            self._pinned.add(directory)
             self.pinned.append(directory)
+            directory = os.path.dirname(directory)
+
+    def mounts(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(pinned, outermost first: a bind onto itself hides the mounts beneath it;
+        read-only), each once."""
+        return (tuple(sorted(self.pinned, key=lambda path: path.count("/"))),
+                tuple(dict.fromkeys(self.read_only)))
 
 
 def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[str] = (),
@@ -173,7 +207,9 @@ def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[s
     files = tuple(dict.fromkeys(real for real in map(os.path.realpath, policy_files)
                                 if found.covered(real)))
     if not autorun:
-        return Protection((), files, files)
+        for path in files:
+            found.protect(path)
+        return Protection(*found.mounts(), files)
     skipped = {os.path.realpath(path) for path in unscanned} | hidden
     scanned = [directory for directory in roots if directory not in skipped
                and not (directory.startswith("/dev/") or directory == "/dev")]
@@ -193,12 +229,12 @@ def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[s
             found.files(directory, EDITOR_AUTORUN)
     for home in homes:
         found.files(home, HOME_AUTORUN)
-    found.read_only += files
-    record = StartRecord(tuple(roots), tuple(scanned), tuple(dict.fromkeys(found.absent)),
+    for path in files:
+        found.protect(path)
+    record = StartRecord(tuple(roots), tuple(scanned), *_anchored(found.absent),
                          frozenset(found.known), tuple(found.repositories),
                          frozenset(found.worktree_hooks), _relative(found.global_hooks), since)
-    return Protection(tuple(dict.fromkeys(found.pinned)), tuple(dict.fromkeys(found.read_only)),
-                      files, record)
+    return Protection(*found.mounts(), files, record)
 
 
 def _user_configs(homes: tuple[str, ...]) -> list[tuple[str, bytes]]:
@@ -224,13 +260,41 @@ def read_bounded(path: str, limit: int = 1 << 20) -> bytes | None:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return None
-        return os.read(fd, limit)
+        return os.read(fd, min(limit, st.st_size + 1))  # (a size read: no 1 MiB buffer)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _anchored(absent: list[tuple[str, bool]],
+              ) -> tuple[tuple[tuple[str, bool, str | None], ...], dict[str, tuple[int, int]]]:
+    """Each absent path with the nearest directory above it that exists, and those
+    directories' (inode, ctime): a directory whose ctime has not changed has had no
+    entry made, removed or renamed in it (a ctime cannot be set back), so the end check
+    looks no further there."""
+    anchors: dict[str, tuple[int, int]] = {}
+    missing: set[str] = set()
+    found = []
+    for path, repository in dict.fromkeys(absent):
+        anchor: str | None = os.path.dirname(path)
+        while anchor is not None and anchor not in anchors:
+            try:
+                st = None if anchor in missing else os.lstat(anchor)
+            except OSError:
+                st = None
+            if st is not None:
+                anchors[anchor] = (st.st_ino, st.st_ctime_ns) if stat.S_ISDIR(st.st_mode) else (0, 0)
+            elif anchor == "/":
+                anchor = None
+            else:
+                missing.add(anchor)
+                anchor = os.path.dirname(anchor)
+        found.append((path, repository, anchor))
+    return tuple(found), anchors
 
 
 def _relative(hooks_path: str | None) -> str | None:

@@ -73,7 +73,7 @@ def parse(text: str) -> Parsed:
     """Every entry up to the first thing git would not accept (``complete`` False then)."""
     reader = _Reader(text[1:] if text.startswith("\ufeff") else text)
     entries: list[Entry] = []
-    section: tuple[str, str | None] | None = None
+    section: tuple[str, str | None] = ("", None)  # (git reads a key before any section)
     try:
         while (c := reader.next()) is not None:
             if c in " \t\r\n\f\v":
@@ -82,7 +82,7 @@ def parse(text: str) -> Parsed:
                 reader.skip_line()
             elif c == "[":
                 section = reader.header()
-            elif c.isascii() and c.isalpha() and section is not None:
+            elif c.isascii() and c.isalpha():
                 name, value = reader.variable(c)
                 entries.append(Entry(section[0], section[1], name, value))
             else:
@@ -111,10 +111,13 @@ def safe_url(url: str) -> bool:
 
 
 def render(entries: Iterable[Entry]) -> str:
-    """The entries as a config file (each value quoted: nothing is read as a comment)."""
+    """The entries as a config file (each value quoted: nothing is read as a comment;
+    an entry of no section, which no key of git's is, left out)."""
     lines: list[str] = []
     current: tuple[str, str | None] | None = None
     for entry in entries:
+        if not entry.section:
+            continue
         if (entry.section, entry.subsection) != current:
             current = (entry.section, entry.subsection)
             sub = "" if entry.subsection is None else ' "%s"' % _escape(entry.subsection, False)

@@ -73,40 +73,60 @@ def gitlinks(data: bytes, hash_size: int) -> tuple[list[bytes], bytes | None]:
     if signature != b"DIRC" or version not in (2, 3, 4):
         raise IndexFormatError(f"not an index of version 2, 3 or 4 ({signature!r}, {version})")
     end_of_entries = len(data) - hash_size  # the checksum closes the file
-    at, previous, found = 12, b"", []
+    walk = _walk_compressed if version == 4 else _walk
     try:
-        for _ in range(count):
-            mode = _U32.unpack_from(data, at + 24)[0]
-            flags = _U16.unpack_from(data, at + _STAT_BYTES + hash_size)[0]
-            name_at = at + _STAT_BYTES + hash_size + 2
-            if flags & _EXTENDED:
-                if version < 3:
-                    raise IndexFormatError("extended flags in a version 2 index")
-                name_at += 2
-            if version == 4:
-                strip, name_at = _varint(data, name_at)
-                if strip > len(previous):
-                    raise IndexFormatError("a name shorter than its prefix")
-                end = data.index(b"\0", name_at)
-                name = previous[:len(previous) - strip] + data[name_at:end]
-                at = end + 1
-            else:
-                length = flags & _NAME_MASK
-                end = name_at + length if length < _NAME_MASK else data.index(b"\0", name_at)
-                if data[end:end + 1] != b"\0":
-                    raise IndexFormatError("an entry's name is not as long as it says")
-                name = data[name_at:end]
-                at += (name_at - at + len(name) + 8) & ~7
-            if at > end_of_entries:
-                raise IndexFormatError("entries past the end")
-            if mode & _TYPE == GITLINK:
-                found.append(name)
-            previous = name
+        found, at = walk(data, count, hash_size, version)
     except IndexFormatError:
         raise
     except (struct.error, ValueError, IndexError) as exc:
         raise IndexFormatError(f"truncated entries ({exc})") from None
+    if at > end_of_entries:
+        raise IndexFormatError("entries past the end")
     return found, _shared_index(data, at, end_of_entries, hash_size)
+
+
+def _walk(data: bytes, count: int, hash_size: int, version: int) -> tuple[list[bytes], int]:
+    """Versions 2 and 3: each entry padded to 8 bytes, its name's length in its flags.
+    (The hot loop of the end check after a ``git add``: one unpack of the flags, one
+    of the mode, no copy but a gitlink's name.)"""
+    flags_at, at, found = _STAT_BYTES + hash_size, 12, []
+    flags_of, mode_of = _U16.unpack_from, _U32.unpack_from
+    for _ in range(count):
+        flags = flags_of(data, at + flags_at)[0]
+        if flags & _EXTENDED and version < 3:
+            raise IndexFormatError("extended flags in a version 2 index")
+        name_at = at + flags_at + (4 if flags & _EXTENDED else 2)
+        length = flags & _NAME_MASK
+        if length == _NAME_MASK:  # (git takes the name up to its NUL then)
+            end = data.index(b"\0", name_at + length)
+        else:
+            end = name_at + length
+            if data[end]:
+                raise IndexFormatError("an entry's name is not as long as it says")
+        if mode_of(data, at + 24)[0] & _TYPE == GITLINK:
+            found.append(data[name_at:end])
+        at += (end - at + 8) & ~7
+    return found, at
+
+
+def _walk_compressed(data: bytes, count: int, hash_size: int, version: int,
+                     ) -> tuple[list[bytes], int]:
+    """Version 4: no padding, each name the previous one's prefix plus its own part."""
+    at, previous, found = 12, b"", []
+    for _ in range(count):
+        mode = _U32.unpack_from(data, at + 24)[0]
+        flags = _U16.unpack_from(data, at + _STAT_BYTES + hash_size)[0]
+        name_at = at + _STAT_BYTES + hash_size + (4 if flags & _EXTENDED else 2)
+        strip, name_at = _varint(data, name_at)
+        if strip > len(previous):
+            raise IndexFormatError("a name shorter than its prefix")
+        end = data.index(b"\0", name_at)
+        name = previous[:len(previous) - strip] + data[name_at:end]
+        at = end + 1
+        if mode & _TYPE == GITLINK:
+            found.append(name)
+        previous = name
+    return found, at
 
 
 def _shared_index(data: bytes, at: int, end: int, hash_size: int) -> bytes | None:

@@ -20,6 +20,7 @@ from . import _autorun
 from ._autorun import GIT_AUTORUN, WORKTREE_AUTORUN, EDITOR_AUTORUN, Found, read_bounded
 
 _MAX_DEPTH = 4  # nested repositories and submodules' git directories
+_MAX_NESTED = 512  # nested repositories scanned at start, in all (each costs a few mounts)
 _MAX_GITLINKS = 256  # followed per repository (each costs a few mounts)
 _MAX_QUICK_INDEX = 1 << 20  # at start, an index up to ~10k files is searched for gitlinks
 _MAX_INCLUDES = 10  # git's own bound on nested includes
@@ -49,8 +50,9 @@ def scan(found: Found, top: str, worktree: str, git: str, depth: int = 0) -> Non
     """Protect what git reads of the repository at ``worktree`` (``git``: its .git),
     found in the scanned directory ``top``."""
     real = found.real(git)
-    if real in found.known or depth > _MAX_DEPTH:
+    if real in found.known or depth > _MAX_DEPTH or depth and found.nested >= _MAX_NESTED:
         return
+    found.nested += bool(depth)
     found.known.add(real)
     if worktree != top:
         found.pin(worktree)
@@ -71,15 +73,15 @@ def scan(found: Found, top: str, worktree: str, git: str, depth: int = 0) -> Non
     hooks = _hooks_directory(found, worktree, common, hooks_path or found.global_hooks)
     _hook_managers(found, worktree, hooks, common)
     found.files(worktree, EDITOR_AUTORUN)
-    for path in _gitlinks(found, worktree, gitdir, hash_size):
+    links, index = _gitlinks(found, worktree, gitdir, hash_size)
+    for path in links:
         nested = os.path.join(worktree, path)
         nested_git = os.path.join(nested, ".git")
         if os.path.lexists(nested_git) and not os.path.islink(nested_git):
             scan(found, top, nested, nested_git, depth + 1)
         elif not os.path.lexists(nested_git):
             found.file(nested_git, repository=True)
-    found.repositories.append((found.real(worktree), gitdir, common,
-                               identity(os.path.join(gitdir, "index"))))
+    found.repositories.append((found.real(worktree), gitdir, common, index))
 
 
 def gitfile_target(path: str) -> str | None:
@@ -100,14 +102,6 @@ def common_dir(gitdir: str) -> str:
     if not data or not data.strip():
         return gitdir
     return os.path.realpath(os.path.join(gitdir, os.fsdecode(data.splitlines()[0].strip())))
-
-
-def identity(path: str) -> tuple[int, int, int, int] | None:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def module_directories(modules: str, depth: int = 0) -> list[str]:
@@ -151,13 +145,15 @@ def _git_dir(found: Found, gitdir: str, depth: int) -> None:
 def _repository_config(found: Found, gitdir: str, common: str) -> tuple[str | None, int]:
     """(its core.hooksPath, its hashes' size), the files its configs include protected."""
     hooks_path, hash_size = None, 20
-    for directory, name in ((common, "config"), (common, "config.worktree"),
-                            (gitdir, "config.worktree")):
-        path = os.path.join(directory, name)
+    paths = [os.path.join(common, "config")]
+    for path in paths:
         data = read_bounded(path)
         if not data:
             continue
         lowered = data.lower()
+        if b"worktreeconfig" in lowered and len(paths) == 1:  # (git reads them only then)
+            paths += dict.fromkeys((os.path.join(common, "config.worktree"),
+                                    os.path.join(gitdir, "config.worktree")))
         if b"include" in lowered or b"hookspath" in lowered:
             hooks_path = _config_file(found, path, data, 0) or hooks_path
         if b"objectformat" in lowered and b"sha256" in lowered:
@@ -242,9 +238,11 @@ def _pre_commit_configs(shim: bytes) -> list[str]:
     return found or [_PRE_COMMIT_CONFIG]
 
 
-def _gitlinks(found: Found, worktree: str, gitdir: str, hash_size: int) -> list[str]:
-    """Where nested repositories may be: the paths ``.gitmodules`` names, and the
-    gitlinks of an index of at most ``_MAX_QUICK_INDEX`` bytes (and of its shared part)."""
+def _gitlinks(found: Found, worktree: str, gitdir: str, hash_size: int,
+              ) -> tuple[list[str], tuple[int, int, int, int] | None]:
+    """(where nested repositories may be: the paths ``.gitmodules`` names, and the
+    gitlinks of an index of at most ``_MAX_QUICK_INDEX`` bytes (and of its shared part);
+    the index's identity, for the end check)."""
     paths: list[str] = []
     modules = read_bounded(os.path.join(worktree, ".gitmodules"))
     if modules:
@@ -253,21 +251,33 @@ def _gitlinks(found: Found, worktree: str, gitdir: str, hash_size: int) -> list[
         text = modules.decode("utf-8", "surrogateescape")
         paths += [path for entry in parse(text).entries if entry.section == "submodule"
                   and entry.name == "path" and (path := entry.value)]
-    index = os.path.join(gitdir, "index")
-    try:
-        small = os.stat(index).st_size <= _MAX_QUICK_INDEX
-    except OSError:
-        small = False
-    if small:
+    data, index = _read_index(os.path.join(gitdir, "index"))
+    if data:
         from ._gitindex import quick, shared_index_names
 
-        data = read_bounded(index, _MAX_QUICK_INDEX) or b""
         links = quick(data, hash_size)
         for shared in shared_index_names(data, hash_size):
             links += quick(read_bounded(os.path.join(gitdir, shared), _MAX_QUICK_INDEX) or b"",
                            hash_size)
         paths += map(os.fsdecode, links)
-    return [path for path in dict.fromkeys(paths) if safe_relative(path)][:_MAX_GITLINKS]
+    return [path for path in dict.fromkeys(paths) if safe_relative(path)][:_MAX_GITLINKS], index
+
+
+def _read_index(path: str) -> tuple[bytes | None, tuple[int, int, int, int] | None]:
+    """(the index, if at most ``_MAX_QUICK_INDEX`` bytes; its identity)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None, None
+    try:
+        st = os.fstat(fd)
+        small = st.st_size <= _MAX_QUICK_INDEX
+        return (os.read(fd, st.st_size) if small else None), \
+            (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except OSError:
+        return None, None
+    finally:
+        os.close(fd)
 
 
 def safe_relative(path: str) -> bool:

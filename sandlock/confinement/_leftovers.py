@@ -58,7 +58,7 @@ class Leftovers:
                 return None
             if root not in views:
                 views[root] = View(root, root, False, self.record.since_ns, self.run_id)
-            return views[root], os.path.relpath(path, root) if path != root else ""
+            return views[root], _relative(path, root)
 
         return self._run(locate, views)
 
@@ -69,25 +69,35 @@ class Leftovers:
         def locate(path: str) -> tuple[View, str] | None:
             if not _within(path, directory):
                 return None
-            return view, os.path.relpath(path, directory) if path != directory else ""
+            return view, _relative(path, directory)
 
         return self._run(locate, {directory: view})
 
     def _run(self, locate: Callable[[str], tuple[View, str] | None], views: dict[str, View],
              ) -> str | None:
         check = Check(self.record, locate)
+        lines = []
         try:
             check.run()
+        except OSError as exc:  # (what was found before is said; the failure too, loudly)
+            lines.append(f"sandlock: the end check of what the run left failed at "
+                         f"{exc.filename or '?'} ({exc.strerror}): look there before using it")
         finally:
             for view in views.values():
                 view.close()
-        lines = []
         for path, renamed, why in check.found:
-            lines.append(f"sandlock: quarantined {path}: {why}; renamed "
-                         f"{os.path.basename(renamed)} (rename it back to keep it)")
+            if renamed == path:  # (it could not be renamed: why says so)
+                lines.append(f"sandlock: left in place {path}: {why}: look at it before using it")
+            else:
+                lines.append(f"sandlock: quarantined {path}: {why}; renamed "
+                             f"{os.path.basename(renamed)} (rename it back to keep it)")
             if self.audit is not None:
                 self.audit.write({"event": "quarantine", "path": path, "renamed": renamed,
                                   "reason": why})
+        if check.unchecked:
+            lines.append(f"sandlock: the run made more repositories than the end check vets "
+                         f"({len(check.vetted)}); not vetted: {', '.join(check.unchecked[:3])}"
+                         f"{', ...' if len(check.unchecked) > 3 else ''}")
         return "\n".join(lines) or None
 
 
@@ -159,6 +169,14 @@ class View:
         self._dirs[rel] = found
         return found
 
+    def identity(self, rel: str) -> tuple[int, int] | None:
+        """A directory's (inode, ctime), reached without following a link."""
+        fd = self._dir(rel)
+        if not isinstance(fd, int):
+            return None
+        st = os.fstat(fd)
+        return st.st_ino, st.st_ctime_ns
+
     def names(self, rel: str, directories: bool = False) -> list[str]:
         """What the directory ``rel`` holds (at most 4096; ``directories``: only those)."""
         fd = self._dir(rel)
@@ -228,6 +246,11 @@ class View:
             if isinstance(found, int):
                 os.close(found)
         self._dirs.clear()
+
+
+def _relative(path: str, ancestor: str) -> str:
+    """``path`` (within ``ancestor``, both absolute and normal) relative to it."""
+    return "" if path == ancestor else path[len(ancestor.rstrip("/")) + 1:]
 
 
 def _within(path: str, ancestor: str) -> bool:

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import os
 
-from . import _gitconfig
-from ._gitindex import IndexFormatError, gitlinks
-from ._gitrepo import safe_relative
-
+# (git's formats are loaded when something is there to read: a run that made nothing
+# pays for this module alone)
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,7 +33,8 @@ if TYPE_CHECKING:
     from ._leftovers import Entry, View
 
 _MAX_DEPTH = 4
-_MAX_INDEX = 64 << 20
+_MAX_VETTED = 1024  # git directories vetted in one check: a bound on its cost
+_MAX_INDEX = 256 << 20  # (~2.5 million files)
 _MAX_CONFIG = 1 << 20
 _MAX_GITLINKS = 4096
 _HASH_SIZES = (20, 32)  # SHA-1, SHA-256
@@ -49,10 +48,12 @@ class Check:
         self.found: list[tuple[str, str, str]] = []
         self.done: set[str] = set()  # host paths handled
         self.vetted: set[str] = set()  # git directories vetted
+        self.unchecked: list[str] = []  # past _MAX_VETTED
+        self.unchanged: dict[str, bool] = {}  # directories as they were at start
 
     def run(self) -> None:
-        for path, repository in self.record.absent:
-            self._absent(path, repository)
+        for path, repository, anchor in self.record.absent:
+            self._absent(path, repository, anchor)
         for directory in self.record.scanned:
             self._places(directory)
         for worktree, gitdir, common, index in self.record.repositories:
@@ -60,9 +61,9 @@ class Check:
 
     # --- where to look ----------------------------------------------------------------
 
-    def _absent(self, path: str, repository: bool) -> None:
+    def _absent(self, path: str, repository: bool, anchor: str | None) -> None:
         located = self.locate(path)
-        if located is None:
+        if located is None or anchor is not None and self._unchanged(anchor):
             return
         view, rel = located
         entry = view.lookup(rel)
@@ -75,6 +76,15 @@ class Check:
             self._place(view, entry, os.path.dirname(path), 1)
         else:
             self._quarantine(view, entry, "an autorun file made during the run")
+
+    def _unchanged(self, anchor: str) -> bool:
+        """Whether the directory ``anchor`` is as it was at start (its inode and ctime):
+        then nothing was made in it. (In a layer, what is there was written: no use.)"""
+        if anchor not in self.unchanged:
+            located = self.locate(anchor)
+            self.unchanged[anchor] = located is not None and not located[0].layer and \
+                located[0].identity(located[1]) == self.record.anchors.get(anchor)
+        return self.unchanged[anchor]
 
     def _places(self, directory: str) -> None:
         """A scanned directory and its direct subdirectories."""
@@ -132,6 +142,9 @@ class Check:
         path = view.host(rel)
         if path in self.vetted or depth > _MAX_DEPTH:
             return
+        if len(self.vetted) >= _MAX_VETTED:
+            self.unchecked.append(path)
+            return
         self.vetted.add(path)
         hooks = os.path.join(rel, "hooks")
         for name in view.names(hooks):
@@ -168,6 +181,8 @@ class Check:
         entry = view.lookup(rel)
         if entry is None or not view.written(entry):
             return
+        from . import _gitconfig
+
         data = view.read(entry, _MAX_CONFIG)
         parsed = _gitconfig.parse(data.decode("utf-8", "surrogateescape")) if data is not None else None
         if parsed is not None and parsed.complete and all(map(_gitconfig.allowed, parsed.entries)):
@@ -181,9 +196,9 @@ class Check:
         elif not parsed.complete:
             what = ", ".join(filter(None, (what, "a line git would not read")))
         parent = entry.parent
-        self._quarantine(view, entry, f"the config of a repository made during the run sets {what}; "
-                         f"written again with its {len(kept)} keys that run nothing")
-        view.create(parent, entry.name, _gitconfig.render(kept))
+        if self._quarantine(view, entry, f"the config of a repository made during the run sets "
+                            f"{what}; written again with its {len(kept)} keys that run nothing"):
+            view.create(parent, entry.name, _gitconfig.render(kept))
 
     def _admin(self, view: View, rel: str, common: str) -> None:
         """A linked worktree's directory (``worktrees/NAME``) made during the run."""
@@ -234,7 +249,8 @@ class Check:
         git directory of a repository known at start or vetted, in the same view (a
         new work tree for hooks that run what the work tree says: never)."""
         parent = os.path.dirname(target)
-        if os.path.basename(parent) == "worktrees":
+        worktree_of = os.path.basename(parent) == "worktrees"
+        if worktree_of:
             common = os.path.dirname(parent)
         else:
             common, marker, _ = target.rpartition("/modules/")
@@ -250,7 +266,7 @@ class Check:
         found = view.lookup(located[1])
         if found is None or found.rel != located[1] or not found.is_dir:
             return False  # (a link on the way, or nothing there)
-        if common == os.path.dirname(parent):
+        if worktree_of:
             self._admin(view, located[1], common)
         else:
             self._git_dir(view, located[1], worktree, depth + 1)
@@ -272,6 +288,8 @@ class Check:
 
     def _gitlinks(self, view: View, index: Entry, worktree: str, depth: int) -> None:
         """The nested repositories an index records, those not known at start vetted."""
+        from ._gitrepo import safe_relative
+
         data = view.read(index, _MAX_INDEX)
         links = _read_gitlinks(data, view, index) if data is not None else None
         if links is None:
@@ -307,19 +325,22 @@ class Check:
                 found += self._modules(view, path, depth + 1)
         return found
 
-    def _quarantine(self, view: View, entry: Entry, why: str) -> None:
+    def _quarantine(self, view: View, entry: Entry, why: str) -> bool:
         path = view.host(entry.rel)
         try:
             renamed = view.quarantine(entry)
         except OSError as exc:
             self.found.append((path, path, f"{why} (could not be renamed: {exc.strerror})"))
-            return
+            return False
         self.found.append((path, renamed, why))
+        return True
 
 
 def _read_gitlinks(data: bytes, view: View, index: Entry) -> list[bytes] | None:
     """The gitlinks of an index and of its shared part, read with either hash size (the
     union of those that read: git reads with one of them); None if neither does."""
+    from ._gitindex import IndexFormatError, gitlinks
+
     links: list[bytes] = []
     read = False
     for size in _HASH_SIZES:
