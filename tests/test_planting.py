@@ -137,6 +137,25 @@ def test_a_commondir_committed_from_a_workdir_is_quarantined_first(world, contro
         assert "quarantined" in result.stderr
 
 
+@pytest.mark.parametrize("control", [False, True])
+def test_a_kept_workspace_is_checked_again_when_committed(nobody_world, control):
+    """A run whose own end check did not look (here: allowed; or sandlock was killed)
+    leaves a layer that `sandlock workspace commit` checks before applying it."""
+    world = nobody_world
+    repository(world)
+    kept = world.sandlock(COMMONDIR.format(config=world.fsmonitor_config()), "--workdir", ".",
+                          "--on-exit", "keep", CONTROL)
+    ident = kept.stderr.split(" as ")[1].split()[0]
+    argv = [*SANDLOCK, "workspace", "commit", ident, *((CONTROL,) if control else ())]
+    committed = subprocess.run(unprivileged(argv) if world.nobody else argv, capture_output=True,
+                               text=True, timeout=60, cwd=world.project, env=world.env)
+    assert committed.returncode == 0, committed.stderr
+    world.git_actions()
+    assert world.pwned == control, committed.stderr
+    if not control:
+        assert "quarantined" in committed.stderr
+
+
 @pytest.mark.parametrize("where", ["sub", "vendor/lib/sub"])
 @pytest.mark.parametrize("control", [False, True])
 def test_a_nested_repository_added_as_a_gitlink_is_neutralised(world, control, where):
@@ -314,6 +333,33 @@ def test_husky_hooks_in_the_work_tree_are_autorun_files(nobody_world, control, e
         assert "planted" not in result.stdout  # read-only during the run
     elif not control:
         assert "planted" in result.stdout and ".husky" in result.stderr
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_husky_9_hooks_beside_its_shims_are_autorun_files(nobody_world, control):
+    """husky 9: core.hooksPath=.husky/_, whose shims run .husky/NAME."""
+    world = nobody_world
+    repository(world)
+    world.setup("git config core.hooksPath .husky/_ && mkdir -p .husky/_ && "
+                "printf '#!/bin/sh\n[ -f .husky/pre-commit ] && sh .husky/pre-commit\nexit 0\n' "
+                "> .husky/_/pre-commit && chmod +x .husky/_/pre-commit")
+    result = attack(world, f"echo '{world.touch}' > .husky/pre-commit && echo planted",
+                    control=control)
+    assert world.pwned == control, result.stderr
+    assert ("planted" in result.stdout) == control
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_relative_hooks_path_of_the_users_config_in_a_new_repository(nobody_world, control):
+    """Your ~/.gitconfig's core.hooksPath=.githooks runs every repository's .githooks."""
+    world = nobody_world
+    (world.home / ".gitconfig").write_text("[core]\n\thooksPath = .githooks\n")
+    script = ("git init -q made && " + HOOK.format(dir="made/.githooks", touch=world.touch)
+              + " && echo planted")
+    result = attack(world, script, control=control,
+                    actions=lambda: world.git_actions(world.project / "made"))
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control
 
 
 # pre-commit is not installed here: its shim, simulated, runs each local hook's entry.

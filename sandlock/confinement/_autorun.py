@@ -311,8 +311,11 @@ def _repositories(directory: str) -> Iterator[tuple[str, str]]:
         return
     for candidate in (directory, *subdirectories(directory)):
         git = os.path.join(candidate, ".git")
-        if os.path.lexists(git) and not os.path.islink(git):
-            yield candidate, git
+        try:
+            if not stat.S_ISLNK(os.lstat(git).st_mode):
+                yield candidate, git
+        except OSError:
+            pass
 
 
 def subdirectories(directory: str, limit: int = _MAX_SUBDIRECTORIES) -> list[str]:

@@ -101,6 +101,16 @@ class Leftovers:
         return "\n".join(lines) or None
 
 
+def check_kept_layer(directory: str, upper: str) -> str | None:
+    """The end check of a kept workspace's layer, before `sandlock workspace commit`
+    applies it (its run may have been interrupted before its own check): what the
+    directory holds now stands for the start. The notice, if anything was found."""
+    from ._autorun import protect
+
+    record = protect([directory], ()).record
+    return None if record is None else Leftovers(record, None).check_layer(directory, upper)
+
+
 class Entry:
     """A file found in a view: its directory (a descriptor), name, lstat, path."""
 
@@ -194,6 +204,23 @@ class View:
             return []
         finally:
             os.close(listing)
+
+    def repositories(self, rel: str) -> list[str]:
+        """The directory ``rel`` and those of its direct subdirectories (at most 4096)
+        that hold a ``.git``: one stat each (a subdirectory listed as a directory is not
+        a link, and nothing is left to swap it: its name is not walked again)."""
+        fd = self._dir(rel)
+        if not isinstance(fd, int):
+            return []
+        candidates = ["", *self.names(rel, True)]
+        found = []
+        for name in candidates:
+            try:
+                os.stat(f"{name}/.git" if name else ".git", dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            found.append(os.path.join(rel, name) if name else rel)
+        return found
 
     def read(self, entry: Entry, limit: int) -> bytes | None:
         """A regular file's bytes (None: not one, or larger than ``limit``)."""

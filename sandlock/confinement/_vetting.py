@@ -92,7 +92,7 @@ class Check:
         if located is None or os.path.basename(directory) == ".git":
             return
         view, rel = located
-        for candidate in (rel, *(os.path.join(rel, name) for name in view.names(rel, True))):
+        for candidate in view.repositories(rel):
             git = os.path.join(candidate, ".git")
             if view.host(git) in self.record.known:
                 continue
