@@ -12,7 +12,13 @@ round runs every case once, shuffled; with ``--against PATH`` (another tree's
 `sandlock`, e.g. the tree before this change) the same cases of that tree too, in the
 same rounds. Medians, and the median of the per-round differences.
 
-Usage: python bench/autorun.py [--rounds N] [--sandlock PATH] [--against PATH]
+``--phases``: the start scan (``protect``) and the end check alone, in-process (medians
+of 40 calls each, nothing written between them), in each workspace, for this tree and,
+with ``--against``, the other tree's scan (through the interpreter its script names).
+
+Usage: python bench/autorun.py [--rounds N] [--sandlock PATH] [--against PATH] [--phases]
+Run with regular installs (an editable one adds ~10 ms a start) of the same
+interpreter, and `PATH=/usr/bin:/bin`.
 """
 
 from __future__ import annotations
@@ -56,15 +62,58 @@ def _workspaces(base: str) -> dict[str, str]:
             "50 repositories": projects}
 
 
+PHASES = """
+import os, sys, time
+from sandlock.confinement import _autorun
+def median(function):
+    times = []
+    for _ in range(40):
+        start = time.perf_counter(); function(); times.append(time.perf_counter() - start)
+    return sorted(times)[20] * 1e3
+homes = [os.path.expanduser("~")]
+for directory in sys.argv[1:]:
+    try:
+        protect = lambda: _autorun.protect([directory], homes, private=["/tmp"])
+        protection = protect()
+    except TypeError:  # (a tree before the end check)
+        protect = lambda: _autorun.protect([directory], homes)
+        protection = protect()
+    record = getattr(protection, "record", None)
+    end = median(lambda: protection.leftovers(None).check()) if record else float("nan")
+    print(f"{median(protect):.3f} {end:.3f}")
+"""
+
+
+def _phases(trees: dict[str, str], places: dict[str, str]) -> None:
+    results = {}
+    for tree, script in trees.items():
+        with open(script) as file:
+            python = file.readline()[2:].strip()  # the interpreter its #! names
+        out = subprocess.run([python, "-c", PHASES, *places.values()], capture_output=True,
+                             text=True, check=True, cwd="/").stdout.split("\n")
+        results[tree] = [line.split() for line in out if line]
+    print("in-process, medians of 40 calls\n")
+    print("| workspace | " + " | ".join(f"{tree}: start scan" for tree in trees)
+          + " | this: end check |")
+    print("| --- |" + " --- |" * (len(trees) + 1))
+    for i, name in enumerate(places):
+        cells = [f"{float(results[tree][i][0]):.2f} ms" for tree in trees]
+        print(f"| {name} | " + " | ".join(cells) + f" | {float(results['this'][i][1]):.2f} ms |")
+    print()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--sandlock", default=_default_sandlock())
     parser.add_argument("--against", help="another tree's sandlock, in the same rounds")
+    parser.add_argument("--phases", action="store_true", help="the scan and the check alone")
     args = parser.parse_args()
     trees = {"this": args.sandlock, **({"against": args.against} if args.against else {})}
     base = tempfile.mkdtemp(prefix="sandlock-bench-autorun-", dir="/srv" if os.access("/srv", os.W_OK) else None)
     places = _workspaces(base)
+    if args.phases:
+        _phases(trees, places)
     commands = {name: (cwd, ["/bin/true"]) for name, cwd in places.items()}
     commands["10k files, `git add` (index read at the end)"] = (
         places["repository, 10k files"], ["sh", "-c", "echo x >> d0/f0.txt && git add d0/f0.txt"])

@@ -172,6 +172,18 @@ def test_a_nested_repository_added_as_a_gitlink_is_neutralised(world, control, w
         assert "core.fsmonitor" in result.stderr
 
 
+def test_a_sha256_repository_made_during_the_run_is_read_with_its_hash_size(nobody_world):
+    """Its index is read as git reads it: with SHA-256's hashes, as its config says."""
+    world = nobody_world
+    script = ("git init -q --object-format=sha256 made && cd made && mkdir -p a/b && "
+              "git init -q --object-format=sha256 a/b/sub && "
+              f"git -C a/b/sub config core.fsmonitor '{world.touch}; false' && "
+              "git -C a/b/sub commit -q --allow-empty -m x && git add a/b/sub && echo planted")
+    result = attack(world, script, actions=lambda: world.git_actions(world.project / "made"))
+    assert "planted" in result.stdout, result.stderr
+    assert not world.pwned and "a/b/sub/.git/config" in result.stderr, result.stderr
+
+
 def test_a_repository_made_in_a_gitlink_that_had_none_is_neutralised(nobody_world):
     """An uninitialised submodule's directory, where the command makes a repository."""
     world = nobody_world
@@ -200,6 +212,17 @@ def test_a_repository_made_during_the_run_is_neutralised(world, control):
         assert "fsmonitor" not in config and "alias" not in config
         quarantined = list((world.project / ".git").glob("config.sandlock-quarantined-*"))
         assert len(quarantined) == 1 and "fsmonitor" in quarantined[0].read_text()
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_hooks_link_of_a_repository_made_during_the_run_is_quarantined(nobody_world, control):
+    world = nobody_world
+    script = ("git init -q made && rm -r made/.git/hooks && " + HOOK.format(dir="hooks", touch=world.touch)
+              + " && ln -s ../../hooks made/.git/hooks && echo planted")
+    result = attack(world, script, control=control,
+                    actions=lambda: world.git_actions(world.project / "made"))
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control
 
 
 def test_a_clone_made_during_the_run_keeps_its_remote_but_not_its_hooks(nobody_world):
@@ -391,6 +414,23 @@ def test_pre_commit_config_is_an_autorun_file_where_its_shim_is_installed(nobody
     assert world.pwned == control, result.stderr
     if not control:
         assert ("planted" in result.stdout) != existing
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_what_a_shim_of_your_own_hooks_path_runs_is_an_autorun_file_everywhere(nobody_world,
+                                                                            control):
+    """core.hooksPath=~/.githooks in your config, pre-commit's shim there: every
+    repository's .pre-commit-config.yaml runs at its commits, a new one's too."""
+    world = nobody_world
+    hooks = world.home / ".githooks"
+    hooks.mkdir()
+    (hooks / "pre-commit").write_text(PRE_COMMIT_SHIM)
+    (hooks / "pre-commit").chmod(0o755)
+    (world.home / ".gitconfig").write_text("[core]\n\thooksPath = ~/.githooks\n")
+    yaml = f"repos:\\n- repo: local\\n  hooks:\\n  - id: x\\n    entry: {world.touch}\\n"
+    result = attack(world, f"git init -q made && printf '{yaml}' > made/.pre-commit-config.yaml",
+                    control=control, actions=lambda: world.git_actions(world.project / "made"))
+    assert world.pwned == control, result.stderr
 
 
 def test_lefthook_files_are_autorun_files_where_its_shim_is_installed(nobody_world):

@@ -87,20 +87,22 @@ class StartRecord:
     above it that existed (``absent``), that directory's inode and ctime (``anchors``:
     unchanged, nothing was made in it);
     the real paths of every repository entry and git directory found (``known``), and
-    each repository's (work tree, git directory, common directory, index identity);
-    the common directories whose hooks run what their work tree says; a relative
-    ``core.hooksPath`` of the user's own config; when the run began (file ctimes)."""
+    each repository's (work tree, git directory, common directory, index identity, hash
+    size);
+    the common directories whose hooks run what their work tree says; what the user's
+    own config makes every work tree's hooks (a relative ``core.hooksPath``, the files
+    its hook manager's shims run); when the run began (file ctimes)."""
 
     def __init__(self, roots: tuple[str, ...], scanned: tuple[str, ...],
                  absent: tuple[tuple[str, bool, str | None], ...],
                  anchors: dict[str, tuple[int, int]], known: frozenset[str],
-                 repositories: tuple[tuple[str, str, str, tuple | None], ...],
-                 worktree_hooks: frozenset[str], relative_hooks: str | None,
+                 repositories: tuple[tuple[str, str, str, tuple | None, int], ...],
+                 worktree_hooks: frozenset[str], worktree_files: tuple[str, ...],
                  since_ns: int) -> None:
         self.roots, self.scanned, self.absent, self.known = roots, scanned, absent, known
         self.anchors = anchors
         self.repositories, self.worktree_hooks = repositories, worktree_hooks
-        self.relative_hooks, self.since_ns = relative_hooks, since_ns
+        self.worktree_files, self.since_ns = worktree_files, since_ns
 
 
 class Found:
@@ -115,10 +117,12 @@ class Found:
         self.read_only: list[str] = []
         self.absent: list[tuple[str, bool]] = []
         self.known: set[str] = set()
-        self.repositories: list[tuple[str, str, str, tuple | None]] = []
+        self.repositories: list[tuple[str, str, str, tuple | None, int]] = []
         self.worktree_hooks: set[str] = set()
         self.git_dirs: set[str] = set()  # (those whose own files were listed already)
         self.global_hooks: str | None = None  # core.hooksPath of the user's own config
+        self.worktree_files: list[str] = []  # (StartRecord's)
+        self.managers: dict[str, list[str]] = {}  # hooks directory -> what its shims run
         self.nested = 0  # repositories found at gitlinks (bounded)
         self._real: dict[str, tuple[str, bool]] = {}  # path -> (real path, exists)
 
@@ -233,7 +237,7 @@ def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[s
         found.protect(path)
     record = StartRecord(tuple(roots), tuple(scanned), *_anchored(found.absent),
                          frozenset(found.known), tuple(found.repositories),
-                         frozenset(found.worktree_hooks), _relative(found.global_hooks), since)
+                         frozenset(found.worktree_hooks), tuple(found.worktree_files), since)
     return Protection(*found.mounts(), files, record)
 
 
@@ -295,12 +299,6 @@ def _anchored(absent: list[tuple[str, bool]],
                 anchor = os.path.dirname(anchor)
         found.append((path, repository, anchor))
     return tuple(found), anchors
-
-
-def _relative(hooks_path: str | None) -> str | None:
-    if hooks_path is None or os.path.isabs(hooks_path) or hooks_path.startswith("~"):
-        return None
-    return os.path.normpath(hooks_path)
 
 
 def _repositories(directory: str) -> Iterator[tuple[str, str]]:

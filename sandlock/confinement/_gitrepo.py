@@ -41,9 +41,15 @@ _PRE_COMMIT_CONFIG = ".pre-commit-config.yaml"
 
 
 def user_config(found: Found, configs: list[tuple[str, bytes]]) -> None:
-    """The files the user's own configs include, and their ``core.hooksPath``."""
+    """The files the user's own configs include, and their ``core.hooksPath``: relative,
+    it names hooks in every work tree; else, its hook managers' shims name files there."""
     for path, data in configs:
         found.global_hooks = _config_file(found, path, data, 0) or found.global_hooks
+    hooks = found.global_hooks
+    if hooks and not os.path.isabs(hooks) and not hooks.startswith("~"):
+        found.worktree_files.append(os.path.normpath(hooks))
+    elif hooks and (expanded := _expand(hooks, "/")) is not None:
+        found.worktree_files += _managed_files(found, found.real(expanded))
 
 
 def scan(found: Found, top: str, worktree: str, git: str, depth: int = 0) -> None:
@@ -81,7 +87,7 @@ def scan(found: Found, top: str, worktree: str, git: str, depth: int = 0) -> Non
             scan(found, top, nested, nested_git, depth + 1)
         elif not os.path.lexists(nested_git):
             found.file(nested_git, repository=True)
-    found.repositories.append((found.real(worktree), gitdir, common, index))
+    found.repositories.append((found.real(worktree), gitdir, common, index, hash_size))
 
 
 def gitfile_target(path: str) -> str | None:
@@ -208,15 +214,24 @@ def _hooks_directory(found: Found, worktree: str, common: str, hooks_path: str |
 
 def _hook_managers(found: Found, worktree: str, hooks: str, common: str) -> None:
     """The work-tree files that the shims of a hook manager in ``hooks`` run."""
-    names: list[str] = []
-    for entry in _hook_files(hooks):
-        head = read_bounded(entry, 4096) or b""
-        if _PRE_COMMIT in head:
-            names += _pre_commit_configs(head)
-        names += [path for marker, paths in _MANAGERS if marker in head for path in paths]
+    names = _managed_files(found, hooks)
     if names:
         found.worktree_hooks.add(common)
-        found.files(worktree, dict.fromkeys(names))
+        found.files(worktree, names)
+
+
+def _managed_files(found: Found, hooks: str) -> list[str]:
+    """The work-tree files that the shims of a hook manager in ``hooks`` run (read once
+    for each hooks directory)."""
+    if hooks not in found.managers:
+        names: list[str] = []
+        for entry in _hook_files(hooks):
+            head = read_bounded(entry, 4096) or b""
+            if _PRE_COMMIT in head:
+                names += _pre_commit_configs(head)
+            names += [path for marker, paths in _MANAGERS if marker in head for path in paths]
+        found.managers[hooks] = list(dict.fromkeys(names))
+    return found.managers[hooks]
 
 
 def _hook_files(hooks: str) -> list[str]:

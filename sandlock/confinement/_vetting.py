@@ -50,13 +50,15 @@ class Check:
         self.vetted: set[str] = set()  # git directories vetted
         self.unchecked: list[str] = []  # past _MAX_VETTED
         self.unchanged: dict[str, bool] = {}  # directories as they were at start
+        # common directory -> the size of its hashes (SHA-256's or SHA-1's), as its config says
+        self.hash_sizes = {common: size for _, _, common, _, size in record.repositories}
 
     def run(self) -> None:
         for path, repository, anchor in self.record.absent:
             self._absent(path, repository, anchor)
         for directory in self.record.scanned:
             self._places(directory)
-        for worktree, gitdir, common, index in self.record.repositories:
+        for worktree, gitdir, common, index, _ in self.record.repositories:
             self._known(worktree, gitdir, common, index)
 
     # --- where to look ----------------------------------------------------------------
@@ -108,7 +110,7 @@ class Check:
             view, rel = located
             entry = view.lookup(os.path.join(rel, "index"))
             if entry is not None and (view.layer or _identity(entry) != index):
-                self._gitlinks(view, entry, worktree, 0)
+                self._gitlinks(view, entry, worktree, 0, common)
         located = self.locate(common)
         if located is None:
             return
@@ -147,6 +149,9 @@ class Check:
             return
         self.vetted.add(path)
         hooks = os.path.join(rel, "hooks")
+        entry = view.lookup(hooks)
+        if entry is not None and entry.is_link and view.written(entry):
+            self._quarantine(view, entry, "a hooks link of a repository made during the run")
         for name in view.names(hooks):
             entry = view.lookup(os.path.join(hooks, name))
             if not name.endswith(".sample") and entry is not None and view.written(entry):
@@ -155,7 +160,7 @@ class Check:
             entry = view.lookup(os.path.join(rel, name))
             if entry is not None and view.written(entry):
                 self._quarantine(view, entry, f"{name} of a repository made during the run")
-        self._config(view, os.path.join(rel, "config"))
+        self.hash_sizes[path] = self._config(view, os.path.join(rel, "config"))
         for name in view.names(os.path.join(rel, "worktrees"), True):
             self._admin(view, os.path.join(rel, "worktrees", name), path)
         for module in self._modules(view, os.path.join(rel, "modules")):
@@ -164,10 +169,10 @@ class Check:
             return
         entry = view.lookup(os.path.join(rel, "index"))
         if entry is not None and view.written(entry):
-            self._gitlinks(view, entry, worktree, depth)
-        if self.record.relative_hooks:  # the user's own core.hooksPath, in this work tree
-            self._absent_like(os.path.join(worktree, self.record.relative_hooks),
-                              "hooks that your core.hooksPath runs, in a repository made during the run")
+            self._gitlinks(view, entry, worktree, depth, path)
+        for name in self.record.worktree_files:  # hooks your own config runs in any work tree
+            self._absent_like(os.path.join(worktree, name), "what the hooks of your git config "
+                              "run, in a repository made during the run")
 
     def _absent_like(self, path: str, why: str) -> None:
         located = self.locate(path)
@@ -177,16 +182,19 @@ class Check:
             if entry is not None and view.written(entry):
                 self._quarantine(view, entry, why)
 
-    def _config(self, view: View, rel: str) -> None:
-        entry = view.lookup(rel)
-        if entry is None or not view.written(entry):
-            return
+    def _config(self, view: View, rel: str) -> int:
+        """A git directory's config, vetted if the run wrote it; the size of the hashes
+        it says its repository uses (what git reads its index with)."""
         from . import _gitconfig
 
-        data = view.read(entry, _MAX_CONFIG)
+        entry = view.lookup(rel)
+        data = view.read(entry, _MAX_CONFIG) if entry is not None else None
         parsed = _gitconfig.parse(data.decode("utf-8", "surrogateescape")) if data is not None else None
-        if parsed is not None and parsed.complete and all(map(_gitconfig.allowed, parsed.entries)):
-            return
+        size = 32 if parsed and [value.lower() for value in parsed.values(
+            "extensions", "objectformat")][-1:] == ["sha256"] else 20
+        if entry is None or not view.written(entry) or parsed is not None and parsed.complete \
+                and all(map(_gitconfig.allowed, parsed.entries)):
+            return size
         kept = [item for item in parsed.entries if _gitconfig.allowed(item)] if parsed else []
         refused = [item.key.replace("*", item.subsection or "") for item in (parsed.entries if parsed else ())
                    if not _gitconfig.allowed(item)]
@@ -199,6 +207,7 @@ class Check:
         if self._quarantine(view, entry, f"the config of a repository made during the run sets "
                             f"{what}; written again with its {len(kept)} keys that run nothing"):
             view.create(parent, entry.name, _gitconfig.render(kept))
+        return size
 
     def _admin(self, view: View, rel: str, common: str) -> None:
         """A linked worktree's directory (``worktrees/NAME``) made during the run."""
@@ -231,7 +240,7 @@ class Check:
         if data and index is not None and view.written(index):
             worktree = os.path.dirname(os.fsdecode(data.strip()))
             if os.path.isabs(worktree) and self.locate(worktree) is not None:
-                self._gitlinks(view, index, worktree, 1)
+                self._gitlinks(view, index, worktree, 1, common)
 
     def _gitfile(self, view: View, entry: Entry, worktree: str, depth: int) -> None:
         """A ``.git`` file (``gitdir: PATH``) that was not there at start."""
@@ -286,12 +295,15 @@ class Check:
         self._git_dir(view, located[1], worktree, depth + 1)
         return True
 
-    def _gitlinks(self, view: View, index: Entry, worktree: str, depth: int) -> None:
-        """The nested repositories an index records, those not known at start vetted."""
+    def _gitlinks(self, view: View, index: Entry, worktree: str, depth: int, common: str) -> None:
+        """The nested repositories an index records, those not known at start vetted
+        (read with the hash size of its repository's config: git's)."""
         from ._gitrepo import safe_relative
 
         data = view.read(index, _MAX_INDEX)
-        links = _read_gitlinks(data, view, index) if data is not None else None
+        size = self.hash_sizes.get(common)
+        links = _read_gitlinks(data, view, index, (size,) if size else _HASH_SIZES) \
+            if data is not None else None
         if links is None:
             self._quarantine(view, index, "an index sandlock cannot read, changed during the run")
             return
@@ -336,14 +348,15 @@ class Check:
         return True
 
 
-def _read_gitlinks(data: bytes, view: View, index: Entry) -> list[bytes] | None:
-    """The gitlinks of an index and of its shared part, read with either hash size (the
-    union of those that read: git reads with one of them); None if neither does."""
+def _read_gitlinks(data: bytes, view: View, index: Entry, sizes: tuple[int, ...],
+                   ) -> list[bytes] | None:
+    """The gitlinks of an index and of its shared part, read with each hash size (the
+    union of those that read, when the repository's is not known); None if none does."""
     from ._gitindex import IndexFormatError, gitlinks
 
     links: list[bytes] = []
     read = False
-    for size in _HASH_SIZES:
+    for size in sizes:
         try:
             found, shared = gitlinks(data, size)
         except IndexFormatError:
