@@ -27,7 +27,7 @@ import time
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from .._auditlog import AuditLog
     from ._leftovers import Leftovers
@@ -125,6 +125,7 @@ class Found:
         self.managers: dict[str, list[str]] = {}  # hooks directory -> what its shims run
         self.nested = 0  # repositories found at gitlinks (bounded)
         self._real: dict[str, tuple[str, bool]] = {}  # path -> (real path, exists)
+        self.stats: dict[str, os.stat_result] = {}  # real path -> its stat, as found
 
     def covered(self, path: str) -> bool:
         return self._root(path) is not None
@@ -145,17 +146,28 @@ class Found:
             parent, _, name = path.rpartition("/")
             if not parent or name in ("", ".", ".."):
                 real = os.path.realpath(path)
-                found = real, os.path.exists(real)
+                found = real, self._stat(real, os.stat) is not None
             else:
                 base, exists = self._resolve(parent)
                 real = f"{base}/{name}"
-                try:
-                    link = exists and stat.S_ISLNK(os.lstat(real).st_mode)
-                    found = (os.path.realpath(real), os.path.exists(real)) if link else (real, exists)
-                except OSError:
-                    found = real, False
+                st = self._stat(real, os.lstat) if exists else None
+                if st is not None and stat.S_ISLNK(st.st_mode):
+                    real = os.path.realpath(real)
+                    st = self._stat(real, os.stat)
+                found = real, st is not None
             self._real[path] = found
         return found
+
+    def _stat(self, real: str, function: Callable[[str], os.stat_result]) -> os.stat_result | None:
+        try:
+            st = self.stats[real] = function(real)
+        except OSError:
+            return None
+        return st
+
+    def forget(self, path: str) -> None:
+        """``path`` was just made: resolve it again when asked."""
+        self._real.pop(path, None)
 
     def files(self, base: str, names: Iterable[str], repository: bool = False) -> None:
         """Each ``base/name``: read-only if it exists, else recorded as absent."""
@@ -235,7 +247,7 @@ def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[s
         found.files(home, HOME_AUTORUN)
     for path in files:
         found.protect(path)
-    record = StartRecord(tuple(roots), tuple(scanned), *_anchored(found.absent),
+    record = StartRecord(tuple(roots), tuple(scanned), *_anchored(found.absent, found.stats),
                          frozenset(found.known), tuple(found.repositories),
                          frozenset(found.worktree_hooks), tuple(found.worktree_files), since)
     return Protection(*found.mounts(), files, record)
@@ -274,7 +286,7 @@ def read_bounded(path: str, limit: int = 1 << 20) -> bytes | None:
         os.close(fd)
 
 
-def _anchored(absent: list[tuple[str, bool]],
+def _anchored(absent: list[tuple[str, bool]], stats: dict[str, os.stat_result],
               ) -> tuple[tuple[tuple[str, bool, str | None], ...], dict[str, tuple[int, int]]]:
     """Each absent path with the nearest directory above it that exists, and those
     directories' (inode, ctime): a directory whose ctime has not changed has had no
@@ -286,8 +298,8 @@ def _anchored(absent: list[tuple[str, bool]],
     for path, repository in dict.fromkeys(absent):
         anchor: str | None = os.path.dirname(path)
         while anchor is not None and anchor not in anchors:
-            try:
-                st = None if anchor in missing else os.lstat(anchor)
+            try:  # (the scan has seen most: their stat then, before the command started)
+                st = None if anchor in missing else stats.get(anchor) or os.lstat(anchor)
             except OSError:
                 st = None
             if st is not None:

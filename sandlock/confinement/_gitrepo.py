@@ -15,6 +15,7 @@ or follows what a repository says beyond bounded reads of small files.
 from __future__ import annotations
 
 import os
+import stat
 
 from . import _autorun
 from ._autorun import GIT_AUTORUN, WORKTREE_AUTORUN, EDITOR_AUTORUN, Found, read_bounded
@@ -62,7 +63,8 @@ def scan(found: Found, top: str, worktree: str, git: str, depth: int = 0) -> Non
     found.known.add(real)
     if worktree != top:
         found.pin(worktree)
-    if os.path.isdir(real):
+    st = found.stats.get(real)
+    if st is not None and stat.S_ISDIR(st.st_mode):
         gitdir = real
         found.pin(gitdir)
     else:  # a worktree's or submodule's "gitdir:" file
@@ -138,6 +140,7 @@ def _git_dir(found: Found, gitdir: str, depth: int) -> None:
                 os.chown(hooks, owner.st_uid, owner.st_gid)
         except OSError:
             pass
+        found.forget(hooks)
     found.files(gitdir, GIT_AUTORUN)
     for admin in _autorun.subdirectories(os.path.join(gitdir, "worktrees"), 256):
         found.known.add(found.real(admin))
