@@ -294,6 +294,25 @@ def test_the_directory_holding_an_editor_task_cannot_be_swapped(nobody_world):
 
 
 @pytest.mark.parametrize("control", [False, True])
+def test_the_gitlinks_of_a_worktree_made_during_the_run_are_looked_at_there(nobody_world, control):
+    """`git worktree add` is kept; a repository planted at a gitlink of its work tree
+    (which `git status` there recurses into) is vetted in that work tree."""
+    world = nobody_world
+    repository(world)
+    world.setup("mkdir -p vendor && git init -q vendor/x && git -C vendor/x commit -q --allow-empty "
+                "-m x && git add vendor/x 2>/dev/null && git commit -q -m vendor")
+    script = (f"git worktree add -q wt -b topic && git init -q wt/vendor/x && "
+              f"git -C wt/vendor/x config core.fsmonitor '{world.touch}; false' && echo planted")
+    result = attack(world, script, control=control,
+                    actions=lambda: world.git_actions(world.project / "wt"))
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control
+    if not control:
+        assert (world.project / "wt" / ".git").is_file()  # the worktree itself is kept
+        assert "wt/vendor/x/.git/config" in result.stderr
+
+
+@pytest.mark.parametrize("control", [False, True])
 def test_a_config_worktree_made_during_the_run_is_quarantined(nobody_world, control):
     world = nobody_world
     repository(world)

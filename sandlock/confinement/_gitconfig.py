@@ -92,6 +92,29 @@ def parse(text: str) -> Parsed:
     return Parsed(entries, True)
 
 
+class Verdict:
+    """A config a repository made during the run may keep (``allowed``), or the entries
+    it may (``kept``) and what it may not (``refused``); its hashes' size."""
+
+    def __init__(self, allowed: bool, kept: list[Entry], refused: str, hash_size: int) -> None:
+        self.allowed, self.kept, self.refused, self.hash_size = allowed, kept, refused, hash_size
+
+
+def judge(data: bytes | None) -> Verdict:
+    """A config's bytes (None: not a regular file, or too large) judged."""
+    if data is None:
+        return Verdict(False, [], "what sandlock cannot read (not a regular file, or too large)", 20)
+    parsed = parse(data.decode("utf-8", "surrogateescape"))
+    formats = [value.lower() for value in parsed.values("extensions", "objectformat")]
+    kept = [entry for entry in parsed.entries if allowed(entry)]
+    refused = [entry.key.replace("*", entry.subsection or "") for entry in parsed.entries
+               if not allowed(entry)]
+    what = ", ".join([*dict.fromkeys(refused[:4]), *(() if parsed.complete else
+                                                     ("a line git would not read",))])
+    return Verdict(parsed.complete and not refused, kept, what,
+                   32 if formats[-1:] == ["sha256"] else 20)
+
+
 def allowed(entry: Entry) -> bool:
     key = entry.key
     if key not in ALLOWED:

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import struct
 
+TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 GITLINK = 0o160000
 _TYPE = 0o170000
 _HEADER = struct.Struct(">4sII")
@@ -27,6 +31,7 @@ _QUICK_MODE = _U32.pack(GITLINK)
 _STAT_BYTES = 40  # ctime, mtime, dev, ino, mode, uid, gid, size: mode at 24
 _EXTENDED = 0x4000
 _NAME_MASK = 0xFFF
+_MAX_GITLINKS = 4096  # read from one index at the end
 
 
 class IndexFormatError(ValueError):
@@ -171,3 +176,28 @@ def shared_index_names(data: bytes, hash_size: int) -> list[str]:
                 names.append("sharedindex." + data[at + 8:at + 8 + hash_size].hex())
         at = data.find(b"link", at + 1)
     return names
+
+
+def read_gitlinks(read: Callable[[str], bytes | None], sizes: tuple[int, ...], limit: int,
+                  ) -> list[bytes] | None:
+    """The gitlinks of an index and of its shared part (``read(name)``: a file of its
+    git directory, at most ``limit`` bytes), read with each hash size (the union of
+    those that read, when the repository's is not known); None if none does."""
+    data = read("index")
+    if data is None:
+        return None
+    links: list[bytes] = []
+    understood = False
+    for size in sizes:
+        try:
+            found, shared = gitlinks(data, size)
+        except IndexFormatError:
+            continue
+        understood = True
+        links += found
+        more = read("sharedindex." + shared.hex()) if shared is not None else None
+        try:
+            links += gitlinks(more, size)[0] if more else []
+        except IndexFormatError:
+            return None
+    return list(dict.fromkeys(links))[:_MAX_GITLINKS] if understood else None

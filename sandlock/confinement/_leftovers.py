@@ -82,6 +82,9 @@ class Leftovers:
         except OSError as exc:  # (what was found before is said; the failure too, loudly)
             lines.append(f"sandlock: the end check of what the run left failed at "
                          f"{exc.filename or '?'} ({exc.strerror}): look there before using it")
+        except Exception as exc:  # (a bug: said in one line, not a traceback at the exit)
+            lines.append(f"sandlock: the end check of what the run left failed "
+                         f"({type(exc).__name__}: {exc}): look at the run's write grants")
         finally:
             for view in views.values():
                 view.close()

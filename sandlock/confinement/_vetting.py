@@ -36,7 +36,6 @@ _MAX_DEPTH = 4
 _MAX_VETTED = 1024  # git directories vetted in one check: a bound on its cost
 _MAX_INDEX = 256 << 20  # (~2.5 million files)
 _MAX_CONFIG = 1 << 20
-_MAX_GITLINKS = 4096
 _HASH_SIZES = (20, 32)  # SHA-1, SHA-256
 
 
@@ -185,29 +184,18 @@ class Check:
     def _config(self, view: View, rel: str) -> int:
         """A git directory's config, vetted if the run wrote it; the size of the hashes
         it says its repository uses (what git reads its index with)."""
-        from . import _gitconfig
+        from ._gitconfig import judge, render
 
         entry = view.lookup(rel)
-        data = view.read(entry, _MAX_CONFIG) if entry is not None else None
-        parsed = _gitconfig.parse(data.decode("utf-8", "surrogateescape")) if data is not None else None
-        size = 32 if parsed and [value.lower() for value in parsed.values(
-            "extensions", "objectformat")][-1:] == ["sha256"] else 20
-        if entry is None or not view.written(entry) or parsed is not None and parsed.complete \
-                and all(map(_gitconfig.allowed, parsed.entries)):
-            return size
-        kept = [item for item in parsed.entries if _gitconfig.allowed(item)] if parsed else []
-        refused = [item.key.replace("*", item.subsection or "") for item in (parsed.entries if parsed else ())
-                   if not _gitconfig.allowed(item)]
-        what = ", ".join(dict.fromkeys(refused[:4]))
-        if parsed is None:
-            what = "what sandlock cannot read (not a regular file, or too large)"
-        elif not parsed.complete:
-            what = ", ".join(filter(None, (what, "a line git would not read")))
+        verdict = judge(view.read(entry, _MAX_CONFIG) if entry is not None else None)
+        if entry is None or not view.written(entry) or verdict.allowed:
+            return verdict.hash_size
         parent = entry.parent
         if self._quarantine(view, entry, f"the config of a repository made during the run sets "
-                            f"{what}; written again with its {len(kept)} keys that run nothing"):
-            view.create(parent, entry.name, _gitconfig.render(kept))
-        return size
+                            f"{verdict.refused}; written again with its {len(verdict.kept)} keys "
+                            "that run nothing"):
+            view.create(parent, entry.name, render(verdict.kept))
+        return verdict.hash_size
 
     def _admin(self, view: View, rel: str, common: str) -> None:
         """A linked worktree's directory (``worktrees/NAME``) made during the run."""
@@ -267,7 +255,8 @@ class Check:
                 return False
         if {common, target} & self.record.worktree_hooks:
             return False
-        if target in self.record.known:
+        if target in self.record.known:  # (a new work tree of it: its gitlinks there)
+            self._host_gitlinks(view, target, worktree, depth + 1, common if worktree_of else target)
             return True
         located = self.locate(target)
         if located is None or located[0] is not view or not self._repository(view, common, depth):
@@ -278,7 +267,13 @@ class Check:
         if worktree_of:
             self._admin(view, located[1], common)
         else:
-            self._git_dir(view, located[1], worktree, depth + 1)
+            self._git_dir(view, located[1], None, depth + 1)
+        # Its index's gitlinks, in the work tree git will take: this file's directory
+        # (whatever the directory's own ``gitdir`` file claims, or another .git file).
+        index = view.lookup(os.path.join(located[1], "index"))
+        if index is not None and index.rel == os.path.join(located[1], "index") \
+                and view.written(index):
+            self._gitlinks(view, index, worktree, depth + 1, common if worktree_of else target)
         return True
 
     def _repository(self, view: View, gitdir: str, depth: int) -> bool:
@@ -298,15 +293,46 @@ class Check:
     def _gitlinks(self, view: View, index: Entry, worktree: str, depth: int, common: str) -> None:
         """The nested repositories an index records, those not known at start vetted
         (read with the hash size of its repository's config: git's)."""
-        from ._gitrepo import safe_relative
+        parent = os.path.dirname(index.rel)
 
-        data = view.read(index, _MAX_INDEX)
-        size = self.hash_sizes.get(common)
-        links = _read_gitlinks(data, view, index, (size,) if size else _HASH_SIZES) \
-            if data is not None else None
+        def read(name: str) -> bytes | None:
+            entry = index if name == "index" else view.lookup(os.path.join(parent, name))
+            return view.read(entry, _MAX_INDEX) if entry is not None else None
+
+        from ._gitindex import read_gitlinks
+
+        links = read_gitlinks(read, self._sizes(common), _MAX_INDEX)
         if links is None:
             self._quarantine(view, index, "an index sandlock cannot read, changed during the run")
+        else:
+            self._nested(links, worktree, depth)
+
+    def _host_gitlinks(self, view: View, gitdir: str, worktree: str, depth: int,
+                       common: str) -> None:
+        """The gitlinks of a known git directory's index, for a new work tree of it: its
+        index as the run left it (in a layer, the directory's own if the run did not
+        change it)."""
+        located = self.locate(gitdir)
+        index = view.lookup(os.path.join(located[1], "index")) if located else None
+        if index is not None and index.rel == os.path.join(located[1], "index"):
+            self._gitlinks(view, index, worktree, depth, common)
             return
+        if view.layer:
+            from ._autorun import read_bounded
+            from ._gitindex import read_gitlinks
+
+            links = read_gitlinks(lambda name: read_bounded(os.path.join(gitdir, name), _MAX_INDEX),
+                                  self._sizes(common), _MAX_INDEX)
+            self._nested(links or [], worktree, depth)
+
+    def _sizes(self, common: str) -> tuple[int, ...]:
+        size = self.hash_sizes.get(common)
+        return (size,) if size else _HASH_SIZES
+
+    def _nested(self, links: list[bytes], worktree: str, depth: int) -> None:
+        """What is at each gitlink of ``worktree`` that was not known at start."""
+        from ._gitrepo import safe_relative
+
         for link in links:
             path = os.fsdecode(link)
             if not safe_relative(path):
@@ -346,32 +372,6 @@ class Check:
             return False
         self.found.append((path, renamed, why))
         return True
-
-
-def _read_gitlinks(data: bytes, view: View, index: Entry, sizes: tuple[int, ...],
-                   ) -> list[bytes] | None:
-    """The gitlinks of an index and of its shared part, read with each hash size (the
-    union of those that read, when the repository's is not known); None if none does."""
-    from ._gitindex import IndexFormatError, gitlinks
-
-    links: list[bytes] = []
-    read = False
-    for size in sizes:
-        try:
-            found, shared = gitlinks(data, size)
-        except IndexFormatError:
-            continue
-        read = True
-        links += found
-        if shared is not None:
-            parent = os.path.dirname(index.rel)
-            entry = view.lookup(os.path.join(parent, "sharedindex." + shared.hex()))
-            more = view.read(entry, _MAX_INDEX) if entry is not None else None
-            try:
-                links += gitlinks(more, size)[0] if more else []
-            except IndexFormatError:
-                return None
-    return list(dict.fromkeys(links))[:_MAX_GITLINKS] if read else None
 
 
 def _identity(entry: Entry) -> tuple[int, int, int, int]:
