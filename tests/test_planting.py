@@ -286,6 +286,20 @@ def test_an_existing_worktree_directory_cannot_be_swapped(nobody_world, control)
         assert "planted" not in result.stdout and "busy" in result.stderr
 
 
+def test_a_pinned_repository_keeps_the_workdir_mounted_inside_it(nobody_world):
+    """Pins are bound with what is mounted beneath them: a --workdir inside a pinned
+    repository stays copy-on-write (a plain bind would hide its overlay, and the
+    command would write the real directory)."""
+    world = nobody_world
+    repository(world)
+    world.setup("mkdir -p sub")
+    result = world.sandlock("echo x > written", "-r", "/", "-w", str(world.home), "--workdir",
+                            str(world.project / "sub"), "--on-exit", "abort",
+                            cwd=world.project / "sub")
+    assert "discarded 1 change" in result.stderr, result.stderr
+    assert not (world.project / "sub" / "written").exists()
+
+
 def test_the_directory_holding_an_editor_task_cannot_be_swapped(nobody_world):
     world = nobody_world
     world.setup("mkdir .vscode && echo '{}' > .vscode/tasks.json")

@@ -175,8 +175,8 @@ class Isolation:
             mounts.make_writable(path)
         for path in self.temporary:  # where the command's TMPDIR points, empty, its own
             os.makedirs(path, 0o700, exist_ok=True)
-        for directory in self.protection.pinned:
-            mounts.bind(directory, directory)
+        for directory in self.protection.pinned:  # (with what is mounted beneath: a workdir)
+            mounts.bind(directory, directory, recursive=True)
         for path in self.protection.read_only:
             mounts.bind(path, path)
             mounts.make_read_only(path)
