@@ -131,7 +131,7 @@ class Found:
         return self._root(path) is not None
 
     def _root(self, path: str) -> str | None:
-        """The outermost root that covers ``path``."""
+        """The outermost root that covers ``path`` (roots: outermost first)."""
         return next((root for root in self.roots
                      if path == root or path.startswith(root.rstrip("/") + "/")), None)
 
@@ -219,7 +219,7 @@ def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[s
     hidden = {os.path.realpath(path) for path in private}
     roots = [real for real in dict.fromkeys(os.path.realpath(path) for path in writable
                                             if os.path.isdir(path)) if real not in hidden]
-    found = Found(roots)
+    found = Found(sorted(roots, key=len))
     files = tuple(dict.fromkeys(real for real in map(os.path.realpath, policy_files)
                                 if found.covered(real)))
     if not autorun:

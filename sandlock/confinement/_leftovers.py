@@ -46,8 +46,8 @@ class Leftovers:
 
     def check(self) -> str | None:
         """The write grants written on the host (the workdir's layer aside); the notice."""
-        roots = [root for root in self.record.roots
-                 if self.layered is None or not _within(root, self.layered)]
+        roots = sorted((root for root in self.record.roots  # (outermost first)
+                        if self.layered is None or not _within(root, self.layered)), key=len)
         views: dict[str, View] = {}
 
         def locate(path: str) -> tuple[View, str] | None:
