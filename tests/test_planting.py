@@ -108,6 +108,17 @@ def attack(world: World, script: str, *options: str, actions=None, cwd: Path | N
     return result
 
 
+def attack_there(world: World, script: str, where: str, control: bool,
+                 ) -> subprocess.CompletedProcess:
+    """The attack, then the user's git in ``where`` (in the project): it ran only in the
+    control."""
+    result = attack(world, script + " && echo planted", control=control,
+                    actions=lambda: world.git_actions(world.project / where))
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control, result.stderr
+    return result
+
+
 # --- git: files that move where git reads config and hooks -----------------------------
 
 COMMONDIR = ("mkdir evil && cp -r .git/objects .git/refs .git/HEAD evil/ && "
@@ -217,12 +228,9 @@ def test_a_repository_made_during_the_run_is_neutralised(world, control):
 @pytest.mark.parametrize("control", [False, True])
 def test_a_hooks_link_of_a_repository_made_during_the_run_is_quarantined(nobody_world, control):
     world = nobody_world
-    script = ("git init -q made && rm -r made/.git/hooks && " + HOOK.format(dir="hooks", touch=world.touch)
-              + " && ln -s ../../hooks made/.git/hooks && echo planted")
-    result = attack(world, script, control=control,
-                    actions=lambda: world.git_actions(world.project / "made"))
-    assert "planted" in result.stdout, result.stderr
-    assert world.pwned == control
+    attack_there(world, "git init -q made && rm -r made/.git/hooks && "
+                 + HOOK.format(dir="hooks", touch=world.touch) + " && ln -s ../../hooks made/.git/hooks",
+                 "made", control)
 
 
 def test_a_clone_made_during_the_run_keeps_its_remote_but_not_its_hooks(nobody_world):
@@ -244,11 +252,8 @@ def test_a_git_file_naming_a_repository_of_the_command_is_quarantined(nobody_wor
     world = nobody_world
     script = ("git init -q elsewhere && mv elsewhere/.git attacker.git && rmdir elsewhere && "
               f"git --git-dir=attacker.git config core.fsmonitor '{world.touch}; false' && "
-              "mkdir sub && echo 'gitdir: ../attacker.git' > sub/.git && echo planted")
-    result = attack(world, script, control=control,
-                    actions=lambda: world.git_actions(world.project / "sub"))
-    assert "planted" in result.stdout, result.stderr
-    assert world.pwned == control
+              "mkdir sub && echo 'gitdir: ../attacker.git' > sub/.git")
+    result = attack_there(world, script, "sub", control)
     if not control:
         assert "sub/.git" in result.stderr and not (world.project / "sub" / ".git").exists()
 
@@ -261,11 +266,8 @@ def test_a_worktree_directory_naming_another_repository_is_quarantined(nobody_wo
               f"printf '{world.fsmonitor_config()}' > evil/config && "
               "echo \"$PWD/evil\" > .git/worktrees/wt/commondir && cp .git/HEAD .git/worktrees/wt/ && "
               "echo \"$PWD/wt/.git\" > .git/worktrees/wt/gitdir && "
-              "echo \"gitdir: $PWD/.git/worktrees/wt\" > wt/.git && echo planted")
-    result = attack(world, script, control=control,
-                    actions=lambda: world.git_actions(world.project / "wt"))
-    assert "planted" in result.stdout, result.stderr
-    assert world.pwned == control
+              "echo \"gitdir: $PWD/.git/worktrees/wt\" > wt/.git")
+    attack_there(world, script, "wt", control)
 
 
 @pytest.mark.parametrize("control", [False, True])
@@ -410,12 +412,8 @@ def test_a_relative_hooks_path_of_the_users_config_in_a_new_repository(nobody_wo
     """Your ~/.gitconfig's core.hooksPath=.githooks runs every repository's .githooks."""
     world = nobody_world
     (world.home / ".gitconfig").write_text("[core]\n\thooksPath = .githooks\n")
-    script = ("git init -q made && " + HOOK.format(dir="made/.githooks", touch=world.touch)
-              + " && echo planted")
-    result = attack(world, script, control=control,
-                    actions=lambda: world.git_actions(world.project / "made"))
-    assert "planted" in result.stdout, result.stderr
-    assert world.pwned == control
+    attack_there(world, "git init -q made && " + HOOK.format(dir="made/.githooks", touch=world.touch),
+                 "made", control)
 
 
 # pre-commit is not installed here: its shim, simulated, runs each local hook's entry.
