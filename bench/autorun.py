@@ -111,7 +111,14 @@ def main() -> int:
     args = parser.parse_args()
     trees = {"this": args.sandlock, **({"against": args.against} if args.against else {})}
     base = tempfile.mkdtemp(prefix="sandlock-bench-autorun-", dir="/srv" if os.access("/srv", os.W_OK) else None)
-    places = _workspaces(base)
+    try:
+        _measure(args, trees, _workspaces(base))
+    finally:
+        subprocess.run(["rm", "-rf", base], check=False)
+    return 0
+
+
+def _measure(args: argparse.Namespace, trees: dict[str, str], places: dict[str, str]) -> None:
     if args.phases:
         _phases(trees, places)
     commands = {name: (cwd, ["/bin/true"]) for name, cwd in places.items()}
@@ -134,8 +141,6 @@ def main() -> int:
             added = statistics.median(a - b for a, b in zip(times[("this", name)], times[("against", name)]))
             cells.append(f"{added * 1e3:+.2f} ms")
         print(f"| {name} | " + " | ".join(cells) + " |")
-    subprocess.run(["rm", "-rf", base], check=False)
-    return 0
 
 
 if __name__ == "__main__":
