@@ -58,9 +58,20 @@ def _option_error(exc: PolicyError) -> str:
 
 
 def _load_source(kind: str, value: str) -> PolicyFile:
-    from ..policy import load_policy_file, profile_path
+    from ..policy import load_policy_file
 
-    return load_policy_file(profile_path(value) if kind == "profile" else value)
+    return load_policy_file(_source_file(kind, value))
+
+
+def _source_file(kind: str, value: str) -> str:
+    from ..policy import profile_path
+
+    return profile_path(value) if kind == "profile" else value
+
+
+def _policy_files(args: Namespace) -> tuple[str, ...]:
+    """The files the policy was read from (after _policy_of: each one exists)."""
+    return tuple(_source_file(kind, value) for kind, value in args.sources)
 
 
 def _command_of(args: Namespace) -> list[str]:
@@ -81,7 +92,7 @@ def _run(args: Namespace) -> int:
         return 0
     return _execute(policy, _command_of(args), audit=args.audit, quiet=args.quiet,
                     pass_fds=args.pass_fds, full_access=args.dangerously_allow_full_access,
-                    dry_run=args.dry_run)
+                    dry_run=args.dry_run, policy_files=_policy_files(args))
 
 
 def _vet(args: Namespace) -> int:
@@ -139,7 +150,8 @@ def _learn(args: Namespace) -> int:
                 observing = observing_policy(base)
             except PolicyError as exc:
                 fail(_option_error(exc))
-            code = _execute(observing, command, audit=audit, quiet=args.quiet)
+            code = _execute(observing, command, audit=audit, quiet=args.quiet,
+                            policy_files=_policy_files(args))
             learned = learn(read_audit(lines), args.collapse)
         policy = apply_learned(learned, base)
         # The program's name only: its arguments may carry tokens (see _learn).
@@ -158,8 +170,9 @@ def _learn(args: Namespace) -> int:
 
 def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bool,
              pass_fds: list[int] | tuple[int, ...] = (), full_access: bool = False,
-             dry_run: bool = False) -> int:
-    """Run ``command`` under ``policy`` in the foreground; its exit status."""
+             dry_run: bool = False, policy_files: tuple[str, ...] = ()) -> int:
+    """Run ``command`` under ``policy`` in the foreground; its exit status.
+    ``policy_files``: those it was read from (read-only in the sandbox)."""
     from ..process import Sandbox, TimeoutExpired
 
     # sandlock holds the supervisor (and later the proxy's secrets): not readable or
@@ -179,6 +192,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
         if signal.getsignal(sig) != signal.SIG_IGN:  # keep nohup's SIGHUP ignored
             signal.signal(sig, forward)
     sandbox = Sandbox(policy, audit=audit, quiet=quiet, dangerously_allow_full_access=full_access)
+    sandbox.policy_files = policy_files
     relay = _output_relay(policy)
     try:
         process = sandbox.start(command, foreground=True, pass_fds=pass_fds, dry_run=dry_run,

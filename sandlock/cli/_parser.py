@@ -196,6 +196,9 @@ def _add_workspace_parser(commands: argparse._SubParsersAction) -> None:
     commit.add_argument("id", metavar="ID")
     commit.add_argument("--force", action="store_true",
                         help="apply even what changed in the directory since the run")
+    commit.add_argument("--allow-autorun-writes", action="store_true",
+                        help="apply autorun files and repositories it made as they are "
+                        "(by default quarantined first, as at the end of a run)")
     abort = actions.add_parser("abort", help="remove a workspace without applying it")
     abort.add_argument("id", metavar="ID")
 

@@ -26,7 +26,7 @@ def main(args: Namespace) -> int:
             return _diff(workspace, args.patch)
         workspace.lock()
         if args.action == "commit":
-            return _commit(workspace, args.force)
+            return _commit(workspace, args.force, args.allow_autorun_writes)
         workspace.remove()
         print(f"sandlock: workspace {workspace.id} aborted: {workspace.directory} unchanged",
               file=sys.stderr)
@@ -70,7 +70,13 @@ def _diff(workspace: Workspace, patch: bool) -> int:
     return 0
 
 
-def _commit(workspace: Workspace, force: bool) -> int:
+def _commit(workspace: Workspace, force: bool, autorun_writes: bool) -> int:
+    if not autorun_writes:  # what it would leave for the user's tools, quarantined first
+        from ..confinement import check_kept_layer
+
+        notice = check_kept_layer(workspace.directory, workspace.upper)
+        if notice:
+            print(notice, file=sys.stderr)
     report = commit(workspace.upper, workspace.directory, workspace.since_ns, force=force)
     applied = len(report.applied)
     if report.conflicts:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         workspace_store,
     )
     from ._isolation import SCRATCH, Isolation, Overlay
+    from ._leftovers import Leftovers, check_kept_layer
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
     from ._workspace import unreachable, widening
 
@@ -45,6 +46,8 @@ _EXPORTS = {
     "OPEN_CALLS": "_confinement",
     "RESERVED_PIDS": "_confinement",
     "Isolation": "_isolation",
+    "Leftovers": "_leftovers",
+    "check_kept_layer": "_leftovers",
     "Overlay": "_isolation",
     "SCRATCH": "_isolation",
     "keeper_scope": "_confinement",

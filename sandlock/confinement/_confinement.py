@@ -39,8 +39,10 @@ TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up pat
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from .._auditlog import AuditLog
     from ..kernel._seccomp import Rule
     from ..policy import Policy
+    from ._leftovers import Leftovers
 
 MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
 # Without -P, what stops a fork bomb: the kernel's RLIMIT_NPROC, which in the sandbox's
@@ -80,19 +82,22 @@ class Confinement:
     @classmethod
     def prepare(cls, policy: Policy, cwd: str, env: Mapping[str, str],
                 extra_read: tuple[str, ...] = (), *, observed: bool = False,
-                overlay: Overlay | None = None, dry_run: bool = False) -> Confinement:
+                overlay: Overlay | None = None, dry_run: bool = False,
+                policy_files: tuple[str, ...] = ()) -> Confinement:
         """``extra_read``: sandlock's own files the command must read whatever the
         policy (the trust bundle of an HTTPS-inspecting run); ``observed``: a runtime
         policy (policy_fn) hears of execs and process creations too; ``overlay``: the
         copy-on-write workspace (policy.workdir's); ``dry_run``: it is the only place
-        written, every other write grant but the run's private scratch becomes a read."""
+        written, every other write grant but the run's private scratch becomes a read;
+        ``policy_files``: those the policy was read from (kept read-only, and said)."""
         warnings: list[str] = []
         abi = landlock.abi_version()
         filesystem = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings,
                                          dry_run=dry_run)
         ruleset = filesystem.ruleset if filesystem else None
         try:
-            isolation = _isolation(policy, filesystem, env, warnings, overlay) if filesystem else None
+            isolation = (_isolation(policy, filesystem, env, warnings, overlay, policy_files)
+                         if filesystem else None)
             if observed and isolation is None:
                 raise SetupError("policy_fn needs the sandbox's own PID namespace, which "
                                  "cannot be made here (run `sandlock check`)")
@@ -147,6 +152,11 @@ class Confinement:
         """Apply the Landlock domain to the calling thread (no_new_privs already set)."""
         if self.ruleset is not None:
             self.ruleset.restrict_self()
+
+    def leftovers(self, audit: AuditLog | None) -> Leftovers | None:
+        """The check, once the sandbox is gone, of what the command left for the user's
+        tools to run (None: nothing to check)."""
+        return self.isolation.protection.leftovers(audit) if self.isolation else None
 
     def close(self) -> None:
         """Release the ruleset (the child holds its own copy)."""
@@ -232,7 +242,8 @@ def _scratch_size(policy: Policy) -> int | None:
 
 
 def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
-               warnings: list[str], overlay: Overlay | None) -> Isolation | None:
+               warnings: list[str], overlay: Overlay | None,
+               policy_files: tuple[str, ...]) -> Isolation | None:
     """The namespaces' plan, or None where they are unavailable and --best-effort."""
     if policy.best_effort:  # the probe forks: only under --best-effort
         available, found = namespaces()
@@ -241,14 +252,17 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
                             "shows the host, /tmp is shared, autorun files are writable "
                             "(--best-effort)")
             return None
-    return Isolation.plan(
+    isolation = Isolation.plan(
         private=filesystem.private, rules=filesystem.rules,
         granted=(*filesystem.read, *filesystem.write, *policy.unix_allow),
         writable=filesystem.write, homes=filesystem.homes,
         protect_autorun=not policy.allow_autorun_writes, unscanned=filesystem.caches,
         # a TMPDIR of the host's /tmp (a per-user one) is made again in the sandbox's
         temporary=[env[name] for name in ("TMPDIR", "TMP", "TEMP") if env.get(name)],
-        overlay=overlay, scratch_size=_scratch_size(policy), masked=filesystem.masked)
+        overlay=overlay, scratch_size=_scratch_size(policy), masked=filesystem.masked,
+        policy_files=policy_files)
+    warnings += isolation.protection.policy_notices()
+    return isolation
 
 
 def _seccomp_program(policy: Policy, count_processes: bool,

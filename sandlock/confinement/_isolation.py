@@ -109,14 +109,16 @@ class Isolation:
              rules: Iterable[tuple[str, int]], writable: Iterable[str], homes: Iterable[str],
              protect_autorun: bool, unscanned: Iterable[str] = (),
              temporary: Iterable[str] = (), overlay: Overlay | None = None,
-             scratch_size: int | None = None, masked: tuple[str, ...] = ()) -> Isolation:
+             scratch_size: int | None = None, masked: tuple[str, ...] = (),
+             policy_files: Iterable[str] = ()) -> Isolation:
         """``private``: scratch paths to replace; ``granted``: what the command may
         reach (those beneath a private path are bound back: a workspace in /tmp,
         --unix-allow sockets...); ``rules``: the compiled Landlock rules; ``writable``:
         the write grants (for autorun files), ``unscanned`` those not searched;
         ``temporary``: the command's temporary directories ($TMPDIR...); ``overlay``:
         the copy-on-write workspace; ``scratch_size``: their size under a memory limit;
-        ``masked``: denied paths to cover."""
+        ``masked``: denied paths to cover; ``policy_files``: those the policy was read
+        from (read-only under a write grant, as autorun files are)."""
         private = tuple(private)
         rules = tuple(rules)
         # Only paths written beneath a scratch directory are resolved (a link from
@@ -124,8 +126,8 @@ class Isolation:
         granted = [os.path.realpath(path) for path in granted
                    if any(_within(path, scratch) for scratch in private) and os.path.exists(path)]
         moved = ("/proc", *private, *((overlay.directory,) if overlay else ()))
-        protection = (_autorun.protect(writable, homes, (*SCRATCH, *unscanned))
-                      if protect_autorun else _autorun.Protection())
+        protection = _autorun.protect(writable, homes, (*SCRATCH, *unscanned), private,
+                                      policy_files, autorun=protect_autorun)
         restored = _restorations(private, granted)
         temporary = tuple(path for path in dict.fromkeys(temporary) if os.path.isabs(path)
                           and any(path != scratch and _within(path, scratch) for scratch in private)
@@ -173,8 +175,8 @@ class Isolation:
             mounts.make_writable(path)
         for path in self.temporary:  # where the command's TMPDIR points, empty, its own
             os.makedirs(path, 0o700, exist_ok=True)
-        for directory in self.protection.pinned:
-            mounts.bind(directory, directory)
+        for directory in self.protection.pinned:  # (with what is mounted beneath: a workdir)
+            mounts.bind(directory, directory, recursive=True)
         for path in self.protection.read_only:
             mounts.bind(path, path)
             mounts.make_read_only(path)

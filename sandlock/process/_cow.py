@@ -15,6 +15,7 @@ from ..cow import CONFLICTS, KEPT, Workspace, WorkspaceError
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from .._auditlog import AuditLog
+    from ..confinement import Leftovers
     from ..policy import Policy
     from ._process import SandboxedProcess
 
@@ -47,6 +48,7 @@ class CowRun:
         self.layer_fd = -1  # (with --max-disk: the tmpfs the command wrote to)
         self.outcome: WorkspaceOutcome | None = None
         self._succeeded = False  # (the run's, once finished)
+        self._leftovers: Leftovers | None = None  # (the end check, run in the layer)
 
     @property
     def overlay(self) -> Overlay:
@@ -57,9 +59,14 @@ class CowRun:
         self._close_layer()
         self.workspace.remove()
 
-    def follow(self, process: SandboxedProcess) -> None:
-        """Finish once ``process`` (the started command) has ended."""
+    def follow(self, process: SandboxedProcess, leftovers: Leftovers | None = None) -> None:
+        """Finish once ``process`` (the started command) has ended; ``leftovers``: the
+        run's end check, which this runs in the layer before its changes are applied
+        or kept (and the check of the host leaves the workdir to it)."""
         self.layer_fd = process.workspace_layer
+        self._leftovers = leftovers
+        if leftovers is not None:
+            leftovers.layered = self.workspace.directory
 
         def finish() -> str | None:
             status = process.returncode if process.block_status is None else process.block_status
@@ -85,7 +92,8 @@ class CowRun:
                 self.outcome = WorkspaceOutcome(action, ())
                 notice = None
             else:
-                notice = getattr(self, f"_{action}")()
+                quarantined = self._check_leftovers(action)
+                notice = "\n".join(filter(None, (quarantined, getattr(self, f"_{action}")())))
         except OSError as exc:  # (a commit stops where it failed; what is left is intact)
             notice = self._keep_after(action, exc)
         finally:
@@ -97,6 +105,13 @@ class CowRun:
                               "changes": len(outcome.changes), "conflicts": len(outcome.conflicts),
                               "id": outcome.id, "dry_run": self.dry_run})
         return "\n".join(filter(None, (full, notice))) or None
+
+    def _check_leftovers(self, action: str) -> str | None:
+        """What the run left for the user's tools to run, quarantined in the layer
+        before it reaches the directory (an aborted layer reaches nothing)."""
+        if self._leftovers is None or action == "abort":
+            return None
+        return self._leftovers.check_layer(self.workspace.directory, self._upper)
 
     def _action(self, exit_code: int) -> str:
         self._succeeded = exit_code == 0

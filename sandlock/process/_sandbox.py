@@ -61,6 +61,8 @@ class Sandbox:
     """Runs commands and functions under one Policy; ``with Sandbox(...) as sb:`` keeps
     one sandbox running for the block (``exec``, ``call``, ``fork``, ``pause``, ...)."""
 
+    policy_files: tuple[str, ...] = ()  # those it was read from: read-only in each run
+
     def __init__(self, policy: Policy | str | None = None, init: Callable[[], object] | None = None,
                  work: Callable[[], object] | None = None, *, audit: str | None = None,
                  quiet: bool = False, dangerously_allow_full_access: bool = False,
@@ -77,9 +79,9 @@ class Sandbox:
         ``policy_fn(event, ctx)``: hears of the command's network calls, execs and
         processes as they happen, may deny them and tighten the sandbox (docs/api.md)."""
         if isinstance(policy, str):
-            from ..policy import load_profile
+            from ..policy import load_profile, profile_path
 
-            policy = load_profile(policy)
+            self.policy_files, policy = (profile_path(policy),), load_profile(policy)
         if policy is not None and not isinstance(policy, Policy):
             raise TypeError(f"policy: expected a Policy or a profile name, got {type(policy).__name__}")
         for name, value in (("init", init), ("work", work), ("policy_fn", policy_fn)):
@@ -158,17 +160,9 @@ class Sandbox:
                                f"`with Sandbox(policy) as sb: sb.{method}(...)`")
         return self._live
 
-    def start(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: int | None = None,
-        stdout: int | None = None,
-        stderr: int | None = None,
-        foreground: bool = False,
-        pass_fds: Sequence[int] = (),
-        dry_run: bool = False,
-    ) -> SandboxedProcess:
+    def start(self, argv: Sequence[str], *, stdin: int | None = None, stdout: int | None = None,
+              stderr: int | None = None, foreground: bool = False, pass_fds: Sequence[int] = (),
+              dry_run: bool = False) -> SandboxedProcess:
         """Start ``argv`` confined; stdio are file descriptors (None: inherit).
 
         The command inherits no other descriptor of this process but ``pass_fds``
@@ -181,10 +175,9 @@ class Sandbox:
 
     def call(self, fn: Callable[..., object], args: tuple = (),
              kwargs: Mapping[str, object] | None = None, timeout: float | None = None) -> CallResult:
-        """Run ``fn(*args, **kwargs)`` in a confined copy of this process (its modules
-        and data shared copy-on-write) and return a CallResult: ``value`` is what fn
-        returned (pickled across), ``error`` what it raised. ``timeout`` defaults to the
-        policy's."""
+        """Run ``fn(*args, **kwargs)`` in a confined copy of this process (its modules and
+        data shared copy-on-write) and return a CallResult: ``value`` is what fn returned
+        (pickled across), ``error`` what it raised. ``timeout`` defaults to the policy's."""
         from ._call import call, check_call
 
         if self._live is None:
@@ -227,10 +220,9 @@ class Sandbox:
             http = _start_http(policy, env, audited=audit is not None)
             # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
             # to --unix-allow, and listening to --net-allow-bind.
-            confinement = Confinement.prepare(policy, cwd, env,
-                                              http.readable_paths if http else (),
-                                              observed=self.policy_fn is not None,
-                                              overlay=cow and cow.overlay, dry_run=dry_run)
+            confinement = Confinement.prepare(
+                policy, cwd, env, http.readable_paths if http else (), observed=self.policy_fn is not None,
+                overlay=cow and cow.overlay, dry_run=dry_run, policy_files=self.policy_files)
         except BaseException:
             for resource in (http, cow, audit):
                 if resource is not None:
@@ -271,8 +263,10 @@ class Sandbox:
         process.readable = http.readable_paths if http else ()  # (its CA bundle)
         process.on_exit(supervision.close)
         process.on_task_cap(supervision.task_cap_reached)
+        if (leftovers := confinement.leftovers(audit)) is not None:  # what it left for later
+            process.on_exit(leftovers.check)
         if cow is not None:
-            cow.follow(process)
+            cow.follow(process, leftovers)
         if supervision.watches is not None:
             supervision.watches.watch(process.kill, process.scratch)
         return finish_launch(self, process, audit)
