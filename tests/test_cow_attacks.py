@@ -8,6 +8,7 @@ itself worked inside, or what the same thing does where it is allowed."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -70,11 +71,15 @@ def notice(result: subprocess.CompletedProcess) -> str:
 
 def test_a_sparse_file_counts_at_its_apparent_size_against_max_disk(user):
     project = user.project("p")
-    run = user.sandlock("run", "--workdir", project, "--max-disk", "10M", "--",
+    audit = user.home / "audit.jsonl"
+    run = user.sandlock("run", "--workdir", project, "--max-disk", "10M", "--audit", audit, "--",
                         "sh", "-c", "truncate -s 1T huge && echo made")
     assert run.returncode == 0 and run.stdout == "made\n"  # (control: the run made it)
     line = notice(run)
     assert "not committed" in line and "1.0T" in line and "more than --max-disk 10M" in line
+    records = [json.loads(record) for record in audit.read_text().splitlines()]
+    assert any(r.get("limit") == "max_disk" and "not committed" in r["reason"] for r in records)
+    assert any(r.get("event") == "workspace" and r["action"] == "keep" for r in records)
     assert os.listdir(project) == []
     (ident,) = user.workspaces()
     assert f"{ident} " in user.sandlock("workspace", "list").stdout
@@ -189,8 +194,8 @@ def test_a_path_longer_than_path_max(user):
     assert error.value.strerror == "File name too long"
 
 
-SETID = ("cp /bin/true new && chmod u+s,g+s new && touch tool && "
-         "stat -c '%A %n' new tool")
+SETID = ("cp /bin/true new && chmod u+s,g+s new && touch tool && mkdir dir && chmod g+s dir && "
+         "stat -c '%A %n' new tool dir")
 
 
 @pytest.mark.parametrize("disk", [[], ["--max-disk", "10M"]], ids=["rename", "copy"])
@@ -209,9 +214,10 @@ def test_set_id_bits_never_reach_the_directory(user, disk):
     run = user.sandlock("run", "--workdir", project, *disk, "--allow-syscall", "fchmodat",
                         "--allow-syscall", "fchmodat2", "--", "sh", "-c", SETID)
     assert run.returncode == 0, run.stderr
-    assert run.stdout == "-rwsr-sr-x new\n-rwsr-xr-x tool\n"  # control: set inside, kept by the copy-up
+    # control: set inside, and kept by the copy-up
+    assert run.stdout == "-rwsr-sr-x new\n-rwsr-xr-x tool\ndrwxr-sr-x dir\n"
     assert "dropped from new, tool" in notice(run)
-    for name in ("new", "tool"):
+    for name in ("new", "tool", "dir"):
         assert os.stat(project / name).st_mode & 0o7777 == 0o755, name
 
 

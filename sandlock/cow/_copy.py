@@ -138,6 +138,10 @@ class Links:
                 return False
             os.link(f"/proc/self/fd/{held}", temp, dst_dir_fd=parent, follow_symlinks=True)
             return True
+        except OSError as e:
+            if e.errno != errno.EXDEV:  # (the other name is on another mount: a copy)
+                raise
+            return False
         finally:
             os.close(held)
 

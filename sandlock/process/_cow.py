@@ -97,9 +97,10 @@ class CowRun:
             self.workspace.unlock()
         if self.audit is not None:
             outcome = self.outcome
-            self.audit.write({"event": "workspace", "action": action, "dir": self.workspace.directory,
+            self.audit.write({"event": "workspace", "action": outcome.action, "dir": self.workspace.directory,
                               "changes": len(outcome.changes), "conflicts": len(outcome.conflicts),
-                              "id": outcome.id, "dry_run": self.dry_run})
+                              "left_out": len(outcome.left_out), "id": outcome.id,
+                              "dry_run": self.dry_run})
         return "\n".join(filter(None, (full, notice))) or None
 
     def _action(self, exit_code: int) -> str:
@@ -172,10 +173,13 @@ class CowRun:
         self.workspace.mark(KEPT)
         ident = self.workspace.id
         self.outcome = WorkspaceOutcome("keep", _pairs(found), id=ident)
-        what = (f"kept {_count(found)}" if over is None else
-                f"not committed: the run's files add up to {human_size(over)} (a sparse file "
-                f"counts at its full size), more than --max-disk {self.policy.max_disk}; kept "
-                f"{_count(found)}")
+        what = f"kept {_count(found)}"
+        if over is not None:
+            reason = (f"the run's files add up to {human_size(over)} (a sparse file counts at "
+                      f"its full size), more than --max-disk {self.policy.max_disk}")
+            if self.audit is not None:
+                self.audit.limit("max_disk", str(self.policy.max_disk), "deny", f"not committed: {reason}")
+            what = f"not committed: {reason}; {what}"
         then = f"`commit {ident}`, " if over is None else ""
         return (f"sandlock: workspace: {what} to {_escaped(self.workspace.directory)} as {ident} "
                 f"(`sandlock workspace diff {ident}`, {then}`abort {ident}`)")
