@@ -294,3 +294,50 @@ def test_a_commit_that_fails_part_way_says_what_it_wrote_and_keeps_the_rest(user
     done = user.sandlock("workspace", "commit", ident)
     assert done.returncode == 0 and os.listdir(project) == [rest]
     assert user.workspaces() == []
+
+
+def test_file_capabilities_never_reach_the_directory(unscratched):
+    """Root's run: overlayfs copies a file's capabilities up with it, so a file of the
+    directory that had some, touched by the run, would be written back with them."""
+    if os.getuid() != 0:
+        pytest.skip("only root gives a file capabilities")
+    root = User(unscratched, list)
+    project = root.project("p")
+    tool = project / "tool"
+    tool.write_bytes(Path("/bin/true").read_bytes())
+    os.setxattr(tool, "security.capability", CAP_NET_RAW)
+    kept = root.sandlock("run", "--workdir", project, "--on-exit", "keep", "--", "touch", "tool")
+    (ident,) = root.workspaces()
+    upper = root.store / ident / "layer" / "upper" / "tool"
+    assert "security.capability" in os.listxattr(upper)  # control: the layer has them
+    done = root.sandlock("workspace", "commit", ident)
+    assert done.returncode == 0, done.stderr
+    size = human_size(os.stat("/bin/true").st_size)
+    assert f"M {size:>8} tool  [set-id bits and file capabilities dropped]" in done.stderr
+    assert "security.capability" not in os.listxattr(tool)
+    assert kept.returncode == 0
+
+
+# cap_net_raw, permitted and effective (VFS_CAP_REVISION_2)
+CAP_NET_RAW = (0x02000001).to_bytes(4, "little") + (1 << 13).to_bytes(4, "little") + bytes(12)
+
+
+def test_a_symlink_the_run_made_is_shown_by_the_patch_never_read_through(user):
+    secret = user.home / "secret.txt"
+    secret.write_text("the user's secret\n")
+    _own(secret)
+    project = user.project("p")
+    (project / "notes").write_text("mine\n")
+    _own(project / "notes")
+    kept = user.sandlock("run", "--workdir", project, "--on-exit", "keep", "--", "sh", "-c",
+                         f"ln -s {secret} leak && rm notes && ln -s {secret} notes && mkfifo pipe")
+    assert kept.returncode == 0, kept.stderr
+    (ident,) = user.workspaces()
+    patch = user.sandlock("workspace", "diff", "--patch", ident, timeout=30)  # (a fifo never opened)
+    assert patch.returncode == 0
+    assert f"+symbolic link to {secret}\n" in patch.stdout
+    assert "-mine\n" in patch.stdout and "+a fifo: not committed\n" in patch.stdout
+    assert "secret" not in patch.stdout.replace(str(secret), "")
+    # control: diff given the layer's path (as --patch did) reads through the link
+    assert subprocess.run(["diff", "-uN", os.devnull, str(user.store / ident / "layer" / "upper" / "leak")],
+                          capture_output=True, text=True).stdout.endswith("+the user's secret\n")

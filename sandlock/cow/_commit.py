@@ -23,7 +23,7 @@ import stat
 from .._record import record
 from ._changes import DROPPED, Change, Listing, escape, shorten
 from ._copy import Links, copy_file, copy_xattrs
-from ._tree import DIR_FLAGS, at, each_below, open_directory, remove_tree
+from ._tree import DIR_FLAGS, each_below, open_directory, remove_tree
 from ._walk import OPAQUE, SETID, Node, dir_mode, is_special
 
 _OVERLAY_XATTRS = "user.overlay."  # the layer's bookkeeping: never into the directory
@@ -150,7 +150,7 @@ class Commit(Listing):
         assert ust is not None and parent is not None
         capable = False
         if stat.S_ISREG(ust.st_mode):  # (only files and dirs carry user xattrs)
-            capable = _ready(node)
+            capable = _ready(node, self.upper_path(node))
         if self.same_fs and not capable:
             try:
                 os.rename(node.name, node.name, src_dir_fd=uparent, dst_dir_fd=parent)
@@ -254,13 +254,13 @@ class Commit(Listing):
         return change is not None and changed
 
 
-def _ready(node: Node) -> bool:
-    """An upper file made fit to be moved into the directory as it is (the layer is
-    private to the store): its overlayfs xattrs and set-id bits taken off. Whether
-    it holds file capabilities, which only a copy leaves behind."""
+def _ready(node: Node, path: str) -> bool:
+    """An upper file (``path``: ``Walk.upper_path``) made fit to be moved into the
+    directory as it is (the layer is private to the store): its overlayfs xattrs and
+    set-id bits taken off. Whether it holds file capabilities, which only a copy
+    leaves behind."""
     ust = node.ust
     assert ust is not None
-    path = at(node.uparent, node.name)
     names = os.listxattr(path, follow_symlinks=False)
     for name in names:
         if name.startswith(_OVERLAY_XATTRS):

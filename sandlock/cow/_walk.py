@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ._tree import DIR_FLAGS, Chain
+from ._tree import DIR_FLAGS, Chain, at
 
 OPAQUE = "user.overlay.opaque"
 SETID = stat.S_ISUID | stat.S_ISGID
@@ -204,6 +204,14 @@ class Walk:
                 self.uchain.pop()
             except OSError:
                 return
+
+    def upper_path(self, node: Node) -> str:
+        """A path to the upper entry, for the calls that take no directory descriptor
+        (xattrs): the layer's own when it is short (half the cost of one through
+        /proc), else through its directory's descriptor. (The layer is the store's,
+        private: no one swaps a name in it.)"""
+        full = f"{self.upper}/{node.path}"
+        return full if len(full) < 1000 else at(node.uparent, node.name)  # (< PATH_MAX bytes)
 
     def nondir(self, node: Node) -> None:
         if node.tst is not None and unchanged(node):
