@@ -78,7 +78,6 @@ class Commit(Listing):
         self.since_ns, self.force = since_ns, force
         self.conflicts: list[Change] = []
         self.left_out: list[Change] = []
-        self.where: str | None = None  # the path being applied (for an error)
 
     def run(self) -> None:
         root = os.open(self.target, DIR_FLAGS)
@@ -129,7 +128,6 @@ class Commit(Listing):
 
     def place(self, node: Node, change: object) -> None:
         assert node.ust is not None and isinstance(change, Change)
-        self.where = node.path
         if node.parent is None or self.changed_since(node, True):
             self.conflicts.append(change)
             return
@@ -197,7 +195,6 @@ class Commit(Listing):
 
     def enter(self, node: Node, change: object) -> tuple[int | None, bool]:
         tst, parent = node.tst, node.parent
-        self.where = node.path
         if parent is None:  # inside a conflict
             if change is not None:
                 self.conflicts.append(change)  # type: ignore[arg-type]
@@ -218,7 +215,6 @@ class Commit(Listing):
     def leave(self, node: Node, change: object, tdir: int | None, fresh: bool) -> None:
         if tdir is None:  # a conflict: stays in the upper as it is
             return
-        self.where = node.path
         kept = self.settle_new(node, tdir) if fresh else self.settle(node, change, tdir)
         if (kept or not _removed(node)) and not fresh:
             _not_opaque(self.uchain.top)  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ._tree import DIR_FLAGS, Chain, at
+from ._tree import DIR_FLAGS, Chain, at, entries_of
 
 OPAQUE = "user.overlay.opaque"
 SETID = stat.S_ISUID | stat.S_ISGID
@@ -93,6 +93,7 @@ class Walk:
 
     def __init__(self, upper: str, target: str | None) -> None:
         self.upper, self.target = upper, target  # (no target: every entry is new)
+        self.where: str | None = None  # the path being looked at (for an error)
 
     def run(self) -> None:
         uchain = Chain(os.open(self.upper, DIR_FLAGS))
@@ -128,8 +129,7 @@ class Walk:
                restore: int | None) -> _Frame:
         top = self.uchain.top
         assert top is not None
-        with os.scandir(top) as listing:
-            entries = [(entry.name, entry.stat(follow_symlinks=False)) for entry in listing]
+        entries = entries_of(top)
         if opaque and not fresh:
             self.hide({name for name, _ in entries}, rel)
         return _Frame(node, change, fresh, entries, restore)
@@ -140,6 +140,7 @@ class Walk:
         rel = "" if frame.node is None else frame.node.path
         tst = None if frame.fresh or parent is None else lstat_at(parent, name)
         node = Node(uparent, name, rel + name, ust, tst, parent)
+        self.where = node.path
         if is_whiteout(ust):
             self.whiteout(node, rel)
         elif stat.S_ISDIR(ust.st_mode):
@@ -184,6 +185,7 @@ class Walk:
         """A directory whose entries are done: its hook, its upper mode, then up."""
         node = frame.node
         assert node is not None
+        self.where = node.path
         self.uchain.reveal_parent()
         self.tchain.reveal_parent()
         node.uparent, node.parent = self.uchain.below, self.tchain.below  # type: ignore[assignment]
