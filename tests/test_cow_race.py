@@ -31,7 +31,7 @@ class Swapping(Commit):
         super().place(node, change)
 
 
-def test_a_directory_swapped_for_a_symlink_mid_commit_is_not_written_through(space):
+def test_a_directory_swapped_for_a_symlink_mid_commit_is_not_written_through(space):  # noqa: F811
     names = [f"f{i:02d}" for i in range(20)]
     space.build({"sub/old": "old\n"})
     space.run("; ".join(f"echo {name} > sub/{name}" for name in names))
@@ -51,7 +51,7 @@ def test_a_directory_swapped_for_a_symlink_mid_commit_is_not_written_through(spa
     assert sorted(os.listdir(sub + ".moved")) == sorted(names + ["old"])  # where it was opened
 
 
-def test_a_directory_moved_away_mid_commit_stops_it_at_the_next_climb(space):
+def test_a_directory_moved_away_mid_commit_stops_it_at_the_next_climb(space):  # noqa: F811
     """Deeper than the descriptors the walk holds at once: climbing back, a closed
     level is opened again through '..' of the one below, and must be the same
     directory. One moved away has another parent: the commit stops there, it does
