@@ -1,5 +1,7 @@
 """`sandlock workspace list|diff|commit|abort`: the copy-on-write workspaces that runs
-kept (docs/workspace.md)."""
+kept (docs/workspace.md). Whatever names a run made (longer than PATH_MAX, a
+newline, bytes that are not UTF-8), each command answers: one escaped line per
+entry, and an error in one line, never a traceback."""
 
 from __future__ import annotations
 
@@ -9,11 +11,24 @@ import time
 
 from .._errors import EXIT_USAGE, SandlockError, fail
 from ..confinement import workspace_store
-from ..cow import CONFLICTS, Workspace, changes, commit, format_changes
+from ..cow import (
+    CONFLICTS,
+    KEPT,
+    Workspace,
+    changes,
+    commit,
+    escape,
+    format_changes,
+    human_size,
+    oversize,
+    shorten,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from argparse import Namespace
+
+    from ..cow import Change
 
 
 def main(args: Namespace) -> int:
@@ -28,25 +43,31 @@ def main(args: Namespace) -> int:
         if args.action == "commit":
             return _commit(workspace, args.force, args.allow_autorun_writes)
         workspace.remove()
-        print(f"sandlock: workspace {workspace.id} aborted: {workspace.directory} unchanged",
+        print(f"sandlock: workspace {workspace.id} aborted: {escape(workspace.directory)} unchanged",
               file=sys.stderr)
         return 0
     except SandlockError as exc:
         fail(str(exc), exc.exit_code)
+    except OSError as exc:
+        where = f" ({shorten(escape(str(exc.filename)))})" if exc.filename else ""
+        fail(f"workspace {args.action}: {exc.strerror or exc}{where}", 1)
     return EXIT_USAGE  # (fail does not return)
 
 
 def _list(root: str) -> int:
     found = Workspace.all(root)
     if not found:
-        print(f"no workspaces ({root})", file=sys.stderr)
+        print(f"no workspaces ({escape(root)})", file=sys.stderr)
         return 0
     print(f"{'ID':<24} {'STATE':<12} {'CHANGES':>7}  {'CREATED':<16}  DIRECTORY")
     for workspace in found:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(workspace.created))
-        count = len(changes(workspace.upper, workspace.directory))
+        try:
+            count = str(len(changes(workspace.upper, workspace.directory)))
+        except OSError:  # (its directory gone, a layer that cannot be read: `diff` says why)
+            count = "?"
         print(f"{workspace.id:<24} {workspace.state:<12} {count:>7}  {created:<16}  "
-              f"{workspace.directory}")
+              f"{escape(workspace.directory)}")
     return 0
 
 
@@ -56,21 +77,22 @@ def _diff(workspace: Workspace, patch: bool) -> int:
         for line in format_changes(found):
             print(line)
         return 0
-    sys.stdout.flush()
-    import subprocess
+    from ..cow import print_patch
 
-    for change in found:
-        if change.path.endswith("/"):
-            continue  # a directory's files have lines of their own
-        before = os.path.join(workspace.directory, change.path)
-        after = os.path.join(workspace.upper, change.path)
-        subprocess.run(["diff", "-uN", "--label", f"a/{change.path}", "--label",
-                        f"b/{change.path}", before if change.kind != "A" else os.devnull,
-                        after if change.kind != "D" else os.devnull], check=False)
+    print_patch(workspace.upper, workspace.directory, found)
     return 0
 
 
 def _commit(workspace: Workspace, force: bool, autorun_writes: bool) -> int:
+    directory = escape(workspace.directory)
+    if workspace.max_disk is not None:
+        size = oversize(workspace.upper, workspace.directory, workspace.max_disk)
+        if size is not None:
+            print(f"sandlock: workspace {workspace.id} not committed: its files add up to "
+                  f"{human_size(size)} (a sparse file counts at its full size), more than the "
+                  f"run's --max-disk {human_size(workspace.max_disk)} (`sandlock workspace "
+                  f"abort {workspace.id}` drops it)", file=sys.stderr)
+            return 1
     if not autorun_writes:  # what it would leave for the user's tools, quarantined first
         from ..confinement import check_kept_layer
 
@@ -79,16 +101,28 @@ def _commit(workspace: Workspace, force: bool, autorun_writes: bool) -> int:
             print(notice, file=sys.stderr)
     report = commit(workspace.upper, workspace.directory, workspace.since_ns, force=force)
     applied = len(report.applied)
+    done = f"committed {applied} change{'s' * (applied != 1)} to {directory}"
+    _remark(report.applied, report.left_out)
+    if report.error is not None:
+        workspace.mark(CONFLICTS if report.conflicts else KEPT)
+        print(f"sandlock: workspace {workspace.id}: the commit stopped at {report.error}, after "
+              f"it {done}; what it had not applied is kept (`sandlock workspace diff "
+              f"{workspace.id}`)", file=sys.stderr)
+        return 1
     if report.conflicts:
         workspace.mark(CONFLICTS)
         workspace.unlock()
-        print(f"sandlock: committed {applied} change{'s' * (applied != 1)} to "
-              f"{workspace.directory}; {len(report.conflicts)} not, the directory changed there "
+        print(f"sandlock: {done}; {len(report.conflicts)} not, the directory changed there "
               f"since the run (kept in {workspace.id}; --force applies them):", file=sys.stderr)
         for line in format_changes(list(report.conflicts)):
             print(line, file=sys.stderr)
         return 1
     workspace.remove()
-    print(f"sandlock: committed {applied} change{'s' * (applied != 1)} to "
-          f"{workspace.directory}", file=sys.stderr)
+    print(f"sandlock: {done}", file=sys.stderr)
     return 0
+
+
+def _remark(applied: tuple[Change, ...], left_out: tuple[Change, ...]) -> None:
+    """The changes the commit made otherwise than the run did, one line each."""
+    for line in format_changes([change for change in applied if change.note] + list(left_out)):
+        print(line, file=sys.stderr)

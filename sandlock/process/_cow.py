@@ -16,6 +16,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from .._auditlog import AuditLog
     from ..confinement import Leftovers
+    from ..cow import CommitReport
     from ..policy import Policy
     from ._process import SandboxedProcess
 
@@ -25,12 +26,14 @@ class WorkspaceOutcome:
     """What became of a run's workspace: ``action`` (commit, abort or keep), the
     ``changes`` it made ((kind, path): A added, M modified, D deleted, relative to the
     directory), those not committed because the directory changed there during the
-    run (``conflicts``), and the ``id`` of the workspace when it was kept."""
+    run (``conflicts``), the ``id`` of the workspace when it was kept, and the special
+    files the commit ``left_out``."""
 
     action: str
     changes: tuple[tuple[str, str], ...]
     conflicts: tuple[tuple[str, str], ...] = ()
     id: str | None = None
+    left_out: tuple[tuple[str, str], ...] = ()  # fifos, sockets, devices: never committed
 
 
 class CowRun:
@@ -49,6 +52,7 @@ class CowRun:
         self.outcome: WorkspaceOutcome | None = None
         self._succeeded = False  # (the run's, once finished)
         self._leftovers: Leftovers | None = None  # (the end check, run in the layer)
+        self._layer_lost: Exception | None = None  # (a tmpfs layer that could not be kept)
 
     @property
     def overlay(self) -> Overlay:
@@ -94,16 +98,17 @@ class CowRun:
             else:
                 quarantined = self._check_leftovers(action)
                 notice = "\n".join(filter(None, (quarantined, getattr(self, f"_{action}")())))
-        except OSError as exc:  # (a commit stops where it failed; what is left is intact)
+        except Exception as exc:  # noqa: BLE001 - one line, never a traceback: what is left is kept
             notice = self._keep_after(action, exc)
         finally:
             self._close_layer()
             self.workspace.unlock()
         if self.audit is not None:
             outcome = self.outcome
-            self.audit.write({"event": "workspace", "action": action, "dir": self.workspace.directory,
+            self.audit.write({"event": "workspace", "action": outcome.action, "dir": self.workspace.directory,
                               "changes": len(outcome.changes), "conflicts": len(outcome.conflicts),
-                              "id": outcome.id, "dry_run": self.dry_run})
+                              "left_out": len(outcome.left_out), "id": outcome.id,
+                              "dry_run": self.dry_run})
         return "\n".join(filter(None, (full, notice))) or None
 
     def _check_leftovers(self, action: str) -> str | None:
@@ -126,27 +131,36 @@ class CowRun:
         return self.workspace.upper
 
     def _commit(self) -> str | None:
-        from ..cow import commit  # (loaded once there is something to apply)
+        from ..cow import commit, oversize  # (loaded once there is something to apply)
 
         directory = self.workspace.directory
+        if self.max_disk is not None:
+            size = oversize(self._upper, directory, self.max_disk)
+            if size is not None:
+                return self._keep(over=size)
         report = commit(self._upper, directory, self.workspace.since_ns)
-        applied = _pairs(report.applied)
-        if not report.conflicts:
+        applied, conflicts = _pairs(report.applied), _pairs(report.conflicts)
+        ident, remarks = self.workspace.id, _remarks(report)
+        if not report.conflicts and report.error is None:
             self.workspace.remove()
-            self.outcome = WorkspaceOutcome("commit", applied)
-            if not applied:
+            self.outcome = WorkspaceOutcome("commit", applied, left_out=_pairs(report.left_out))
+            if not applied and not remarks:
                 return None
-            return (f"sandlock: workspace: committed {len(applied)} "
-                    f"change{'s' * (len(applied) != 1)} to {directory}")
+            return (f"sandlock: workspace: committed {_count(applied)} to {_escaped(directory)}"
+                    f"{remarks}")
         self._keep_layer()
-        self.workspace.mark(CONFLICTS)
-        conflicts = _pairs(report.conflicts)
-        self.outcome = WorkspaceOutcome("commit", applied + conflicts, conflicts, self.workspace.id)
-        paths = ", ".join(path for _, path in conflicts[:5]) + (", ..." if len(conflicts) > 5 else "")
+        self.workspace.mark(CONFLICTS if conflicts else KEPT)
+        self.outcome = WorkspaceOutcome("commit", applied + conflicts, conflicts, ident,
+                                        _pairs(report.left_out))
+        if report.error is not None:
+            return (f"sandlock: workspace: the commit to {_escaped(directory)} stopped at "
+                    f"{report.error}, after {_count(applied)}{remarks}; what it had not applied "
+                    f"is kept as {ident} (`sandlock workspace diff {ident}`)")
+        paths = ", ".join(_shown(path) for _, path in conflicts[:5]) + (", ..." if len(conflicts) > 5 else "")
         return (f"sandlock: workspace: {len(conflicts)} of {len(applied) + len(conflicts)} "
-                f"changes not committed, {directory} changed there during the run: {paths}; "
-                f"the run's versions are kept in workspace {self.workspace.id} "
-                f"(`sandlock workspace diff {self.workspace.id}`, `commit --force` to apply them)")
+                f"changes not committed, {_escaped(directory)} changed there during the run: "
+                f"{paths}{remarks}; the run's versions are kept in workspace {ident} "
+                f"(`sandlock workspace diff {ident}`, `commit --force` to apply them)")
 
     def _abort(self) -> str | None:
         from ..cow import changes, format_changes
@@ -154,50 +168,75 @@ class CowRun:
         found = changes(self._upper, self.workspace.directory)
         self.outcome = WorkspaceOutcome("abort", _pairs(found))
         self.workspace.remove()
-        directory = self.workspace.directory
+        directory = _escaped(self.workspace.directory)
         if self.dry_run:
             lines = format_changes(found)
-            head = (f"sandlock: dry run: {len(found)} change{'s' * (len(found) != 1)} to "
-                    f"{directory}, discarded")
+            head = f"sandlock: dry run: {_count(found)} to {directory}, discarded"
             return "\n".join((head + (":" if lines else ""), *lines))
         if not found:
             return None
         decided = "--on-exit" if self._succeeded else "--on-error"
-        return (f"sandlock: workspace: discarded {len(found)} change{'s' * (len(found) != 1)} "
-                f"to {directory} ({decided} abort)")
+        return f"sandlock: workspace: discarded {_count(found)} to {directory} ({decided} abort)"
 
-    def _keep(self) -> str | None:
-        from ..cow import changes
+    def _keep(self, over: int | None = None) -> str | None:
+        """Kept as asked, or (``over``: the apparent size of the run's files) because
+        they add up to more than --max-disk."""
+        from ..cow import changes, human_size
 
         found = changes(self._upper, self.workspace.directory)
         self._keep_layer()
         self.workspace.mark(KEPT)
         ident = self.workspace.id
         self.outcome = WorkspaceOutcome("keep", _pairs(found), id=ident)
-        return (f"sandlock: workspace: kept {len(found)} change{'s' * (len(found) != 1)} to "
-                f"{self.workspace.directory} as {ident} (`sandlock workspace diff {ident}`, "
-                f"`commit {ident}`, `abort {ident}`)")
+        what = f"kept {_count(found)}"
+        if over is not None:
+            reason = (f"the run's files add up to {human_size(over)} (a sparse file counts at "
+                      f"its full size), more than --max-disk {self.policy.max_disk}")
+            if self.audit is not None:
+                self.audit.limit("max_disk", str(self.policy.max_disk), "deny", f"not committed: {reason}")
+            what = f"not committed: {reason}; {what}"
+        then = f"`commit {ident}`, " if over is None else ""
+        return (f"sandlock: workspace: {what} to {_escaped(self.workspace.directory)} as {ident} "
+                f"(`sandlock workspace diff {ident}`, {then}`abort {ident}`)")
 
-    def _keep_after(self, action: str, exc: OSError) -> str:
-        """An action that failed half-way: what it had not done is kept."""
-        where = f" at {exc.filename}" if exc.filename else ""
+    def _keep_after(self, action: str, exc: Exception) -> str:
+        """An action that failed half-way: what it had not done is kept (a --max-disk
+        layer that cannot be copied to disk is lost with its tmpfs: said so)."""
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        where = f" at {_shown(str(exc.filename))}" if getattr(exc, "filename", None) else ""
+        ident = self.workspace.id
+        self.outcome = WorkspaceOutcome(action, (), id=ident)
+        if self._layer_lost is None:
+            try:
+                self._keep_layer()
+            except Exception:  # noqa: BLE001, S110 - said below
+                pass
+        if self._layer_lost is not None:
+            self.outcome = WorkspaceOutcome(action, ())
+            try:
+                self.workspace.remove()
+            except OSError:
+                pass
+            return (f"sandlock: workspace: {action} failed{where} ({reason}), and what it had "
+                    f"not done could not be kept ({self._layer_lost}): it is lost")
         try:
-            self._keep_layer()
             self.workspace.mark(KEPT)
         except OSError:
-            pass  # (a tmpfs layer that could not be copied is lost with it: DIR is as said)
-        self.outcome = WorkspaceOutcome(action, (), id=self.workspace.id)
-        return (f"sandlock: workspace: {action} failed{where} ({exc.strerror}); what it had not "
-                f"done is kept as {self.workspace.id} (`sandlock workspace diff {self.workspace.id}`)")
+            pass  # (then listed as interrupted: still kept)
+        return (f"sandlock: workspace: {action} failed{where} ({reason}); what it had not "
+                f"done is kept as {ident} (`sandlock workspace diff {ident}`)")
 
     def _keep_layer(self) -> None:
         """What is kept must outlive this process: a tmpfs layer is copied to disk."""
         if self.layer_fd < 0:
             return
-        import subprocess
+        from ..cow import copy_tree
 
-        subprocess.run(["cp", "-a", "--preserve=xattr", f"{self._upper}/.", self.workspace.upper],
-                       pass_fds=(self.layer_fd,), check=True)
+        try:
+            copy_tree(self._upper, self.workspace.upper)
+        except Exception as exc:
+            self._layer_lost = exc
+            raise
 
     def _filled(self) -> str | None:
         """The notice of a --max-disk that was reached (writes then failed with ENOSPC)."""
@@ -228,6 +267,42 @@ def _check_directory(directory: str, root: str) -> None:
     if directory in SCRATCH:
         raise WorkspaceError(f"--workdir {directory}: a scratch directory is private to each "
                              "run already (choose a directory beneath it, or a project)")
+
+
+def _escaped(text: str) -> str:
+    from ..cow import escape  # (the walk's modules: loaded once a run has changes)
+
+    return escape(text)
+
+
+def _shown(text: str) -> str:
+    """A path of a change in a notice: escaped, and cut if it is very long."""
+    from ..cow import escape, shorten
+
+    return shorten(escape(text))
+
+
+def _count(found: object) -> str:
+    count = len(found)  # type: ignore[arg-type]
+    return f"{count} change{'s' * (count != 1)}"
+
+
+def _remarks(report: CommitReport) -> str:
+    """What the commit did otherwise than the run: set-id bits dropped, special
+    files left out ("" when nothing)."""
+    from ..cow import DROPPED
+
+    remarks = []
+    dropped = [change.path for change in report.applied if change.note == DROPPED]
+    if dropped:
+        remarks.append(f"{DROPPED} from {_some(dropped)}")
+    if report.left_out:
+        remarks.append(f"not committed, as special files: {_some([c.path for c in report.left_out])}")
+    return "".join(f"; {remark}" for remark in remarks)
+
+
+def _some(paths: list[str]) -> str:
+    return ", ".join(_shown(path) for path in paths[:3]) + (", ..." if len(paths) > 3 else "")
 
 
 def _pairs(found: object) -> tuple[tuple[str, str], ...]:
