@@ -14,6 +14,18 @@ if TYPE_CHECKING:
     from .._auditlog import AuditLog
 
 
+MAX_LOOKUPS_SAID = 1000  # names whose denied lookup is said (and remembered), per run
+
+
+def printable(text: str) -> str:
+    """``text`` with every character outside printable ASCII, and the backslash, as an
+    escape: a name the command chose must not forge a line of sandlock's."""
+    if text.isascii() and text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if " " <= c <= "~" and c != "\\" else f"\\x{ord(c):02x}"
+                   if ord(c) < 256 else f"\\u{ord(c):04x}" for c in text)
+
+
 class Audit:
     def __init__(self, log: AuditLog | None, quiet: bool, stderr: TextIOBase | None = None) -> None:
         self._auditlog = log  # the run's, which closes it
@@ -21,6 +33,7 @@ class Audit:
         self._stderr = stderr or sys.stderr
         self._lock = threading.Lock()
         self.denied = 0
+        self._lookups_said: set[str] = set()  # names whose lookup was denied (said once)
 
     @property
     def logs_allowed(self) -> bool:
@@ -44,6 +57,31 @@ class Audit:
             "verdict": "redirect" if redirected else ("allow" if allowed else "deny"),
             "reason": verdict.reason,
         }, f"sandlock: denied {syscall} {where} {destination}{name} ({verdict.reason})")
+
+    def lookup_denied(self, name: str, reason: str) -> None:
+        """The command asked sandlock's resolver for a name no rule admits: said once
+        per name (a resolver asks several times, for A and AAAA, and retries), for at
+        most ``MAX_LOOKUPS_SAID`` names, then once that more are not said."""
+        with self._lock:
+            if name in self._lookups_said or len(self._lookups_said) > MAX_LOOKUPS_SAID:
+                return
+            self._lookups_said.add(name)
+            past = len(self._lookups_said) > MAX_LOOKUPS_SAID
+        if past:
+            if not self._quiet:
+                self._notice(f"sandlock: more lookups were denied (the first {MAX_LOOKUPS_SAID} "
+                             "names were said, the others are not)")
+            return
+        shown = printable(name)
+        self._log(False, {
+            "pid": 0,  # the resolver does not know which process asked
+            "syscall": "dns",
+            "protocol": "dns",
+            "destination": shown,
+            "hostname": shown,
+            "verdict": "deny",
+            "reason": reason,
+        }, f"sandlock: denied lookup of {shown} ({reason})")
 
     def record_http(self, event: dict) -> None:
         """A decision of the HTTP proxy (an ``audit`` message from its process), or an

@@ -97,7 +97,8 @@ class Network(Services):
         self._lock = threading.Lock()
         self._pins_ready: threading.Event | None = None
         self._dns_said = False  # the pinning's outcome was reported (or the run is over)
-        self._dns_setup: tuple[object, object] | None = None  # (settings, upstream), pinned
+        self._waited_for_pins = False  # a call of the command waited for the pinning
+        self._dns_setup: tuple[object, object, object] | None = None  # (settings, upstream, hosts)
         self._responder = None
         self._responder_lock = threading.Lock()
         self._closed = False
@@ -186,11 +187,19 @@ class Network(Services):
 
     def wait_for_pins(self) -> None:
         ready = self._pins_ready
-        if ready is not None:
-            ready.wait(DNS_START_TIMEOUT)
+        if ready is not None and not ready.is_set():
+            self._await_pins(ready)
+
+    def _await_pins(self, ready: threading.Event) -> None:
+        """A call of the command waits for the pinning: if the run ends before it is
+        over, the names still being resolved are worth a word (``close``)."""
+        self._waited_for_pins = True
+        ready.wait(DNS_START_TIMEOUT)
 
     def dns_responder(self, protocol: str, family: int) -> InetAddress | None:
-        self._start_pinning().wait(DNS_START_TIMEOUT)
+        ready = self._start_pinning()
+        if not ready.is_set():
+            self._await_pins(ready)
         self._bring_responder_up()
         address = self._listeners.dns_tcp if protocol == "tcp" else self._listeners.dns_udp
         if address is None:
@@ -259,16 +268,19 @@ class Network(Services):
         """Pin the policy's names (on the pinning thread). Names given with --resolve
         need nothing more: no resolver, no dnspython."""
         from ._dns import DnsSettings, Upstream, pin_at_start
+        from ._hostsfile import HostsFile
 
         settings = DnsSettings.from_policy(self._policy)
         names = self._rules.hostnames()
-        unpinned = names - {name for name, _ in settings.static}
+        hosts = HostsFile.system()
+        unpinned = {name for name in names - {name for name, _ in settings.static}
+                    if hosts.before_dns(name) is None}
         needs_upstream = bool(unpinned) or self._rules.resolves_unlisted_names
         upstream = Upstream(settings) if needs_upstream else None
-        warnings = pin_at_start(names, settings, self.pins, upstream)
+        warnings = pin_at_start(names, settings, self.pins, upstream, hosts)
         with self._lock:  # said once: here, or by close() if the run ended first
             self._dns_said = True
-            self._dns_setup = (settings, upstream)
+            self._dns_setup = (settings, upstream, hosts)
         if not self._quiet:
             for warning in warnings:
                 print(warning, file=sys.stderr, flush=True)
@@ -281,8 +293,10 @@ class Network(Services):
                 return  # up already, or pinning failed: lookups fail
             from ._dnsresponder import DnsResponder
 
-            settings, upstream = self._dns_setup
-            responder = DnsResponder(self.pins, self._rules, upstream, settings)
+            settings, upstream, hosts = self._dns_setup
+            reason = "no --net-allow or --http-allow rule" if self._rules.http else "no --net-allow rule"
+            responder = DnsResponder(self.pins, self._rules, upstream, settings, hosts=hosts,
+                                     on_refused=partial(self.audit.lookup_denied, reason=reason))
             with self._lock:
                 if self._closed:
                     return
@@ -309,7 +323,9 @@ class Network(Services):
         with self._lock:
             self._closed = True
             responder = self._responder
-            unsaid = self._pins_ready is not None and not self._dns_said
+            # Said only if the command needed the names meanwhile: a quick command that
+            # never looked anything up ended before a prompt server answered, that is all.
+            unsaid = self._pins_ready is not None and not self._dns_said and self._waited_for_pins
             self._dns_said = True
         if unsaid and not self._quiet:
             self._say_still_resolving()
