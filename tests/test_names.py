@@ -268,7 +268,7 @@ def test_a_name_with_control_characters_cannot_forge_a_line(fake):
                       PY, "-c", script, cwd="/tmp")
     assert result.returncode == 0, result.stderr
     assert not any(line.startswith("sandlock: all clear") for line in result.stderr.splitlines())
-    assert "sandlock: denied lookup of x\\x0asandlock: all clear\\x1b[2J.test (no --net-allow rule)" \
+    assert "sandlock: denied lookup of x\\nsandlock: all clear\\x1b[2J.test (no --net-allow rule)" \
         in result.stderr.splitlines()
 
 

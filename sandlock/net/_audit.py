@@ -7,7 +7,7 @@ import threading
 from io import TextIOBase
 
 from ._netpolicy import Verdict
-from ._sockaddr import SockAddress, describe
+from ._sockaddr import SockAddress, describe, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -15,15 +15,6 @@ if TYPE_CHECKING:
 
 
 MAX_LOOKUPS_SAID = 1000  # names whose denied lookup is said (and remembered), per run
-
-
-def printable(text: str) -> str:
-    """``text`` with every character outside printable ASCII, and the backslash, as an
-    escape: a name the command chose must not forge a line of sandlock's."""
-    if text.isascii() and text.isprintable() and "\\" not in text:
-        return text
-    return "".join(c if " " <= c <= "~" and c != "\\" else f"\\x{ord(c):02x}"
-                   if ord(c) < 256 else f"\\u{ord(c):04x}" for c in text)
 
 
 class Audit:
@@ -72,7 +63,7 @@ class Audit:
                 self._notice(f"sandlock: more lookups were denied (the first {MAX_LOOKUPS_SAID} "
                              "names were said, the others are not)")
             return
-        shown = printable(name)
+        shown = printable(name.encode("latin-1", "backslashreplace"))
         self._log(False, {
             "pid": 0,  # the resolver does not know which process asked
             "syscall": "dns",
