@@ -20,14 +20,14 @@ from ..proxy import HttpRules
 from . import _execute
 from ._audit import Audit
 from ._execute import ConfinedWorker
-from ._judge import ABSTRACT_SCOPE, OwnListeners, RunContext
+from ._judge import ABSTRACT_SCOPE, OwnListeners, RunContext, unparked
 from ._materialize import Socket
 from ._nests import NestRefused
 from ._netpolicy import NetPolicy, canonical_address
 from ._pins import PinTable
 from ._ports import parse_ports
 from ._services import Services
-from ._sockaddr import InetAddress, UnixAddress, inet
+from ._sockaddr import InetAddress, SockAddress, UnixAddress, inet
 from ._spec import parse_allow, parse_deny, resolved_names
 from ._supervisor import Supervisor
 
@@ -40,7 +40,11 @@ if TYPE_CHECKING:
     from ..kernel import Listener, Notification
     from ..policy import Policy
     from ._http import HttpRun
+    from ._execute import Outcome
+    from ._judge import Decision
+    from ._materialize import Request
     from ._nesting import NestingService
+    from ._udpsink import UdpSink
     from ._ports import PortSet
     from ._review import NetworkCall
 
@@ -105,6 +109,7 @@ class Network(Services):
         self._ruleset_fd = ruleset_fd  # kept for a confined worker made on first need
         self._confined: ConfinedWorker | None = None
         self._nesting: NestingService | None = None  # runs inside register there (_nesting)
+        self._sink: UdpSink | None | bool = None  # where denied UDP connects go (_udpsink)
         context = RunContext(rules, self.pins, self._listeners,
                              ipc_scoped=not (policy.allow_ipc or policy.full_access))
         self._supervisor = Supervisor(native_arch(), context, self.audit, self, review)
@@ -232,6 +237,25 @@ class Network(Services):
             return errno.ECONNREFUSED
         return inet(sock.family, *listener)
 
+    def park(self, request: Request, decision: Decision,
+             record: Callable[[Request, SockAddress, Decision], None]) -> Outcome:
+        with self._lock:
+            if self._sink is None and not self._closed:
+                from ._udpsink import UdpSink  # (only runs whose UDP connects are denied)
+
+                try:
+                    self._sink = UdpSink()
+                except OSError:
+                    self._sink = False  # (no loopback to bind: refused as the rules say)
+                else:
+                    self._listeners.sinks = self._sink.addresses
+            sink = self._sink
+        if not sink:
+            denial = unparked(decision)
+            record(request, request.address, denial)
+            return -1, denial.error
+        return sink.park(request, decision, record)
+
     def confined_worker(self) -> ConfinedWorker:
         with self._lock:
             if self._confined is None:
@@ -331,6 +355,8 @@ class Network(Services):
             self._say_still_resolving()
         if responder is not None:
             responder.stop()
+        if self._sink:
+            self._sink.stop()
         if self._nesting is not None:
             self._nesting.close()
         if self._confined is not None:

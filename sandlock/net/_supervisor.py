@@ -30,6 +30,7 @@ from . import _execute, _sending
 from ._audit import Audit
 from ._execute import Deferred, Outcome
 from ._judge import (
+    OWN_LISTENER_REASON,
     OWN_SOCKET,
     TO_NESTING,
     Decision,
@@ -37,7 +38,9 @@ from ._judge import (
     judge_destination,
     judge_listen,
     judge_message,
+    park,
 )
+from ._listening import SandboxListeners
 from ._materialize import (
     Message,
     Refused,
@@ -75,6 +78,7 @@ class Supervisor:
         self._released = False  # pidfds closed: their numbers may belong to others now
         self._listener: Listener | None = None
         self.nests: Nests | None = None  # set once a nested sandbox has network rules
+        self.listening = SandboxListeners()  # the TCP ports the sandbox listens on
 
     def handle(self, listener: Listener, notification: Notification) -> None:
         """Answer one network call (read by the run's loop, ``process._supervision``)."""
@@ -225,8 +229,13 @@ class Supervisor:
             decision = self._decide(request, request.address, binding=syscall == "bind")
         if not decision.allowed:
             return -1, decision.error
+        if decision.parked:  # a denied UDP connect: to the sink, said at its first datagram
+            return self._services.park(request, decision, self._record)
         if syscall == "listen":
-            return _execute.listen(request.socket, request.flags)
+            outcome = _execute.listen(request.socket, request.flags)
+            if not outcome[1] and decision.protocol == "tcp":
+                self.listening.add(request.socket)  # reachable from inside, on loopback
+            return outcome
         if syscall == "bind":
             # A unix bind creates a file, netlink checks the caller's capabilities:
             # both under the command's own rules.
@@ -243,6 +252,8 @@ class Supervisor:
         if request.socket.family == AF_UNIX:
             return self._on_unix(request, target, decision,
                                  lambda: _execute.connect(request.socket, target))
+        if decision.verdict.reason == OWN_LISTENER_REASON:  # (asked of the kernel again)
+            return self.listening.connect(request, target, self._record)
         return _execute.connect(request.socket, target)  # may be Deferred
 
     def _bind_as_the_command(self, request: Request, address: SockAddress) -> Outcome:
@@ -332,10 +343,13 @@ class Supervisor:
         if not binding:
             address = self._context.own_sockets.identify(address)
         decision = judge_destination(request.socket, address, self._context, binding=binding)
+        if not decision.allowed:  # the sandbox's own server, on loopback?
+            decision = self.listening.reach(request.syscall, address, decision)
         if request.nested:
             decision = self._narrowed(request, address, decision)
-        decision = reviewed(self._review, request.notification.pid, request.syscall, address,
-                            decision)
+        judged = decision
+        decision = park(request.syscall, judged, reviewed(
+            self._review, request.notification.pid, request.syscall, address, judged))
         self._record(request, address, decision)
         return decision
 
@@ -366,7 +380,7 @@ class Supervisor:
             self._audit.record(
                 pid=request.notification.pid, syscall=request.syscall, protocol=decision.protocol,
                 address=address, verdict=decision.verdict,
-                redirected=decision.to_dns_responder or decision.to_proxy,
+                redirected=decision.redirected,
             )
 
     def _target(self, request: Request, decision: Decision) -> SockAddress | int | None:
