@@ -578,3 +578,33 @@ def test_bind_onto_an_existing_symlink_fails_as_natively(tmp_path):
     boxed = sandlock("run", "--cwd", str(tmp_path), "--", PY, "-c", script, str(tmp_path / "link.sock"))
     assert boxed.stdout.strip() == native.stdout.strip() == "98"  # EADDRINUSE
     assert not (tmp_path / "target" / "real.sock").exists()
+
+
+# --- the name an audit record gives an address two names share --------------------------
+
+SHARED_NAMES = """
+import socket, sys
+for name in sys.argv[2:]:
+    address = socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
+    socket.create_connection((address, int(sys.argv[1]))).close()
+"""
+
+
+def test_the_audit_log_names_the_name_looked_up(web, tmp_path):
+    """Two allowed names share an address: each connection's record names the one the
+    command looked up for it (before: always the first rule's name)."""
+    allowed, _ = web
+    port = allowed.port
+    audit = tmp_path / "audit.jsonl"
+    with FakeDns({"a.test": [allowed.host], "b.test": [allowed.host], "c.test": [allowed.host]}) as dns_server:
+        result = sandlock("run", *dns_options(dns_server), "--audit", str(audit),
+                          "--net-allow", f"a.test:{port}", "--net-allow", f"b.test:{port}",
+                          "--net-allow", "c.test:1", "--", PY, "-c", SHARED_NAMES, str(port),
+                          "b.test", "a.test", "b.test", "c.test")
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    connects = [r for r in records if r.get("syscall") == "connect" and r["protocol"] == "tcp"]
+    # c.test's own rule does not reach that port: the record names the rule's name.
+    assert [(r["hostname"], r["reason"]) for r in connects] == [
+        ("b.test", f"--net-allow a.test:{port}"), ("a.test", f"--net-allow a.test:{port}"),
+        ("b.test", f"--net-allow a.test:{port}"), ("a.test", f"--net-allow a.test:{port}")]

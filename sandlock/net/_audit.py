@@ -96,7 +96,10 @@ class Audit:
         }
         if event.get("credential"):  # the NAME of the credential the proxy added (--http-auth)
             record["credential"] = str(event["credential"])
-        self._log(allowed, record, f"sandlock: denied {method} {host}{path} ({reason})")
+        # A refusal before any name is known (TLS without SNI, bytes that are not HTTP)
+        # names where the connection went.
+        shown = printable((host or str(event.get("destination") or "an unknown destination")).encode())
+        self._log(allowed, record, f"sandlock: denied {method} {shown}{path} ({reason})")
 
     def _incident(self, message: str, restarted: bool) -> None:
         """Not a decision about the command: sandlock's own proxy failed."""

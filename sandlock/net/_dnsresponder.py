@@ -257,7 +257,9 @@ class DnsResponder:
         if not addresses:
             return NXDOMAIN, True, []
         family = _ADDRESS_TYPES.get(query.rdtype)
-        return NOERROR, True, [a for a in addresses if a.version == family]
+        answer = [a for a in addresses if a.version == family]
+        self._table.answered(name, answer)  # the name an audit record gives these
+        return NOERROR, True, answer
 
     def _refused(self, name: str) -> None:
         if self._on_refused is not None:

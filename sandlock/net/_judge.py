@@ -13,7 +13,7 @@ import os
 
 from .._record import field, record, replace
 from ._materialize import Message, Socket
-from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
+from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address, rules_admit
 from ._ownsockets import SandboxSockets
 from ._pins import PinTable
 from ._sockaddr import AF_NETLINK, InetAddress, OtherAddress, SockAddress, UnixAddress
@@ -217,6 +217,24 @@ def unparked(decision: Decision) -> Decision:
     """The denial a parked decision stands for (said at the socket's first datagram)."""
     verdict = Verdict(False, decision.verdict.reason[len(PARKED):], decision.verdict.hostname)
     return Decision(False, None, verdict, "udp")
+
+
+def named(decision: Decision, address: InetAddress, ctx: RunContext) -> Decision:
+    """``decision`` with the hostname its audit record gives: of the names pinned to the
+    address, the one the command's last lookup that gave it asked for (two names may
+    share an address), if that name's own rules reach it; else the verdict's. Only
+    for records: the verdict is the same for every name."""
+    verdict = decision.verdict
+    address_judged = canonical_address(address.address)
+    name = ctx.pins.last_answered(address_judged)
+    if name is None or name == verdict.hostname or name not in ctx.pins.names_for(address_judged):
+        return decision
+    if verdict.allowed and not ctx.policy.deny and decision.protocol in ("tcp", "udp", "icmp"):
+        endpoint = Endpoint(decision.protocol, address_judged, address.port)
+        if not (rules_admit(ctx.policy.allow, endpoint, frozenset({name}))
+                or verdict.redirect_proxy and ctx.policy.http.admits_name(name)):
+            return decision  # (reached through another name's rule: that one is named)
+    return replace(decision, verdict=replace(verdict, hostname=name))
 
 
 # A nested sandbox whose IPC is scoped says so in its rules ("scope"): abstract unix

@@ -38,6 +38,7 @@ from ._judge import (
     judge_destination,
     judge_listen,
     judge_message,
+    named,
     park,
 )
 from ._listening import SandboxListeners
@@ -377,6 +378,8 @@ class Supervisor:
         if decision.allowed and not self._audit.logs_allowed:
             return  # the hot path: nothing to write, nothing to say
         if decision.audited and address is not None:
+            if isinstance(address, InetAddress) and decision.verdict.hostname:
+                decision = named(decision, address, self._context)  # (names sharing an IP)
             self._audit.record(
                 pid=request.notification.pid, syscall=request.syscall, protocol=decision.protocol,
                 address=address, verdict=decision.verdict,
