@@ -80,6 +80,9 @@ class Audit:
         if event.get("kind") == "incident":
             self._incident(str(event.get("message", "")), bool(event.get("restarted")))
             return
+        if event.get("event") == "untrusted-ca":
+            self._untrusted(event)
+            return
         allowed = bool(event.get("allowed"))
         method, host, path = (str(event.get(key, "")) for key in ("method", "host", "path"))
         reason = str(event.get("reason", ""))
@@ -100,6 +103,19 @@ class Audit:
         # names where the connection went.
         shown = printable((host or str(event.get("destination") or "an unknown destination")).encode())
         self._log(allowed, record, f"sandlock: denied {method} {shown}{path} ({reason})")
+
+    def _untrusted(self, event: dict) -> None:
+        """The command's client refused the certificate the proxy showed it (once per
+        host): it did not take the trust sandlock set up. Not a decision: not counted."""
+        host = printable(str(event.get("host") or event.get("destination") or "?").encode())
+        if self._auditlog is not None:
+            self._auditlog.write({"event": "untrusted-ca", "pid": event.get("pid", 0),
+                                  "destination": event.get("destination", ""), "hostname": host,
+                                  "reason": "the client refused sandlock's CA"})
+        if not self._quiet:
+            self._notice(f"sandlock: {host}: the client refused sandlock's CA (a CA setting of "
+                         "its own, e.g. npm's cafile or pip's cert, overrides the variables "
+                         "sandlock sets; see docs/ca.md, \"When a client refuses the CA\")")
 
     def _incident(self, message: str, restarted: bool) -> None:
         """Not a decision about the command: sandlock's own proxy failed."""
