@@ -608,3 +608,31 @@ def test_the_audit_log_names_the_name_looked_up(web, tmp_path):
     assert [(r["hostname"], r["reason"]) for r in connects] == [
         ("b.test", f"--net-allow a.test:{port}"), ("a.test", f"--net-allow a.test:{port}"),
         ("b.test", f"--net-allow a.test:{port}"), ("a.test", f"--net-allow a.test:{port}")]
+
+
+# --- a rule without ports ------------------------------------------------------------------
+
+
+def test_a_portless_rule_is_noted(tmp_path):
+    """`--net-allow HOST` opens every port of HOST, TCP and UDP: before, silently."""
+    result = sandlock("run", "--net-allow", "127.0.0.2", "--net-allow", "udp://127.0.0.3", "--",
+                      "true")
+    assert result.stderr.splitlines() == [
+        "sandlock: note: --net-allow 127.0.0.2 opens every port of 127.0.0.2, TCP and UDP; "
+        "--net-allow udp://127.0.0.3 opens every UDP port of 127.0.0.3 "
+        "(give the ports to open only those, e.g. 127.0.0.2:443)"]
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[network]\nallow = ["127.0.0.2"]\n')
+    assert "opens every port of 127.0.0.2" in sandlock("run", "--policy", str(policy), "--", "true").stderr
+
+
+@pytest.mark.parametrize("options", [
+    ["-q", "--net-allow", "127.0.0.2"],  # silenced
+    ["--net-allow", "127.0.0.2:80,443"],  # ports given
+    ["--net-allow", "127.0.0.2:*"],  # every port, written so
+    ["--net-allow-host", "127.0.0.2"],  # the option that means every port
+    ["--net-allow", "*"],
+    ["--net-allow", "icmp://127.0.0.2"],  # no ports to give
+])
+def test_rules_that_say_their_ports_are_not_noted(options):
+    assert sandlock("run", *options, "--", "true").stderr == ""

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         parse_dns_server,
         parse_resolve,
         pins_at_start,
+        portless,
         read_allow,
         read_deny,
         read_dns_server,
@@ -71,6 +72,7 @@ _EXPORTS = {
     "ABSTRACT_SCOPE": "_judge",
     "NESTING_NAME": "_judge",
     "pins_at_start": "_spec",
+    "portless": "_spec",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -325,6 +325,15 @@ def read_resolve(text: str) -> tuple[str, tuple[Inet, ...]]:
     return host, tuple(dict.fromkeys(_resolve_address(item) for item in items))
 
 
+def portless(text: str) -> tuple[str, frozenset[str]] | None:
+    """(target, protocols) of an allow rule (valid) naming a host or network without
+    ports, i.e. every port of it; None for any other rule."""
+    protocols, rest = _split_scheme(text)
+    target, ports = _split_target(rest)
+    opens_all = ports is None and target not in ("", "*") and ICMP not in protocols
+    return (target, protocols) if opens_all else None
+
+
 def resolved_names(entries: Iterable[str]) -> frozenset[str]:
     """The host names --resolve ``entries`` pin: DNS is never asked for them."""
     return frozenset(read_resolve(entry)[0] for entry in entries)
