@@ -37,6 +37,7 @@ LOOPBACK = (IPv4Address("127.0.0.1"), IPv6Address("::1"))
 # Where the hosts file stands against DNS in nsswitch's "hosts:" line.
 FIRST, AFTER_DNS, UNUSED = "first", "after dns", "unused"
 _DNS_SOURCES = ("dns", "resolve")  # systemd-resolved's module reads /etc/hosts itself
+_AFTER_NAME = frozenset(" \t\r\n#.")  # what may follow a name on a line (a trailing dot)
 
 
 def is_localhost(name: str) -> bool:
@@ -84,6 +85,11 @@ class HostsFile:
         text = self._text
         start = text.find(name)
         while start >= 0:
+            end = start + len(name)
+            if (start and not text[start - 1].isspace()) or \
+                    (end < len(text) and text[end] not in _AFTER_NAME):
+                start = text.find(name, end)  # a part of another name ("example" in "a.example")
+                continue
             line_start = text.rfind("\n", 0, start) + 1
             line_end = text.find("\n", start)
             if line_end < 0:
