@@ -12,11 +12,11 @@ import socket
 import subprocess
 import sys
 import time
-from threading import Thread
 
 import pytest
 
 from conftest import SANDLOCK, sandlock, users
+from netattack_helpers import TcpServer
 
 PY = sys.executable
 
@@ -44,33 +44,6 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-class HostListener:
-    """A TCP listener of the host's (outside any sandbox) that counts connections."""
-
-    def __init__(self, port: int = 0, reuseport: bool = False) -> None:
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuseport:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        self.sock.bind(("127.0.0.1", port))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            connection.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 # --- the dev server and its client, both inside -----------------------------------------
 
 
@@ -93,15 +66,12 @@ def test_a_dev_server_inside_is_reachable_from_inside(as_nobody_or_self):
 
 def test_a_host_listener_on_another_port_stays_denied():
     """Control: the sandbox's own port opens that port only."""
-    host = HostListener()
     port = free_port()
-    try:
+    with TcpServer("127.0.0.1") as host:
         script = (f"{PY} -m http.server {port} >/dev/null 2>&1 & "
                   f"{PY} -c '{FETCH}' {port} http://127.0.0.1:{port}/ "
                   f"http://127.0.0.1:{host.port}/; kill $!")
         result = sandlock("run", "--net-bind", str(port), "--", "sh", "-c", script, cwd="/tmp")
-    finally:
-        host.close()
     lines = result.stdout.splitlines()
     assert lines[0] == f"http://127.0.0.1:{port}/ 200"
     assert lines[1].startswith(f"http://127.0.0.1:{host.port}/ failed"), lines
@@ -148,14 +118,11 @@ def test_a_host_service_on_the_sandboxs_port_is_not_reached(reuseport):
                           stderr=subprocess.PIPE, text=True, cwd="/tmp") as proc:
         assert proc.stdout.readline().split() == ["own", "connected"]  # control: its own
         assert proc.stdout.readline().strip() == "ready"
-        host = HostListener(port, reuseport=reuseport)
-        try:
+        with TcpServer("127.0.0.1", port, reuseport=reuseport) as host:
             proc.stdin.write("go\n")
             proc.stdin.flush()
             out, err = proc.communicate(timeout=30)
             time.sleep(0.1)
-        finally:
-            host.close()
     assert out.strip() == "then ['13']", (out, err)  # EACCES: the rules' own answer
     assert host.accepted == 0
     assert f"denied connect to 127.0.0.1:{port} (no --net-allow rule)" in err
@@ -169,13 +136,10 @@ def test_without_sandlock_the_host_service_is_reached():
                           text=True) as proc:
         proc.stdout.readline()
         proc.stdout.readline()
-        host = HostListener(port)
-        try:
+        with TcpServer("127.0.0.1", port):
             proc.stdin.write("go\n")
             proc.stdin.flush()
             out, _ = proc.communicate(timeout=30)
-        finally:
-            host.close()
     assert out.strip() == "then ['connected']"
 
 

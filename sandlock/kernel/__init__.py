@@ -52,7 +52,7 @@ if TYPE_CHECKING:
         read_string,
         write_memory,
     )
-    from ._inetdiag import socket_cookie, tcp_listeners
+    from ._inetdiag import sock_diag_dump, socket_cookie, tcp_listeners
     from ._unixdiag import unix_socket_file, unix_socket_name
     from ._seccomp import MSG_FASTOPEN, PROCESS_CREATION, SUPERVISED, WAIVABLE
     from ._syscalls import Arch, native_arch, nr
@@ -111,6 +111,7 @@ _EXPORTS = {
     "socket_option": "_libc",
     "syscall": "_libc",
     "take_fd": "_fds",
+    "sock_diag_dump": "_inetdiag",
     "socket_cookie": "_inetdiag",
     "tcp_listeners": "_inetdiag",
     "unix_socket_file": "_unixdiag",

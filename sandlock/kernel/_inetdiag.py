@@ -1,5 +1,6 @@
 """What the kernel says about the TCP sockets listening on a port (NETLINK_SOCK_DIAG,
-inet_diag): each one's inode and cookie, IPv4 and IPv6 alike.
+inet_diag): each one's inode and cookie, IPv4 and IPv6 alike; and the dump of any
+sock_diag request (the memory watch's socket counts use it too).
 
 A dump of the listening sockets only (a host has tens; its connections, thousands, are
 never read), filtered by the kernel to the port asked about. No privilege is needed.
@@ -53,11 +54,16 @@ def _request(family: int, port: int) -> bytes:
 
 
 def _dump(request: bytes):
-    """The payloads of a sock_diag dump's answers (OSError if the kernel refuses it)."""
     diag = getattr(_local, "socket", None)
     if diag is None:
         diag = _local.socket = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
                                              _NETLINK_SOCK_DIAG)
+    return sock_diag_dump(diag, request)
+
+
+def sock_diag_dump(diag: socket.socket, request: bytes):
+    """The payloads of the answers to a sock_diag dump ``request`` (after its netlink
+    header) on the NETLINK_SOCK_DIAG socket ``diag``; OSError if the kernel refuses it."""
     header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY,
                             _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
     diag.send(header + request)
