@@ -108,7 +108,7 @@ class Decision:
     @property
     def parked(self) -> bool:
         """A denied UDP connect performed to sandlock's sink instead (``park``)."""
-        return self.allowed and self.target is None and self.verdict.reason.startswith(PARKED)
+        return self.target is None and self.allowed and self.verdict.reason.startswith(PARKED)
 
     @property
     def redirected(self) -> bool:
@@ -205,7 +205,7 @@ def park(syscall: str, judged: Decision, decision: Decision) -> Decision:
     """``decision``, or, for a UDP connect the rules (``judged``) deny, the decision to
     perform it to the sink. Not one that policy_fn refused (its errno is its own), nor
     one aimed at sandlock's own services (no address lookup ever gives those)."""
-    if (decision is not judged or decision.allowed or syscall != "connect"
+    if (decision.allowed or decision is not judged or syscall != "connect"
             or decision.protocol != "udp" or decision.error != errno.EACCES
             or decision.verdict is OWN_SERVICE):
         return decision
