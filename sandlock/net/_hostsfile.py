@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
-from ._spec import normalise_name
+from ._spec import is_localhost, normalise_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,10 +38,6 @@ LOOPBACK = (IPv4Address("127.0.0.1"), IPv6Address("::1"))
 FIRST, AFTER_DNS, UNUSED = "first", "after dns", "unused"
 _DNS_SOURCES = ("dns", "resolve")  # systemd-resolved's module reads /etc/hosts itself
 _AFTER_NAME = frozenset(" \t\r\n#.")  # what may follow a name on a line (a trailing dot)
-
-
-def is_localhost(name: str) -> bool:
-    return name == "localhost" or name.endswith(".localhost")
 
 
 class HostsFile:

@@ -390,4 +390,9 @@ def pins_at_start(policy: Policy) -> bool:
         from ..proxy import HttpRules
 
         names |= HttpRules.parse(policy.http_allow, policy.http_deny).concrete_hosts()
-    return bool(names - resolved_names(policy.resolve))
+    # localhost needs no DNS either (always loopback: _hostsfile)
+    return any(not is_localhost(name) for name in names - resolved_names(policy.resolve))
+
+
+def is_localhost(name: str) -> bool:
+    return name == "localhost" or name.endswith(".localhost")
