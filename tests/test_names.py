@@ -166,6 +166,43 @@ def test_without_files_in_nsswitch_the_hosts_file_is_not_read(tmp_path, fake):
     assert result.returncode == 2  # not found: the command's own lookup read no file
 
 
+REWRITE_HOSTS = """
+import socket, sys
+if sys.argv[2] == "rewrite":
+    with open("/etc/hosts", "a") as hosts:
+        hosts.write("127.0.0.3 localhost\\n")
+s = socket.socket()
+try:
+    s.connect(("127.0.0.3", int(sys.argv[1])))
+    print("connected")
+except OSError as error:
+    print(error.errno)
+"""
+
+
+@root_only
+@pytest.mark.parametrize("hosts, attempt, expected", [
+    ("127.0.0.1 localhost\n", "rewrite", "13"),  # the attack: refused
+    ("127.0.0.1 localhost\n127.0.0.3 localhost\n", "as-is", "connected"),  # control
+])
+def test_a_command_that_can_write_the_hosts_file_cannot_choose_a_pin(tmp_path, hosts, attempt,
+                                                                     expected):
+    """The attack: a policy that lets the command write /etc/hosts (here -w /etc/hosts;
+    -w /etc or -w / alike), and a rule naming localhost. The command adds another
+    loopback address of its choosing for localhost before its first network call,
+    when sandlock pins the name. The files are read before the command starts: the
+    pin is what the user's file said. Control: written by the user, it counts."""
+    from netattack_helpers import TcpServer
+
+    with TcpServer("127.0.0.3") as target:
+        result = with_system_files(
+            tmp_path, hosts, None,
+            ["run", "-r", "/", "-w", "/etc/hosts", "--net-allow", f"localhost:{target.port}",
+             "--", PY, "-c", REWRITE_HOSTS, str(target.port), attempt])
+    assert result.stdout.strip() == expected, result.stderr
+    assert target.accepted == (1 if expected == "connected" else 0)
+
+
 def test_hosts_file_lookups(tmp_path):
     text = ("# comment devbox.test\n127.0.0.1\tlocalhost\n::1 localhost ip6-localhost\n"
             "10.1.2.3 devbox.test db.devbox.test  # trailing devbox.test\n"

@@ -15,6 +15,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._dns import DnsSettings
     from ._engine import Network, compile_policy
+    from ._hostsfile import SystemFiles
     from ._http import HttpRun
     from ._judge import ABSTRACT_SCOPE, NESTING_NAME
     from ._netpolicy import Endpoint, NetPolicy, Verdict, rules_admit
@@ -53,6 +54,7 @@ _EXPORTS = {
     "NetPolicy": "_netpolicy",
     "NetRule": "_spec",
     "Network": "_engine",
+    "SystemFiles": "_hostsfile",
     "NetworkCall": "_review",
     "rules_admit": "_netpolicy",
     "PinTable": "_pins",

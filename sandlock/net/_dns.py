@@ -130,9 +130,12 @@ class Upstream:
     of resolv.conf is not applied (the policy names full hostnames).
     """
 
-    def __init__(self, settings: DnsSettings, resolv_conf: str = "/etc/resolv.conf") -> None:
+    def __init__(self, settings: DnsSettings, resolv_conf: str = "/etc/resolv.conf",
+                 resolv_text: str | None = None) -> None:
+        """``resolv_text``: the content of ``resolv_conf`` as read earlier (before the
+        command could change it: ``_hostsfile.SystemFiles``); None: read it now."""
         self._settings = settings
-        self._resolver, self._problem = _make_resolver(settings, resolv_conf)
+        self._resolver, self._problem = _make_resolver(settings, resolv_conf, resolv_text)
 
     @property
     def servers(self) -> tuple[tuple[str, int], ...]:
@@ -183,13 +186,17 @@ class Upstream:
 
 
 def _make_resolver(
-    settings: DnsSettings, resolv_conf: str
+    settings: DnsSettings, resolv_conf: str, resolv_text: str | None = None
 ) -> tuple[dns.resolver.Resolver | None, str | None]:
+    import io
+
     import dns.nameserver
     import dns.resolver
 
     try:
-        resolver = dns.resolver.Resolver(filename=resolv_conf, configure=not settings.servers)
+        resolver = dns.resolver.Resolver(configure=False)
+        if not settings.servers:
+            resolver.read_resolv_conf(resolv_conf if resolv_text is None else io.StringIO(resolv_text))
     except dns.resolver.NoResolverConfiguration:
         return None, f"no DNS server configured in {resolv_conf}"
     except OSError as error:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ..policy import Policy
     from ._http import HttpRun
     from ._execute import Outcome
+    from ._hostsfile import SystemFiles
     from ._judge import Decision
     from ._materialize import Request
     from ._nesting import NestingService
@@ -81,12 +82,16 @@ class Network(Services):
 
     def __init__(self, policy: Policy, ruleset_fd: int | None, audit_log: AuditLog | None, *,
                  quiet: bool, http: HttpRun | None = None,
-                 review: Callable[[NetworkCall], int] | None = None, keeper: int = 0) -> None:
+                 review: Callable[[NetworkCall], int] | None = None, keeper: int = 0,
+                 system: SystemFiles | None = None) -> None:
         """``ruleset_fd``: the command's Landlock ruleset (owned from now on), for the
         confined worker, and ``http`` (the run's proxy): owned from now on; ``keeper``:
         the pid of the run's keeper (under the sandbox's filters, but its own); ``audit_log``:
-        the run's (it closes it); ``review``: the runtime policy's word on each call."""
+        the run's (it closes it); ``review``: the runtime policy's word on each call;
+        ``system``: the resolver's files as read before the command started (None: no
+        name can be admitted, or read now)."""
         self._policy = policy
+        self._system = system
         self._http = http
         self._rules = rules = compile_policy(policy)
         self._quiet = quiet
@@ -292,15 +297,17 @@ class Network(Services):
         """Pin the policy's names (on the pinning thread). Names given with --resolve
         need nothing more: no resolver, no dnspython."""
         from ._dns import DnsSettings, Upstream, pin_at_start
-        from ._hostsfile import HostsFile
+        from ._hostsfile import HostsFile, SystemFiles
 
         settings = DnsSettings.from_policy(self._policy)
         names = self._rules.hostnames()
-        hosts = HostsFile.system()
+        system = self._system or SystemFiles.read()  # (no rules admit a name: harmless)
+        hosts = HostsFile.of(system)
         unpinned = {name for name in names - {name for name, _ in settings.static}
                     if hosts.before_dns(name) is None}
         needs_upstream = bool(unpinned) or self._rules.resolves_unlisted_names
-        upstream = Upstream(settings) if needs_upstream else None
+        upstream = Upstream(settings, resolv_text=system and system.resolv_conf) \
+            if needs_upstream else None
         warnings = pin_at_start(names, settings, self.pins, upstream, hosts)
         with self._lock:  # said once: here, or by close() if the run ended first
             self._dns_said = True

@@ -13,8 +13,8 @@ Entries are the user's own configuration: pinned as written, like ``--resolve``
 says (RFC 6761): 127.0.0.1, ::1 and the file's loopback addresses for them, nothing
 else, and never a DNS query.
 
-The file is read once per run, by the first run thread that needs a name from it
-(pinning at start, or the responder's first lazy lookup), and searched per name
+The files are read once per run, in sandlock's process before the command starts
+(``SystemFiles``, with /etc/resolv.conf), and the hosts file is searched per name
 rather than parsed whole: hosts files of ad blockers have hundreds of thousands of
 lines, of which a run needs a few.
 """
@@ -22,8 +22,8 @@ lines, of which a run needs a few.
 from __future__ import annotations
 
 import os
-from ipaddress import IPv4Address, IPv6Address, ip_address
 
+from .._record import record
 from ._spec import is_localhost, normalise_name
 
 TYPE_CHECKING = False
@@ -32,12 +32,31 @@ if TYPE_CHECKING:
 
 HOSTS = "/etc/hosts"
 NSSWITCH = "/etc/nsswitch.conf"
+RESOLV_CONF = "/etc/resolv.conf"
 MAX_SIZE = 64 << 20  # read at most this much of a hosts file (the largest lists are ~20 MiB)
-LOOPBACK = (IPv4Address("127.0.0.1"), IPv6Address("::1"))
 # Where the hosts file stands against DNS in nsswitch's "hosts:" line.
 FIRST, AFTER_DNS, UNUSED = "first", "after dns", "unused"
 _DNS_SOURCES = ("dns", "resolve")  # systemd-resolved's module reads /etc/hosts itself
 _AFTER_NAME = frozenset(" \t\r\n#.")  # what may follow a name on a line (a trailing dot)
+
+
+@record
+class SystemFiles:
+    """The resolver's files as they were before the command started (None: unreadable).
+
+    Read in sandlock's process before the fork, and only then: a policy that lets the
+    command write /etc (``-w /etc``, ``-w /``) would otherwise let it choose what a
+    rule's name means (``10.0.0.5 api.openai.com`` in /etc/hosts, or its own server in
+    /etc/resolv.conf) before sandlock pins the name.
+    """
+
+    hosts: str | None
+    nsswitch: str | None
+    resolv_conf: str | None
+
+    @classmethod
+    def read(cls) -> SystemFiles:
+        return cls(_read(HOSTS), _read(NSSWITCH, 1 << 20), _read(RESOLV_CONF, 1 << 20))
 
 
 class HostsFile:
@@ -50,17 +69,17 @@ class HostsFile:
         self._found: dict[str, tuple[IPAddress, ...]] = {}
 
     @classmethod
-    def system(cls, hosts: str = HOSTS, nsswitch: str = NSSWITCH) -> HostsFile:
-        """The machine's (a missing or unreadable file is an empty one)."""
-        order = hosts_order(nsswitch)
-        return cls(_read(hosts) if order != UNUSED else "", order)
+    def of(cls, files: SystemFiles | None) -> HostsFile:
+        """The hosts file of ``files`` (a missing or unreadable one is empty)."""
+        order = hosts_order_of(files.nsswitch) if files is not None else UNUSED
+        return cls((files.hosts or "") if order != UNUSED else "", order)
 
     def before_dns(self, name: str) -> tuple[IPAddress, ...] | None:
         """The addresses to pin for ``name`` without asking DNS, or None to ask it."""
         name = normalise_name(name)
         if is_localhost(name):
             loopback = tuple(a for a in self.entries(name) if a.is_loopback)
-            return tuple(dict.fromkeys(LOOPBACK + loopback))
+            return tuple(dict.fromkeys((*map(_address, ("127.0.0.1", "::1")), *loopback)))
         if self.order == FIRST:
             return self.entries(name) or None
         return None
@@ -99,14 +118,18 @@ class HostsFile:
 
 
 def hosts_order(path: str = NSSWITCH) -> str:
+    """Where the nsswitch.conf at ``path`` puts the hosts file (``hosts_order_of``)."""
+    return hosts_order_of(_read(path, 1 << 20))
+
+
+def hosts_order_of(text: str | None) -> str:
     """Where nsswitch.conf's ``hosts:`` line puts the hosts file ("files") against DNS.
 
     A missing file, or one without a ``hosts:`` line, counts as ``files dns``: musl
     reads /etc/hosts first and has no nsswitch, and it is every distribution's line.
     """
-    text = _read(path, 1 << 20)
     sources = None
-    for line in text.splitlines():
+    for line in (text or "").splitlines():
         key, colon, rest = line.partition("#")[0].partition(":")
         if colon and key.strip() == "hosts":
             sources = [word for word in rest.split() if not word.startswith("[")]
@@ -123,6 +146,8 @@ def _entry_name(text: str) -> str:
 
 
 def _address(text: str) -> IPAddress | None:
+    from ipaddress import ip_address  # (not before the fork: ~2 ms)
+
     if "%" in text:  # a zone (fe80::1%eth0): a pin cannot keep one
         return None
     try:
@@ -133,11 +158,11 @@ def _address(text: str) -> IPAddress | None:
     return mapped or address
 
 
-def _read(path: str, limit: int = MAX_SIZE) -> str:
+def _read(path: str, limit: int = MAX_SIZE) -> str | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return ""
+        return None
     try:
         chunks = []
         size = 0
@@ -145,7 +170,7 @@ def _read(path: str, limit: int = MAX_SIZE) -> str:
             chunks.append(chunk)
             size += len(chunk)
     except OSError:
-        return ""
+        return None
     finally:
         os.close(fd)
     return b"".join(chunks).decode("utf-8", "replace")
