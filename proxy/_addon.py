@@ -59,6 +59,7 @@ class Enforcer:
         self._report = report
         self._report_allowed = report_allowed
         self._refused: dict[str, str] = {}  # client connection id -> why
+        self._untrusted: set[str] = set()  # hosts whose client refused the CA (said once)
         self._auth_plain = auth_plain
         # Each rule's header value, made once; a str is the value, a Refusal why there is
         # none (fail closed: a request that should carry a credential is denied).
@@ -108,6 +109,21 @@ class Enforcer:
                 rules = self._nested[texts] = HttpRules.parse(*texts)
             found.append(rules)
         return found
+
+    def tls_failed_client(self, data: tls.TlsData) -> None:
+        """The command's TLS handshake with the proxy failed. When the client said it
+        does not trust the certificate (an "unknown ca", "bad certificate" or
+        "certificate unknown" alert: mitmproxy's error then says so), sandlock says it,
+        once per host: the client did not take the trust sandlock gave it."""
+        client = data.context.client
+        host = client.sni or ""
+        if "does not trust the proxy's certificate" not in (data.conn.error or "") or \
+                host in self._untrusted:
+            return
+        self._untrusted.add(host)
+        route = self._routes.get(client.id)
+        self._report(event="untrusted-ca", pid=route.pid if route else 0, host=host,
+                     destination=f"{route.destination[0]}:{route.destination[1]}" if route else "")
 
     def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         why = self._refused.get(data.client.id)

@@ -208,10 +208,13 @@ class TcpServer(_Server):
     and later SYNs are dropped (a connect that stays pending, deterministically).
     """
 
-    def __init__(self, host: str, port: int = 0, backlog: int = 512, paused: bool = False) -> None:
+    def __init__(self, host: str, port: int = 0, backlog: int = 512, paused: bool = False,
+                 reuseport: bool = False) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuseport:  # (to share a port with a listener that set it too)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(backlog)
         self.host, self.port = host, sock.getsockname()[1]

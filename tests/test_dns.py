@@ -113,6 +113,15 @@ def test_pinnable(address, alone, with_private):
 # --- the upstream ------------------------------------------------------------------
 
 
+def test_upstream_takes_the_resolv_conf_read_before_the_command_started():
+    """The system's resolv.conf as read before the fork (``SystemFiles``), not as the
+    command may have rewritten it since (nothing is asked here)."""
+    upstream = Upstream(DnsSettings(), resolv_text="# earlier\nnameserver 192.0.2.53\n")
+    assert upstream.servers == (("192.0.2.53", 53),)
+    assert Upstream(DnsSettings(), resolv_text="").resolve("x.test").error.startswith(
+        "no DNS server configured")
+
+
 def test_upstream_resolves_a_and_aaaa(fake):
     lookup = Upstream(settings(fake)).resolve("API.example.com.")
     assert lookup.addresses == (IP("203.0.113.7"), IP("2001:db8::7"))

@@ -7,6 +7,7 @@ sandbox get nothing but the environment sandlock sets: no --cacert, no -k.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -213,7 +214,8 @@ def test_missing_sni_is_refused(https, api, port):
     result = https(*ALLOW, cmd=["sh", "-c", f"echo | openssl s_client -noservername "
                                             f"-connect api.test:{port} 2>&1 | head -5"])
     assert "BEGIN CERTIFICATE" not in result.stdout
-    assert "without SNI" in result.stderr
+    # The notice names where the connection went (it named an empty host before).
+    assert f"sandlock: denied TLS {API}:{port} (TLS without SNI" in result.stderr
     assert api.log == []
 
 
@@ -337,3 +339,27 @@ def test_pip_install_over_inspected_https_with_the_example_policy(port, upstream
         assert result.returncode == 0, result.stderr
         assert (target / "tinypkg" / "__init__.py").read_text() == "VALUE = 42\n"
         assert [path for _, path, _, _ in files.log] == [f"/packages/{name}"]
+
+
+def test_a_client_that_refuses_the_ca_is_named(https, api, port, tmp_path):
+    """A client whose own CA setting overrides the variables sandlock sets (here curl's
+    --cacert, as npm's cafile would): before, only the client's certificate error; now
+    sandlock says which host and where the fix is, once per host, and records it."""
+    bundle = tmp_path / "system-only.pem"  # a store without sandlock's CA
+    bundle.write_bytes(open("/etc/ssl/certs/ca-certificates.crt", "rb").read())
+    fetch = " ; ".join([f"curl -sS --max-time 10 --cacert {bundle} https://api.test:{port}/repos/a"] * 2)
+    audit = tmp_path / "audit.jsonl"
+    result = https(*ALLOW, "--audit", str(audit), cmd=["sh", "-c", fetch])
+    assert "certificate" in result.stderr  # the client's own error
+    notice = (f"sandlock: api.test: the client refused sandlock's CA (a CA setting of its own, "
+              f"e.g. npm's cafile or pip's cert, overrides the variables sandlock sets; "
+              f'see docs/ca.md, "When a client refuses the CA")')
+    assert result.stderr.count(notice) == 1, result.stderr  # (lines may interleave with curl's)
+    assert "network operation" not in result.stderr  # not a denial
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [(r["hostname"], r["destination"]) for r in records if r.get("event") == "untrusted-ca"] \
+        == [("api.test", f"{API}:{port}")]
+    assert api.log == []
+    # Control: the same client, trusting what sandlock sets, succeeds and is told nothing.
+    trusted = https(*ALLOW, cmd=curl(f"https://api.test:{port}/repos/a"))
+    assert "refused sandlock's CA" not in trusted.stderr and trusted.returncode == 0

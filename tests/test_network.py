@@ -309,17 +309,20 @@ def test_unresolvable_name_warns_and_stays_unreachable(names):
 
 
 def test_a_silent_dns_server_is_reported_even_when_the_command_ends_first():
-    """The server never answers: the command ends (after 1 s) before the lookup gives up
-    (after 5 s), and the name it could not have reached is still named on stderr."""
+    """The server never answers: the command looks the name up, and ends (after 1 s)
+    before the lookup gives up (after 5 s). The lookup it made waits for the outcome,
+    and so does the end of the run: the outcome is said ("timed out"). (A command that
+    asks for nothing is told nothing about DNS: test_names.py, "still resolving".)"""
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     silent.bind(("127.0.0.1", 0))  # reads nothing: every query times out
     try:
         result = sandlock("run", "--dns-server", "127.0.0.1:%d" % silent.getsockname()[1],
-                          "--net-allow", "slow.test:80", "--", "sleep", "1")
+                          "--net-allow", "slow.test:80", "--",
+                          "sh", "-c", "getent hosts slow.test & sleep 1")
     finally:
         silent.close()
     assert result.returncode == 0
-    assert "still resolving slow.test" in result.stderr
+    assert "cannot resolve slow.test: timed out" in result.stderr
 
 
 def test_a_closed_dns_server_is_reported_at_once():
@@ -575,3 +578,61 @@ def test_bind_onto_an_existing_symlink_fails_as_natively(tmp_path):
     boxed = sandlock("run", "--cwd", str(tmp_path), "--", PY, "-c", script, str(tmp_path / "link.sock"))
     assert boxed.stdout.strip() == native.stdout.strip() == "98"  # EADDRINUSE
     assert not (tmp_path / "target" / "real.sock").exists()
+
+
+# --- the name an audit record gives an address two names share --------------------------
+
+SHARED_NAMES = """
+import socket, sys
+for name in sys.argv[2:]:
+    address = socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
+    socket.create_connection((address, int(sys.argv[1]))).close()
+"""
+
+
+def test_the_audit_log_names_the_name_looked_up(web, tmp_path):
+    """Two allowed names share an address: each connection's record names the one the
+    command looked up for it (before: always the first rule's name)."""
+    allowed, _ = web
+    port = allowed.port
+    audit = tmp_path / "audit.jsonl"
+    with FakeDns({"a.test": [allowed.host], "b.test": [allowed.host], "c.test": [allowed.host]}) as dns_server:
+        result = sandlock("run", *dns_options(dns_server), "--audit", str(audit),
+                          "--net-allow", f"a.test:{port}", "--net-allow", f"b.test:{port}",
+                          "--net-allow", "c.test:1", "--", PY, "-c", SHARED_NAMES, str(port),
+                          "b.test", "a.test", "b.test", "c.test")
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    connects = [r for r in records if r.get("syscall") == "connect" and r["protocol"] == "tcp"]
+    # c.test's own rule does not reach that port: the record names the rule's name.
+    assert [(r["hostname"], r["reason"]) for r in connects] == [
+        ("b.test", f"--net-allow a.test:{port}"), ("a.test", f"--net-allow a.test:{port}"),
+        ("b.test", f"--net-allow a.test:{port}"), ("a.test", f"--net-allow a.test:{port}")]
+
+
+# --- a rule without ports ------------------------------------------------------------------
+
+
+def test_a_portless_rule_is_noted(tmp_path):
+    """`--net-allow HOST` opens every port of HOST, TCP and UDP: before, silently."""
+    result = sandlock("run", "--net-allow", "127.0.0.2", "--net-allow", "udp://127.0.0.3", "--",
+                      "true")
+    assert result.stderr.splitlines() == [
+        "sandlock: note: --net-allow 127.0.0.2 opens every port of 127.0.0.2, TCP and UDP; "
+        "--net-allow udp://127.0.0.3 opens every UDP port of 127.0.0.3 "
+        "(give the ports to open only those, e.g. 127.0.0.2:443)"]
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[network]\nallow = ["127.0.0.2"]\n')
+    assert "opens every port of 127.0.0.2" in sandlock("run", "--policy", str(policy), "--", "true").stderr
+
+
+@pytest.mark.parametrize("options", [
+    ["-q", "--net-allow", "127.0.0.2"],  # silenced
+    ["--net-allow", "127.0.0.2:80,443"],  # ports given
+    ["--net-allow", "127.0.0.2:*"],  # every port, written so
+    ["--net-allow-host", "127.0.0.2"],  # the option that means every port
+    ["--net-allow", "*"],
+    ["--net-allow", "icmp://127.0.0.2"],  # no ports to give
+])
+def test_rules_that_say_their_ports_are_not_noted(options):
+    assert sandlock("run", *options, "--", "true").stderr == ""

@@ -84,8 +84,11 @@ def test_a_default_run_imports_nothing_it_does_not_need(tmp_path):
 
 
 # Network rules are read and checked before the command starts: their grammar only (the
-# engine, with ipaddress, is built after exec when --resolve pins every name).
-NETWORK_GRAMMAR = {"sandlock.net._spec", "sandlock.net._inet", "sandlock.net._ports"}
+# engine, with ipaddress, is built after exec when --resolve pins every name), and the
+# resolver's files are read then (_hostsfile.SystemFiles: before the command could
+# change them; the module needs neither ipaddress nor the engine).
+NETWORK_GRAMMAR = {"sandlock.net._spec", "sandlock.net._inet", "sandlock.net._ports",
+                   "sandlock.net._hostsfile"}
 
 
 def test_a_run_with_network_rules_loads_only_their_grammar_before_exec(tmp_path):

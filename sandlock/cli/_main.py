@@ -191,6 +191,8 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
     for sig in FORWARDED_SIGNALS:
         if signal.getsignal(sig) != signal.SIG_IGN:  # keep nohup's SIGHUP ignored
             signal.signal(sig, forward)
+    if policy.net_allow and not quiet:
+        _note_portless_rules(policy.net_allow)
     sandbox = Sandbox(policy, audit=audit, quiet=quiet, dangerously_allow_full_access=full_access)
     sandbox.policy_files = policy_files
     relay = _output_relay(policy)
@@ -229,6 +231,24 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
         if code != 0 and policy.uses_default_workspace and not policy.full_access:
             _name_what_was_outside(policy, command)
     return code
+
+
+def _note_portless_rules(rules: Sequence[str]) -> None:
+    """A --net-allow HOST without ports opens every port of HOST, TCP and UDP, which a
+    user meaning one service may not expect: said in one line (-q silences it)."""
+    from ..net import portless
+
+    opened = [(text, *found) for text in rules if (found := portless(text))]
+    if not opened:
+        return
+    what = "; ".join(f"--net-allow {text} opens every "
+                     f"{'port' if len(protocols) > 1 else next(iter(protocols)).upper() + ' port'}"
+                     f" of {target}{', TCP and UDP' if len(protocols) > 1 else ''}"
+                     for text, target, protocols in opened)
+    target = opened[0][1]
+    example = f"[{target}]" if ":" in target and not target.startswith("[") else target
+    print(f"sandlock: note: {what} (give the ports to open only those, e.g. {example}:443)",
+          file=sys.stderr)
 
 
 def _output_relay(policy: Policy) -> Capture | None:

@@ -1,6 +1,7 @@
 """The kernel interfaces, through ctypes: Landlock, the seccomp filter and its BPF
 assembler, syscall tables, seccomp user notification, pidfds and reads of another
-process's memory, what sock_diag says about a unix socket, capabilities, prctl,
+process's memory, what sock_diag says about a unix socket and about the TCP sockets
+listening on a port, capabilities, prctl,
 namespaces and mounts, and the feature probe behind `sandlock check`.
 
 Internal to sandlock (not public API). Nothing here knows about policies: the other
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
         read_string,
         write_memory,
     )
+    from ._inetdiag import sock_diag_dump, socket_cookie, tcp_listeners
     from ._unixdiag import unix_socket_file, unix_socket_name
     from ._seccomp import MSG_FASTOPEN, PROCESS_CREATION, SUPERVISED, WAIVABLE
     from ._syscalls import Arch, native_arch, nr
@@ -111,6 +113,9 @@ _EXPORTS = {
     "socket_option": "_libc",
     "syscall": "_libc",
     "take_fd": "_fds",
+    "sock_diag_dump": "_inetdiag",
+    "socket_cookie": "_inetdiag",
+    "tcp_listeners": "_inetdiag",
     "unix_socket_file": "_unixdiag",
     "unix_socket_name": "_unixdiag",
     "write_memory": "_remote",

@@ -12,15 +12,12 @@ byte; a datagram socket's next message, all that sock_diag tells of it).
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 
+from ..kernel import sock_diag_dump as _dump
+
 _NETLINK_SOCK_DIAG = 4
-_SOCK_DIAG_BY_FAMILY = 20
-_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
-_NLMSG_ERROR, _NLMSG_DONE = 2, 3
-_NLMSGHDR = struct.Struct("=IHHII")
 _RTATTR = struct.Struct("=HH")
 _UNIX_REQUEST = struct.Struct("=BBHIII8x")  # family, protocol, pad, states, ino, show, cookie
 _UNIX_MESSAGE = struct.Struct("=BBBBI8x")  # family, type, state, pad, ino, cookie
@@ -100,29 +97,6 @@ def _inet_bytes(diag: socket.socket, family: int, protocol: int, inodes: set[int
             values = _MEMINFO.unpack_from(memory)
             total += values[0] + max(values[2], values[5])  # rmem; wmem_alloc or wmem_queued
     return total
-
-
-def _dump(diag: socket.socket, request: bytes):
-    """The payloads of a sock_diag dump's answers (OSError if the kernel refuses it)."""
-    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY,
-                            _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
-    diag.send(header + request)
-    while True:
-        data = diag.recv(1 << 16)
-        offset = 0
-        while offset + _NLMSGHDR.size <= len(data):
-            length, kind, _, _, _ = _NLMSGHDR.unpack_from(data, offset)
-            if length < _NLMSGHDR.size:
-                return
-            if kind == _NLMSG_DONE:
-                return
-            if kind == _NLMSG_ERROR:
-                error = -struct.unpack_from("=i", data, offset + _NLMSGHDR.size)[0]
-                if error:
-                    raise OSError(error, os.strerror(error))
-                return
-            yield data[offset + _NLMSGHDR.size:offset + length]
-            offset += (length + 3) & ~3
 
 
 def _attributes(payload: bytes, offset: int) -> dict[int, bytes]:

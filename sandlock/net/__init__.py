@@ -15,6 +15,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._dns import DnsSettings
     from ._engine import Network, compile_policy
+    from ._hostsfile import SystemFiles
     from ._http import HttpRun
     from ._judge import ABSTRACT_SCOPE, NESTING_NAME
     from ._netpolicy import Endpoint, NetPolicy, Verdict, rules_admit
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         parse_dns_server,
         parse_resolve,
         pins_at_start,
+        portless,
         read_allow,
         read_deny,
         read_dns_server,
@@ -53,6 +55,7 @@ _EXPORTS = {
     "NetPolicy": "_netpolicy",
     "NetRule": "_spec",
     "Network": "_engine",
+    "SystemFiles": "_hostsfile",
     "NetworkCall": "_review",
     "rules_admit": "_netpolicy",
     "PinTable": "_pins",
@@ -73,6 +76,7 @@ _EXPORTS = {
     "ABSTRACT_SCOPE": "_judge",
     "NESTING_NAME": "_judge",
     "pins_at_start": "_spec",
+    "portless": "_spec",
 }
 
 __all__ = sorted(_EXPORTS)

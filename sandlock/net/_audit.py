@@ -7,11 +7,14 @@ import threading
 from io import TextIOBase
 
 from ._netpolicy import Verdict
-from ._sockaddr import SockAddress, describe
+from ._sockaddr import SockAddress, describe, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .._auditlog import AuditLog
+
+
+MAX_LOOKUPS_SAID = 1000  # names whose denied lookup is said (and remembered), per run
 
 
 class Audit:
@@ -21,6 +24,7 @@ class Audit:
         self._stderr = stderr or sys.stderr
         self._lock = threading.Lock()
         self.denied = 0
+        self._lookups_said: set[str] = set()  # names whose lookup was denied (said once)
 
     @property
     def logs_allowed(self) -> bool:
@@ -45,11 +49,39 @@ class Audit:
             "reason": verdict.reason,
         }, f"sandlock: denied {syscall} {where} {destination}{name} ({verdict.reason})")
 
+    def lookup_denied(self, name: str, reason: str) -> None:
+        """The command asked sandlock's resolver for a name no rule admits: said once
+        per name (a resolver asks several times, for A and AAAA, and retries), for at
+        most ``MAX_LOOKUPS_SAID`` names, then once that more are not said."""
+        with self._lock:
+            if name in self._lookups_said or len(self._lookups_said) > MAX_LOOKUPS_SAID:
+                return
+            self._lookups_said.add(name)
+            past = len(self._lookups_said) > MAX_LOOKUPS_SAID
+        if past:
+            if not self._quiet:
+                self._notice(f"sandlock: more lookups were denied (the first {MAX_LOOKUPS_SAID} "
+                             "names were said, the others are not)")
+            return
+        shown = printable(name.encode("latin-1", "backslashreplace"))
+        self._log(False, {
+            "pid": 0,  # the resolver does not know which process asked
+            "syscall": "dns",
+            "protocol": "dns",
+            "destination": shown,
+            "hostname": shown,
+            "verdict": "deny",
+            "reason": reason,
+        }, f"sandlock: denied lookup of {shown} ({reason})")
+
     def record_http(self, event: dict) -> None:
         """A decision of the HTTP proxy (an ``audit`` message from its process), or an
         incident of the proxy itself (it died: ``kind`` "incident")."""
         if event.get("kind") == "incident":
             self._incident(str(event.get("message", "")), bool(event.get("restarted")))
+            return
+        if event.get("event") == "untrusted-ca":
+            self._untrusted(event)
             return
         allowed = bool(event.get("allowed"))
         method, host, path = (str(event.get(key, "")) for key in ("method", "host", "path"))
@@ -67,7 +99,23 @@ class Audit:
         }
         if event.get("credential"):  # the NAME of the credential the proxy added (--http-auth)
             record["credential"] = str(event["credential"])
-        self._log(allowed, record, f"sandlock: denied {method} {host}{path} ({reason})")
+        # A refusal before any name is known (TLS without SNI, bytes that are not HTTP)
+        # names where the connection went.
+        shown = printable((host or str(event.get("destination") or "an unknown destination")).encode())
+        self._log(allowed, record, f"sandlock: denied {method} {shown}{path} ({reason})")
+
+    def _untrusted(self, event: dict) -> None:
+        """The command's client refused the certificate the proxy showed it (once per
+        host): it did not take the trust sandlock set up. Not a decision: not counted."""
+        host = printable(str(event.get("host") or event.get("destination") or "?").encode())
+        if self._auditlog is not None:
+            self._auditlog.write({"event": "untrusted-ca", "pid": event.get("pid", 0),
+                                  "destination": event.get("destination", ""), "hostname": host,
+                                  "reason": "the client refused sandlock's CA"})
+        if not self._quiet:
+            self._notice(f"sandlock: {host}: the client refused sandlock's CA (a CA setting of "
+                         "its own, e.g. npm's cafile or pip's cert, overrides the variables "
+                         "sandlock sets; see docs/ca.md, \"When a client refuses the CA\")")
 
     def _incident(self, message: str, restarted: bool) -> None:
         """Not a decision about the command: sandlock's own proxy failed."""

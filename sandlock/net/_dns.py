@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
 
 from .._record import record
+from ._hostsfile import UNUSED, HostsFile
 from ._pins import IPAddress, PinTable, normalise_name
 from ._spec import parse_dns_server, parse_resolve, unmapped
 
@@ -129,9 +130,12 @@ class Upstream:
     of resolv.conf is not applied (the policy names full hostnames).
     """
 
-    def __init__(self, settings: DnsSettings, resolv_conf: str = "/etc/resolv.conf") -> None:
+    def __init__(self, settings: DnsSettings, resolv_conf: str = "/etc/resolv.conf",
+                 resolv_text: str | None = None) -> None:
+        """``resolv_text``: the content of ``resolv_conf`` as read earlier (before the
+        command could change it: ``_hostsfile.SystemFiles``); None: read it now."""
         self._settings = settings
-        self._resolver, self._problem = _make_resolver(settings, resolv_conf)
+        self._resolver, self._problem = _make_resolver(settings, resolv_conf, resolv_text)
 
     @property
     def servers(self) -> tuple[tuple[str, int], ...]:
@@ -182,13 +186,17 @@ class Upstream:
 
 
 def _make_resolver(
-    settings: DnsSettings, resolv_conf: str
+    settings: DnsSettings, resolv_conf: str, resolv_text: str | None = None
 ) -> tuple[dns.resolver.Resolver | None, str | None]:
+    import io
+
     import dns.nameserver
     import dns.resolver
 
     try:
-        resolver = dns.resolver.Resolver(filename=resolv_conf, configure=not settings.servers)
+        resolver = dns.resolver.Resolver(configure=False)
+        if not settings.servers:
+            resolver.read_resolv_conf(resolv_conf if resolv_text is None else io.StringIO(resolv_text))
     except dns.resolver.NoResolverConfiguration:
         return None, f"no DNS server configured in {resolv_conf}"
     except OSError as error:
@@ -220,17 +228,21 @@ def pin_at_start(
     settings: DnsSettings,
     table: PinTable,
     upstream: Upstream | None = None,
+    hosts: HostsFile | None = None,
 ) -> list[str]:
-    """Pin ``--resolve`` names, then resolve and pin ``names``; returns warnings.
+    """Pin ``--resolve`` names, then the names the hosts file answers before DNS
+    (``localhost``: always), then resolve and pin the other ``names``; returns warnings.
 
     ``names`` are concrete hostnames (no patterns). A name that cannot be resolved,
-    or whose answers are all unpinnable, is pinned empty: unreachable for the run.
-    ``upstream`` defaults to one built from ``settings``, only if a name needs it.
+    or whose answers are all unpinnable, is pinned empty: unreachable for the run
+    (unless the hosts file, read after DNS, names it). ``upstream`` defaults to one
+    built from ``settings``, only if a name needs it.
     """
     for name, addresses in settings.static:
         table.pin(name, addresses)
     pending = [n for n in dict.fromkeys(map(normalise_name, names))
                if n and table.addresses(n) is None]
+    pending = [n for n in pending if not _pinned_from_hosts(n, hosts, table)]
     if not pending:
         return []
     upstream = upstream or Upstream(settings)
@@ -238,11 +250,22 @@ def pin_at_start(
     warnings = []
     for name in pending:
         addresses, problem = _filter(lookups[name], settings.allow_private)
+        if not addresses and hosts is not None and (written := hosts.after_dns(name)):
+            addresses, problem = written, None
         table.pin(name, addresses)
         if problem:
             warnings.append(f"sandlock: warning: cannot resolve {name}: {problem}; "
                             "it stays unreachable")
     return warnings
+
+
+def _pinned_from_hosts(name: str, hosts: HostsFile | None, table: PinTable) -> bool:
+    """Pin ``name`` as the hosts file gives it (read before DNS), if it does."""
+    written = (hosts or HostsFile("", UNUSED)).before_dns(name)
+    if written is None:
+        return False
+    table.pin(name, written)
+    return True
 
 
 def _resolve_all(names: list[str], upstream: Upstream) -> dict[str, Lookup]:

@@ -16,7 +16,7 @@ import dns.rdtypes.IN.A
 import dns.rdtypes.IN.AAAA
 import dns.rrset
 
-from ._dnswire import AAAA, FORMERR, NOTIMP, RESPONSE_PAYLOAD, TTL, A, hostname
+from ._dnswire import AAAA, FORMERR, NOTIMP, RESPONSE_PAYLOAD, TTL, A, hostname, shown_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,6 +42,11 @@ class FullQuery:
             self.hostname = hostname([label for label in question.name.labels if label])
             self.rdtype, self.rdclass = int(question.rdtype), int(question.rdclass)
         self.payload = message.payload if message.edns >= 0 else None
+
+    def asked_name(self) -> str:
+        """The name asked for, as ``_dnswire.shown_name`` writes it."""
+        question = self._message.question
+        return shown_name([label for label in question[0].name.labels if label]) if question else "."
 
     def encode(self, rcode: int, authoritative: bool, addresses: list[IPAddress],
                max_size: int) -> bytes:

@@ -6,10 +6,11 @@ sees exactly the addresses the network verdict will let it reach:
 
 * A/AAAA of a pinned name: its pinned addresses of that family (NOERROR without
   answer when it has none of that family; NXDOMAIN when pinned empty).
-* a name not pinned: if ``policy.admits_name(name)``, resolved through upstream once
-  (concurrent askers share the lookup), filtered by ``pinnable`` and
-  ``policy.admits_address``, pinned (first pin wins), answered; otherwise NXDOMAIN
-  without any upstream query.
+* a name not pinned: if ``policy.admits_name(name)``, taken from the hosts file as
+  written (``_hostsfile``: localhost, and /etc/hosts in nsswitch's order) or resolved
+  through upstream once (concurrent askers share the lookup), filtered by ``pinnable``
+  and ``policy.admits_address``, pinned (first pin wins), answered; otherwise NXDOMAIN
+  without any upstream query, and ``on_refused`` is told the name.
 * HTTPS/SVCB: the same name check, never data: NOERROR-empty when the name has
   addresses (clients then use A/AAAA at once), NXDOMAIN otherwise.
 * PTR: NXDOMAIN, never asked upstream (glibc's getnameinfo then falls back to the
@@ -37,10 +38,12 @@ import threading
 
 from . import _dnswire
 from ._dns import DnsSettings, Upstream, pinnable
+from ._hostsfile import UNUSED, HostsFile
 from ._dnswire import AAAA, HTTPS, IN, NOERROR, NXDOMAIN, PTR, REFUSED, SERVFAIL, SVCB, A
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on a first lookup's path
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, Union
 
     from ._dnsmessage import FullQuery
@@ -77,8 +80,12 @@ class DnsResponder:
         upstream: Upstream | None,
         settings: DnsSettings,
         ready: threading.Event | None = None,
+        hosts: HostsFile | None = None,
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
         self._table = table
+        self._hosts = hosts or HostsFile("", UNUSED)  # (localhost is loopback even so)
+        self._on_refused = on_refused  # told each name asked for that no rule admits
         self._policy = policy
         self._upstream = upstream
         self._settings = settings
@@ -240,14 +247,23 @@ class DnsResponder:
         if self._ready is not None and not self._ready.wait(self._wait_limit):
             return SERVFAIL, False, []
         name = query.hostname
-        addresses = self._addresses(name) if name else ()
+        if not name:
+            self._refused(query.asked_name())  # a name no rule can name (see _dnswire)
+            return NXDOMAIN, True, []
+        addresses = self._addresses(name)
         if addresses is None:
             return SERVFAIL, False, []
         # Authoritative: the pinned table is the authority for this run.
         if not addresses:
             return NXDOMAIN, True, []
         family = _ADDRESS_TYPES.get(query.rdtype)
-        return NOERROR, True, [a for a in addresses if a.version == family]
+        answer = [a for a in addresses if a.version == family]
+        self._table.answered(name, answer)  # the name an audit record gives these
+        return NOERROR, True, answer
+
+    def _refused(self, name: str) -> None:
+        if self._on_refused is not None:
+            self._on_refused(name)
 
     def _may_block(self, query: Query) -> bool:
         """Would answering wait (start-up pinning, upstream)? Then not on the serving thread."""
@@ -266,8 +282,11 @@ class DnsResponder:
         addresses = self._table.addresses(name)
         if addresses is not None:
             return addresses
-        if self._upstream is None or not self._policy.admits_name(name):
+        if not self._policy.admits_name(name):
+            self._refused(name)
             return ()  # NXDOMAIN: nothing asked upstream, nothing pinned
+        if self._upstream is None:
+            return ()
         return self._pin_lazily(name)
 
     def _pin_lazily(self, name: str) -> tuple[IPAddress, ...] | None:
@@ -284,13 +303,16 @@ class DnsResponder:
             done.wait(self._wait_limit)
             return self._table.addresses(name)
         try:
+            written = self._hosts.before_dns(name)  # the user's own: pinned as written
+            if written is not None:
+                return self._table.pin(name, written)
             lookup = self._upstream.resolve(name)
             kept = tuple(a for a in lookup.addresses
                          if pinnable(a, self._settings.allow_private)
                          and self._policy.admits_address(a, name))
             # Failures are pinned too (empty): asked once, so the child cannot make
             # sandlock query upstream again and again for the same name.
-            return self._table.pin(name, kept)
+            return self._table.pin(name, kept or self._hosts.after_dns(name))
         finally:
             with self._lock:
                 del self._lookups[name]

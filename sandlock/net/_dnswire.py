@@ -44,6 +44,12 @@ def hostname(labels: list[bytes]) -> str | None:
     return b".".join(labels).decode("ascii").lower()
 
 
+def shown_name(labels: list[bytes]) -> str:
+    """A question's name for a notice, whatever its bytes: each label as Latin-1 (the
+    notice escapes what is not printable)."""
+    return ".".join(label.decode("latin-1") for label in labels) or "."
+
+
 @record
 class SimpleQuery:
     """A query in the everyday shape (see the module docstring)."""
@@ -56,6 +62,10 @@ class SimpleQuery:
     rdclass: int
     payload: int | None  # the EDNS payload size; None without EDNS
     early_rcode: int | None = None  # dnspython's reader sets FORMERR/NOTIMP here; never set
+
+    def asked_name(self) -> str:
+        """The name asked for, as ``shown_name`` writes it."""
+        return shown_name(_labels(self.question, 0)[0] or [])
 
     def encode(self, rcode: int, authoritative: bool, addresses: list[IPAddress],
                max_size: int) -> bytes:

@@ -21,14 +21,14 @@ from . import _execute
 from ._audit import Audit
 from ._binder import Binder, PathBind, become_the_command, perform
 from ._execute import ConfinedWorker
-from ._judge import ABSTRACT_SCOPE, OwnListeners, RunContext
+from ._judge import ABSTRACT_SCOPE, OwnListeners, RunContext, unparked
 from ._materialize import Socket
 from ._nests import NestRefused
 from ._netpolicy import NetPolicy, canonical_address
 from ._pins import PinTable
 from ._ports import parse_ports
 from ._services import Services
-from ._sockaddr import InetAddress, UnixAddress, inet
+from ._sockaddr import InetAddress, SockAddress, UnixAddress, inet
 from ._spec import parse_allow, parse_deny, resolved_names
 from ._supervisor import Supervisor
 
@@ -41,7 +41,12 @@ if TYPE_CHECKING:
     from ..kernel import Listener, Notification
     from ..policy import Policy
     from ._http import HttpRun
+    from ._execute import Outcome
+    from ._hostsfile import SystemFiles
+    from ._judge import Decision
+    from ._materialize import Request
     from ._nesting import NestingService
+    from ._udpsink import UdpSink
     from ._ports import PortSet
     from ._review import NetworkCall
 
@@ -79,14 +84,17 @@ class Network(Services):
     def __init__(self, policy: Policy, ruleset_fd: int | None, audit_log: AuditLog | None, *,
                  quiet: bool, http: HttpRun | None = None,
                  review: Callable[[NetworkCall], int] | None = None, keeper: int = 0,
-                 binder_fd: int | None = None) -> None:
+                 binder_fd: int | None = None, system: SystemFiles | None = None) -> None:
         """``ruleset_fd``: the command's Landlock ruleset (owned from now on), for the
         confined worker, and ``http`` (the run's proxy): owned from now on; ``binder_fd``:
         sandlock's end of the channel to the binder in the sandbox's namespaces (owned;
         None: no namespaces, the confined worker binds socket files); ``keeper``:
         the pid of the run's keeper (under the sandbox's filters, but its own); ``audit_log``:
-        the run's (it closes it); ``review``: the runtime policy's word on each call."""
+        the run's (it closes it); ``review``: the runtime policy's word on each call;
+        ``system``: the resolver's files as read before the command started (None: no
+        name can be admitted, or read now)."""
         self._policy = policy
+        self._system = system
         self._http = http
         self._rules = rules = compile_policy(policy)
         self._quiet = quiet
@@ -101,7 +109,8 @@ class Network(Services):
         self._lock = threading.Lock()
         self._pins_ready: threading.Event | None = None
         self._dns_said = False  # the pinning's outcome was reported (or the run is over)
-        self._dns_setup: tuple[object, object] | None = None  # (settings, upstream), pinned
+        self._waited_for_pins = False  # a call of the command waited for the pinning
+        self._dns_setup: tuple[object, object, object] | None = None  # (settings, upstream, hosts)
         self._responder = None
         self._responder_lock = threading.Lock()
         self._closed = False
@@ -110,6 +119,7 @@ class Network(Services):
         self._binder_fd = binder_fd  # made a Binder on first need
         self._binder: Binder | None = None
         self._nesting: NestingService | None = None  # runs inside register there (_nesting)
+        self._sink: UdpSink | None | bool = None  # where denied UDP connects go (_udpsink)
         context = RunContext(rules, self.pins, self._listeners,
                              ipc_scoped=not (policy.allow_ipc or policy.full_access))
         self._supervisor = Supervisor(native_arch(), context, self.audit, self, review)
@@ -197,11 +207,19 @@ class Network(Services):
 
     def wait_for_pins(self) -> None:
         ready = self._pins_ready
-        if ready is not None:
-            ready.wait(DNS_START_TIMEOUT)
+        if ready is not None and not ready.is_set():
+            self._await_pins(ready)
+
+    def _await_pins(self, ready: threading.Event) -> None:
+        """A call of the command waits for the pinning: if the run ends before it is
+        over, the names still being resolved are worth a word (``close``)."""
+        self._waited_for_pins = True
+        ready.wait(DNS_START_TIMEOUT)
 
     def dns_responder(self, protocol: str, family: int) -> InetAddress | None:
-        self._start_pinning().wait(DNS_START_TIMEOUT)
+        ready = self._start_pinning()
+        if not ready.is_set():
+            self._await_pins(ready)
         self._bring_responder_up()
         address = self._listeners.dns_tcp if protocol == "tcp" else self._listeners.dns_udp
         if address is None:
@@ -233,6 +251,25 @@ class Network(Services):
         except ProxyUnavailable:
             return errno.ECONNREFUSED
         return inet(sock.family, *listener)
+
+    def park(self, request: Request, decision: Decision,
+             record: Callable[[Request, SockAddress, Decision], None]) -> Outcome:
+        with self._lock:
+            if self._sink is None and not self._closed:
+                from ._udpsink import UdpSink  # (only runs whose UDP connects are denied)
+
+                try:
+                    self._sink = UdpSink()
+                except OSError:
+                    self._sink = False  # (no loopback to bind: refused as the rules say)
+                else:
+                    self._listeners.sinks = self._sink.addresses
+            sink = self._sink
+        if not sink:
+            denial = unparked(decision)
+            record(request, request.address, denial)
+            return -1, denial.error
+        return sink.park(request, decision, record)
 
     def confined_worker(self) -> ConfinedWorker:
         with self._lock:
@@ -277,16 +314,21 @@ class Network(Services):
         """Pin the policy's names (on the pinning thread). Names given with --resolve
         need nothing more: no resolver, no dnspython."""
         from ._dns import DnsSettings, Upstream, pin_at_start
+        from ._hostsfile import HostsFile, SystemFiles
 
         settings = DnsSettings.from_policy(self._policy)
         names = self._rules.hostnames()
-        unpinned = names - {name for name, _ in settings.static}
+        system = self._system or SystemFiles.read()  # (no rules admit a name: harmless)
+        hosts = HostsFile.of(system)
+        unpinned = {name for name in names - {name for name, _ in settings.static}
+                    if hosts.before_dns(name) is None}
         needs_upstream = bool(unpinned) or self._rules.resolves_unlisted_names
-        upstream = Upstream(settings) if needs_upstream else None
-        warnings = pin_at_start(names, settings, self.pins, upstream)
+        upstream = Upstream(settings, resolv_text=system and system.resolv_conf) \
+            if needs_upstream else None
+        warnings = pin_at_start(names, settings, self.pins, upstream, hosts)
         with self._lock:  # said once: here, or by close() if the run ended first
             self._dns_said = True
-            self._dns_setup = (settings, upstream)
+            self._dns_setup = (settings, upstream, hosts)
         if not self._quiet:
             for warning in warnings:
                 print(warning, file=sys.stderr, flush=True)
@@ -299,8 +341,10 @@ class Network(Services):
                 return  # up already, or pinning failed: lookups fail
             from ._dnsresponder import DnsResponder
 
-            settings, upstream = self._dns_setup
-            responder = DnsResponder(self.pins, self._rules, upstream, settings)
+            settings, upstream, hosts = self._dns_setup
+            reason = "no --net-allow or --http-allow rule" if self._rules.http else "no --net-allow rule"
+            responder = DnsResponder(self.pins, self._rules, upstream, settings, hosts=hosts,
+                                     on_refused=partial(self.audit.lookup_denied, reason=reason))
             with self._lock:
                 if self._closed:
                     return
@@ -327,12 +371,16 @@ class Network(Services):
         with self._lock:
             self._closed = True
             responder = self._responder
-            unsaid = self._pins_ready is not None and not self._dns_said
+            # Said only if the command needed the names meanwhile: a quick command that
+            # never looked anything up ended before a prompt server answered, that is all.
+            unsaid = self._pins_ready is not None and not self._dns_said and self._waited_for_pins
             self._dns_said = True
         if unsaid and not self._quiet:
             self._say_still_resolving()
         if responder is not None:
             responder.stop()
+        if self._sink:
+            self._sink.stop()
         if self._nesting is not None:
             self._nesting.close()
         if self._confined is not None:

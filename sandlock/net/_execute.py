@@ -179,6 +179,10 @@ def local_address_for_redirect(sock: Socket) -> tuple[str, int] | int:
     return (ip[7:] if ip.startswith("::ffff:") else ip), port
 
 
+def local_port(sock: Socket) -> int:
+    return _local_address(sock)[1]
+
+
 def _local_address(sock: Socket) -> tuple[str, int]:
     with socket.socket(sock.family, sock.type, fileno=os.dup(sock.fd)) as view:
         name = view.getsockname()

@@ -13,7 +13,7 @@ import os
 
 from .._record import field, record, replace
 from ._materialize import Message, Socket
-from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
+from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address, rules_admit
 from ._ownsockets import SandboxSockets
 from ._pins import PinTable
 from ._sockaddr import AF_NETLINK, InetAddress, OtherAddress, SockAddress, UnixAddress
@@ -31,11 +31,12 @@ class OwnListeners:
     dns_udp: InetAddress | None = None
     dns_tcp: InetAddress | None = None
     others: frozenset[tuple[str, int]] = frozenset()  # e.g. the HTTP proxy
+    sinks: tuple[InetAddress | None, ...] = ()  # the UDP sink's (``_udpsink``)
 
     def own(self, address: InetAddress) -> bool:
         """Is ``address`` one of sandlock's listeners (never reachable directly)?"""
         port = address.port
-        listeners = (self.dns_udp, self.dns_tcp)
+        listeners = (self.dns_udp, self.dns_tcp, *self.sinks)
         if not self.others and all(a is None or a.port != port for a in listeners):
             return False  # the common case, decided without building anything
         key = (str(canonical_address(address.address)), port)
@@ -62,7 +63,8 @@ class InetDecisions:
     def decide(self, protocol: str, address: InetAddress, ctx: RunContext, binding: bool) -> Decision:
         listeners = ctx.listeners
         # Read before judging: a pin made meanwhile makes the next call start over.
-        state = (ctx.pins.version, listeners.dns_udp, listeners.dns_tcp, listeners.others)
+        state = (ctx.pins.version, listeners.dns_udp, listeners.dns_tcp, listeners.others,
+                 listeners.sinks)
         key = (protocol, address, binding)
         if state == self._state:
             decision = self._decisions.get(key)
@@ -104,12 +106,23 @@ class Decision:
         return self.allowed and self.verdict.redirect_proxy
 
     @property
+    def parked(self) -> bool:
+        """A denied UDP connect performed to sandlock's sink instead (``park``)."""
+        return self.target is None and self.allowed and self.verdict.reason.startswith(PARKED)
+
+    @property
+    def redirected(self) -> bool:
+        """Performed, but somewhere else than asked (the audit log's "redirect")."""
+        return self.to_dns_responder or self.to_proxy or self.parked
+
+    @property
     def audited(self) -> bool:
         """Unix and netlink traffic the rules do not govern is not logged."""
         return self.protocol not in ("", "netlink", "unspec")
 
 
 _ALLOWED_UNGOVERNED = Verdict(True, "not governed by network rules")
+OWN_SERVICE = Verdict(False, "sandlock's own service port")  # never reachable directly
 _AF_UNSPEC = 0
 # Ancillary data that sets IP options or an IPv6 routing header: a source route sends
 # the packet to its first hop, an address no verdict has seen. (level, type):
@@ -168,7 +181,7 @@ def _judge_inet(protocol: str, address: InetAddress, ctx: RunContext, binding: b
         verdict = ctx.policy.bind(endpoint)
         return Decision(verdict.allowed, address, verdict, protocol)
     if ctx.listeners.own(address):
-        return Decision(False, None, Verdict(False, "sandlock's own service port"), protocol)
+        return Decision(False, None, OWN_SERVICE, protocol)
     verdict = ctx.policy.connect(endpoint, ctx.pins)
     # A DNS redirect leaves target None: the responder's address is filled in by the
     # supervisor, which starts the responder on first use.
@@ -179,6 +192,49 @@ def _judge_inet(protocol: str, address: InetAddress, ctx: RunContext, binding: b
         # connect(0.0.0.0) reaches 127.0.0.2): go where the verdict looked instead.
         address = replace(address, address=endpoint.address)
     return Decision(verdict.allowed, address, verdict, protocol)
+
+
+# A UDP connect sends nothing: it sets where the socket's sends go. One the rules deny
+# is performed to sandlock's sink (``_udpsink``) rather than refused, and its denial
+# said when a datagram arrives there: glibc's getaddrinfo connects a UDP socket to each
+# candidate address to learn its source address (RFC 6724 sorting) and sends nothing.
+PARKED = "parked at sandlock's UDP sink, denied: "
+
+
+def park(syscall: str, judged: Decision, decision: Decision) -> Decision:
+    """``decision``, or, for a UDP connect the rules (``judged``) deny, the decision to
+    perform it to the sink. Not one that policy_fn refused (its errno is its own), nor
+    one aimed at sandlock's own services (no address lookup ever gives those)."""
+    if (decision.allowed or decision is not judged or syscall != "connect"
+            or decision.protocol != "udp" or decision.error != errno.EACCES
+            or decision.verdict is OWN_SERVICE):
+        return decision
+    verdict = Verdict(True, PARKED + decision.verdict.reason, decision.verdict.hostname)
+    return Decision(True, None, verdict, "udp")
+
+
+def unparked(decision: Decision) -> Decision:
+    """The denial a parked decision stands for (said at the socket's first datagram)."""
+    verdict = Verdict(False, decision.verdict.reason[len(PARKED):], decision.verdict.hostname)
+    return Decision(False, None, verdict, "udp")
+
+
+def named(decision: Decision, address: InetAddress, ctx: RunContext) -> Decision:
+    """``decision`` with the hostname its audit record gives: of the names pinned to the
+    address, the one the command's last lookup that gave it asked for (two names may
+    share an address), if that name's own rules reach it; else the verdict's. Only
+    for records: the verdict is the same for every name."""
+    verdict = decision.verdict
+    address_judged = canonical_address(address.address)
+    name = ctx.pins.last_answered(address_judged)
+    if name is None or name == verdict.hostname or name not in ctx.pins.names_for(address_judged):
+        return decision
+    if verdict.allowed and not ctx.policy.deny and decision.protocol in ("tcp", "udp", "icmp"):
+        endpoint = Endpoint(decision.protocol, address_judged, address.port)
+        if not (rules_admit(ctx.policy.allow, endpoint, frozenset({name}))
+                or verdict.redirect_proxy and ctx.policy.http.admits_name(name)):
+            return decision  # (reached through another name's rule: that one is named)
+    return replace(decision, verdict=replace(verdict, hostname=name))
 
 
 # A nested sandbox whose IPC is scoped says so in its rules ("scope"): abstract unix
@@ -193,6 +249,9 @@ TO_NESTING = Verdict(True, "sandlock's nesting service")
 
 # A socket the sandbox bound itself (``SandboxSockets``): its own IPC.
 OWN_SOCKET = Verdict(True, "bound inside the sandbox")
+# A TCP port the sandbox listens on itself, reached on loopback (``_listening``).
+OWN_LISTENER_REASON = "the sandbox's own listener, on loopback"
+LISTENER_TAKEN_REASON = "the sandbox's listener on that port was closed and the port taken"
 
 
 def _judge_unix(address: UnixAddress, ctx: RunContext, binding: bool) -> Decision:

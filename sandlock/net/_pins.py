@@ -23,6 +23,7 @@ class PinTable:
         self._lock = _thread.allocate_lock()
         self._addresses: dict[str, tuple[IPAddress, ...]] = {}
         self._names: dict[IPAddress, frozenset[str]] = {}
+        self._answered: dict[IPAddress, str] = {}  # the name last answered with each address
         self.version = 0  # counts pins: what was judged with an older table may differ
 
     def pin(self, name: str, addresses: tuple[IPAddress, ...]) -> tuple[IPAddress, ...]:
@@ -42,6 +43,16 @@ class PinTable:
         """Pinned addresses of ``name`` (empty: pinned as unresolvable), None if unknown."""
         with self._lock:
             return self._addresses.get(normalise_name(name))
+
+    def answered(self, name: str, addresses: list[IPAddress]) -> None:
+        """The command's lookup of ``name`` was answered with ``addresses`` (pinned)."""
+        with self._lock:
+            for address in addresses:
+                self._answered[address] = name
+
+    def last_answered(self, address: IPAddress) -> str | None:
+        """The name whose answer last gave the command ``address``, if any."""
+        return self._answered.get(address)
 
     def names_for(self, address: IPAddress) -> frozenset[str]:
         with self._lock:

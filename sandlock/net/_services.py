@@ -5,11 +5,14 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._binder import PathBind
-    from ._execute import ConfinedWorker
-    from ._materialize import Socket
+    from ._execute import ConfinedWorker, Outcome
+    from ._judge import Decision
+    from ._materialize import Request, Socket
     from ._netpolicy import NetPolicy
-    from ._sockaddr import InetAddress, UnixAddress
+    from ._sockaddr import InetAddress, SockAddress, UnixAddress
 
 
 class Services:
@@ -42,4 +45,11 @@ class Services:
     def nesting_target(self) -> UnixAddress | int:
         """Where a run inside the sandbox registers its network rules (``_nesting``),
         started on first use; or an errno."""
+        raise NotImplementedError
+
+    def park(self, request: Request, decision: Decision,
+             record: Callable[[Request, SockAddress, Decision], None]) -> Outcome:
+        """Connect ``request``'s UDP socket to sandlock's sink instead of the destination
+        its ``decision`` (``_judge.park``) denies; ``record`` is told the denial when the
+        socket's first datagram arrives there (or now, if the sink cannot take it)."""
         raise NotImplementedError

@@ -140,13 +140,13 @@ def describe(address: SockAddress) -> str:
         host = str(address.address)
         return f"[{host}]:{address.port}" if address.address.version == 6 else f"{host}:{address.port}"
     if isinstance(address, UnixAddress):
-        text = _printable(address.path)
+        text = printable(address.path)
         return f"unix:@{text}" if address.abstract else f"unix:{text}"
     return f"family {address.family}"
 
 
 
-def _printable(raw: bytes) -> str:
+def printable(raw: bytes) -> str:
     """``raw`` as text with control characters escaped: a name may hold any byte, and a
     newline in a notice would forge a line of its own."""
     text = raw.decode(errors="backslashreplace")

@@ -325,6 +325,15 @@ def read_resolve(text: str) -> tuple[str, tuple[Inet, ...]]:
     return host, tuple(dict.fromkeys(_resolve_address(item) for item in items))
 
 
+def portless(text: str) -> tuple[str, frozenset[str]] | None:
+    """(target, protocols) of an allow rule (valid) naming a host or network without
+    ports, i.e. every port of it; None for any other rule."""
+    protocols, rest = _split_scheme(text)
+    target, ports = _split_target(rest)
+    opens_all = ports is None and target not in ("", "*") and ICMP not in protocols
+    return (target, protocols) if opens_all else None
+
+
 def resolved_names(entries: Iterable[str]) -> frozenset[str]:
     """The host names --resolve ``entries`` pin: DNS is never asked for them."""
     return frozenset(read_resolve(entry)[0] for entry in entries)
@@ -381,4 +390,9 @@ def pins_at_start(policy: Policy) -> bool:
         from ..proxy import HttpRules
 
         names |= HttpRules.parse(policy.http_allow, policy.http_deny).concrete_hosts()
-    return bool(names - resolved_names(policy.resolve))
+    # localhost needs no DNS either (always loopback: _hostsfile)
+    return any(not is_localhost(name) for name in names - resolved_names(policy.resolve))
+
+
+def is_localhost(name: str) -> bool:
+    return name == "localhost" or name.endswith(".localhost")

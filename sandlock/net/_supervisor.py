@@ -31,27 +31,31 @@ from . import _execute, _sending
 from ._audit import Audit
 from ._execute import Deferred, Outcome
 from ._judge import (
+    OWN_LISTENER_REASON,
     OWN_SOCKET,
     TO_NESTING,
     Decision,
     RunContext,
-    judge_destination,
     judge_listen,
-    judge_message,
 )
+from ._listening import SandboxListeners
 from ._materialize import (
     Message,
     Refused,
     Request,
     materialize,
 )
-from ._nests import Nests, narrowed
+from ._nests import Nests
 from ._netpolicy import Verdict
 from ._payload import HeldBytes, passes_memfd
-from ._review import NetworkCall, reviewed
 from ._services import Services
-from ._sockaddr import AF_UNIX, InetAddress, SockAddress, UnixAddress
+from ._sockaddr import AF_UNIX, SockAddress, UnixAddress
+from ._verdicts import Verdicts
 from ._workers import PidfdCache, WorkerPool
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._review import NetworkCall
 
 # Performed on the confined worker, a thread with the command's Landlock domain and
 # capabilities: unix binds create files; netlink checks the capabilities of the thread
@@ -63,7 +67,6 @@ class Supervisor:
     def __init__(self, arch: Arch, context: RunContext, audit: Audit, services: Services,
                  review: Callable[[NetworkCall], int] | None = None) -> None:
         """``review``: the runtime policy's word on each judged IP destination."""
-        self._review = review
         self.memfd_passed: Callable[[], bool] | None = None  # a send passes a memfd: refuse?
         self._names = {arch.numbers[name]: name for name in SUPERVISED}
         self._context = context
@@ -76,6 +79,8 @@ class Supervisor:
         self._released = False  # pidfds closed: their numbers may belong to others now
         self._listener: Listener | None = None
         self.nests: Nests | None = None  # set once a nested sandbox has network rules
+        self.listening = SandboxListeners()  # the TCP ports the sandbox listens on
+        self._verdicts = Verdicts(context, services, audit, self.listening, review)
 
     def handle(self, listener: Listener, notification: Notification) -> None:
         """Answer one network call (read by the run's loop, ``process._supervision``)."""
@@ -217,14 +222,19 @@ class Supervisor:
         if syscall == "listen":
             decision = judge_listen(request.socket, request.address, self._context)
             if request.nested:
-                decision = self._narrowed(request, request.address, decision)
-            self._record(request, request.address, decision)
+                decision = self._verdicts.narrowed(request, request.address, decision)
+            self._verdicts.record(request, request.address, decision)
         else:
-            decision = self._decide(request, request.address, binding=syscall == "bind")
+            decision = self._verdicts.decide(request, request.address, binding=syscall == "bind")
         if not decision.allowed:
             return -1, decision.error
+        if decision.parked:  # a denied UDP connect: to the sink, said at its first datagram
+            return self._services.park(request, decision, self._verdicts.record)
         if syscall == "listen":
-            return _execute.listen(request.socket, request.flags)
+            outcome = _execute.listen(request.socket, request.flags)
+            if not outcome[1] and decision.protocol == "tcp":
+                self.listening.add(request.socket)  # reachable from inside, on loopback
+            return outcome
         if syscall == "bind":
             if request.path_bind is not None:  # a socket file: by the binder
                 return self._bind_path(request)
@@ -243,6 +253,8 @@ class Supervisor:
         if request.socket.family == AF_UNIX:
             return self._on_unix(request, target, decision,
                                  lambda: _execute.connect(request.socket, target))
+        if decision.verdict.reason == OWN_LISTENER_REASON:  # (asked of the kernel again)
+            return self.listening.connect(request, target, self._verdicts.record)
         return _execute.connect(request.socket, target)  # may be Deferred
 
     def _bind_path(self, request: Request) -> Outcome:
@@ -282,7 +294,7 @@ class Supervisor:
         """A connect or send on a unix socket: see ``SandboxSockets.perform``."""
         def taken() -> None:
             verdict = Verdict(False, "the sandbox's socket there was closed and its name taken")
-            self._record(request, target, Decision(False, None, verdict, "unix", errno.ECONNREFUSED))
+            self._verdicts.record(request, target, Decision(False, None, verdict, "unix", errno.ECONNREFUSED))
 
         return self._context.own_sockets.perform(
             request.socket, target, decision.verdict is OWN_SOCKET, request.syscall == "connect",
@@ -300,7 +312,7 @@ class Supervisor:
             return -1, errno.EPERM  # in flight, no descriptor table would show it
         sent = 0
         for index, message in enumerate(request.messages):
-            decision = self._decide_message(request, message)
+            decision = self._verdicts.message(request, message)
             outcome = self._send_one(request, message, decision)
             if callable(outcome):  # the rest of this message waits on a worker
                 waiting = request.replace(messages=())  # (it keeps no copy: _payload)
@@ -336,50 +348,6 @@ class Supervisor:
             return self._on_unix(request, message.destination, decision,
                                  lambda: _sending.send(request.socket, message, request.flags, self.held))
         return _sending.send(request.socket, message, request.flags, self.held)
-
-    def _decide(self, request: Request, address: SockAddress | None, *,
-                binding: bool = False) -> Decision:
-        if isinstance(address, InetAddress):
-            self._services.wait_for_pins()
-        if not binding:
-            address = self._context.own_sockets.identify(address)
-        decision = judge_destination(request.socket, address, self._context, binding=binding)
-        if request.nested:
-            decision = self._narrowed(request, address, decision)
-        decision = reviewed(self._review, request.notification.pid, request.syscall, address,
-                            decision)
-        self._record(request, address, decision)
-        return decision
-
-    def _decide_message(self, request: Request, message: Message) -> Decision:
-        if isinstance(message.destination, InetAddress):
-            self._services.wait_for_pins()
-        identified = self._context.own_sockets.identify(message.destination)
-        if identified is not message.destination:
-            message = replace(message, destination=identified)
-        decision = judge_message(request.socket, message, self._context)
-        if request.nested:
-            decision = self._narrowed(request, message.destination, decision)
-        decision = reviewed(self._review, request.notification.pid, request.syscall,
-                            message.destination, decision)
-        self._record(request, message.destination, decision)
-        return decision
-
-    def _narrowed(self, request: Request, address: SockAddress | None, decision: Decision) -> Decision:
-        for rules in request.nested:  # (only once nested sandboxes have network rules)
-            decision = narrowed(rules, self._context.pins, request.syscall, address, decision,
-                                self._context.own_sockets)
-        return decision
-
-    def _record(self, request: Request, address: SockAddress | None, decision: Decision) -> None:
-        if decision.allowed and not self._audit.logs_allowed:
-            return  # the hot path: nothing to write, nothing to say
-        if decision.audited and address is not None:
-            self._audit.record(
-                pid=request.notification.pid, syscall=request.syscall, protocol=decision.protocol,
-                address=address, verdict=decision.verdict,
-                redirected=decision.to_dns_responder or decision.to_proxy,
-            )
 
     def _target(self, request: Request, decision: Decision) -> SockAddress | int | None:
         """Where to connect/send: the destination, the DNS responder (None: down) or

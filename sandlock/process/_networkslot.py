@@ -34,6 +34,12 @@ class NetworkSlot:
         self._policy, self._ruleset_fd, self._audit, self._quiet = policy, ruleset_fd, audit, quiet
         self._http, self._review, self._closed, self._built = http, review, closed, built
         self._binder_fd = binder_fd
+        # The resolver's files, read now, before the command exists to change them.
+        self._system = None
+        if policy.net_allow_specs or policy.net_deny or policy.has_http_rules:
+            from ..net import SystemFiles
+
+            self._system = SystemFiles.read()
         self.keeper = 0  # its pid (the engine counts the sandbox's seccomp filters on it)
         self._handling = _thread.allocate_lock()  # network calls: one at a time
         self._network: Network | None = None
@@ -71,7 +77,7 @@ class NetworkSlot:
                 review = self._reviewed if self._review is not None else None
                 network = Network(self._policy, self._ruleset_fd, self._audit, quiet=self._quiet,
                                   http=self._http, review=review, keeper=self.keeper,
-                                  binder_fd=self._binder_fd)
+                                  binder_fd=self._binder_fd, system=self._system)
         except BaseException as exc:
             self._failed = True
             if self._http is not None:
