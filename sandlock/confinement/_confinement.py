@@ -88,11 +88,13 @@ class Confinement:
         written, every other write grant but the run's private scratch becomes a read."""
         warnings: list[str] = []
         abi = landlock.abi_version()
+        namespaced = _namespaces_usable(policy, warnings)
         filesystem = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings,
-                                         dry_run=dry_run)
+                                         dry_run=dry_run, namespaced=namespaced)
         ruleset = filesystem.ruleset if filesystem else None
         try:
-            isolation = _isolation(policy, filesystem, env, warnings, overlay) if filesystem else None
+            isolation = _isolation(policy, filesystem, env, overlay) \
+                if filesystem and namespaced else None
             if observed and isolation is None:
                 raise SetupError("policy_fn needs the sandbox's own PID namespace, which "
                                  "cannot be made here (run `sandlock check`)")
@@ -176,9 +178,11 @@ class _Filesystem:
 def _filesystem_ruleset(
     policy: Policy, abi: int, cwd: str, env: Mapping[str, str], extra_read: tuple[str, ...],
     warnings: list[str], handled_net: int = 0, *, dry_run: bool = False,
+    namespaced: bool = False,
 ) -> _Filesystem | None:
     """``handled_net``: the TCP rights the ruleset restricts too (without a supervisor);
-    ``dry_run``: see Confinement.prepare."""
+    ``dry_run``: see Confinement.prepare; ``namespaced``: the private scratch
+    directories will be the sandbox's own (their rules then stay whole)."""
     if abi == 0:
         _missing("Landlock (filesystem confinement) is not available in this kernel", policy, warnings)
         return None
@@ -202,7 +206,8 @@ def _filesystem_ruleset(
         if dry_run:
             read, write = _dry_run_grants(policy, read, write, private)
         read = [*read, *extra_read]
-        for rule in _fspolicy.compile_grants(read, write, deny, masked):
+        for rule in _fspolicy.compile_grants(read, write, deny, masked,
+                                             private if namespaced else ()):
             try:
                 inode, granted = ruleset.allow_path(rule.path, access[rule.level])
             except FileNotFoundError:
@@ -231,16 +236,21 @@ def _scratch_size(policy: Policy) -> int | None:
     return None if policy.max_memory is None else 2 * int(policy.max_memory)
 
 
-def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
-               warnings: list[str], overlay: Overlay | None) -> Isolation | None:
-    """The namespaces' plan, or None where they are unavailable and --best-effort."""
-    if policy.best_effort:  # the probe forks: only under --best-effort
+def _namespaces_usable(policy: Policy, warnings: list[str]) -> bool:
+    """False where they are unavailable and --best-effort (said in ``warnings``)."""
+    if policy.best_effort and not policy.full_access:  # the probe forks: only here
         available, found = namespaces()
         if not available:
             warnings.append(f"the sandbox's namespaces are not available ({found}): /proc "
                             "shows the host, /tmp is shared, autorun files are writable "
                             "(--best-effort)")
-            return None
+            return False
+    return True
+
+
+def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
+               overlay: Overlay | None) -> Isolation:
+    """The namespaces' plan."""
     return Isolation.plan(
         private=filesystem.private, rules=filesystem.rules,
         granted=(*filesystem.read, *filesystem.write, *policy.unix_allow),
