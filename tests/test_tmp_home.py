@@ -95,7 +95,7 @@ def test_an_unprivileged_user_with_a_home_under_tmp(as_nobody, host_files):
         result = run(home, WORK, args=host_files, as_user=as_nobody)
         assert result.returncode == 0, result.stderr
         lines = result.stdout.split()
-        assert lines[:2] == ["made", "committed"] and not any(l.startswith("sees") for l in lines)
+        assert lines[:2] == ["made", "committed"] and not any(line.startswith("sees") for line in lines)
         assert "secret" not in result.stdout and "private" not in result.stdout
         assert (home / "proj" / "out.txt").read_text() == "built\n"
     finally:

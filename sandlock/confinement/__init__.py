@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     )
     from ._isolation import SCRATCH, Isolation, Overlay
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
-    from ._workspace import default_workspace, unreachable, widening
+    from ._hints import failure_notes
+    from ._workspace import default_workspace, widening
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
 # ``module:`` for the module itself);
@@ -56,8 +57,8 @@ _EXPORTS = {
     "sandlock_ca_cache_dir": "_fspolicy",
     "sandlock_ca_dir": "_fspolicy",
     "sandlock_runtime_dir": "_fspolicy",
+    "failure_notes": "_hints",
     "default_workspace": "_workspace",
-    "unreachable": "_workspace",
     "widening": "_workspace",
     "workspace_store": "_fspolicy",
 }
