@@ -163,8 +163,9 @@ POLICY_OPTIONS = (
     _policy_option("process", "timeout", "-t", type=float, metavar="SECONDS",
                    help="kill COMMAND and everything it started after SECONDS (exit 124)"),
     _policy_option("limits", "max_memory", "-m", metavar="SIZE",
-                   help="memory all its processes may use together, e.g. 512M (K, M, G); "
-                   "past it the sandbox is killed (exit 137)"),
+                   help="memory all its processes may use together, e.g. 512M (K, M, G; a "
+                   "bare number is bytes, at least 1M of them); past it the sandbox is "
+                   "killed (exit 137)"),
     _policy_option("limits", "max_processes", "-P", type=int, metavar="N",
                    help="processes alive at once (threads not counted; default and 0: no "
                    "cap); a fork past it fails with EAGAIN"),

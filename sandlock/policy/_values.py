@@ -295,6 +295,18 @@ def size(name: str, value: object) -> object:
         raise PolicyError(name, str(exc)) from None
 
 
+def memory_size(name: str, value: object) -> object:
+    """max_memory: a size, never a bare number below 1 MiB (``-m 10`` is not 10 bytes)."""
+    if value is None:
+        return None
+    from ..limits import parse_memory_size
+
+    try:
+        return parse_memory_size(value)
+    except ValueError as exc:
+        raise PolicyError(name, str(exc)) from None
+
+
 def process_count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise PolicyError(name, f"expected a number of processes (0: no cap), got {value!r}")
