@@ -274,7 +274,7 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     # filling a positional list at the first option); anything else unknown is an error.
     args, extra = parser.parse_known_args(argv)
     if extra and (getattr(args, "requests", None) is None or extra[0].startswith("-")):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.reject_unknown(args.subcommand, extra)  # type: ignore[attr-defined]
     if args.subcommand == "run":
         return _run(args)
     if args.subcommand == "check":

@@ -62,11 +62,14 @@ def _diff(workspace: Workspace, patch: bool) -> int:
     for change in found:
         if change.path.endswith("/"):
             continue  # a directory's files have lines of their own
-        before = os.path.join(workspace.directory, change.path)
-        after = os.path.join(workspace.upper, change.path)
-        subprocess.run(["diff", "-uN", "--label", f"a/{change.path}", "--label",
-                        f"b/{change.path}", before if change.kind != "A" else os.devnull,
-                        after if change.kind != "D" else os.devnull], check=False)
+        # An added file comes from /dev/null, a deleted one goes to it (as git and
+        # patch(1) write them): named a/PATH, patch would look for a file to change.
+        before = os.devnull if change.kind == "A" else os.path.join(workspace.directory, change.path)
+        after = os.devnull if change.kind == "D" else os.path.join(workspace.upper, change.path)
+        subprocess.run(["diff", "-uN",
+                        "--label", before if change.kind == "A" else f"a/{change.path}",
+                        "--label", after if change.kind == "D" else f"b/{change.path}",
+                        before, after], check=False)
     return 0
 
 

@@ -49,7 +49,7 @@ def directory(name: str, value: object) -> str | None:
         raise PolicyError(name, f"expected a directory path, got {value!r}")
     path = os.path.realpath(value)
     if not os.path.isdir(path):
-        raise PolicyError(name, f"{value}: not a directory")
+        raise PolicyError(name, f"{value}: {'not a' if os.path.exists(path) else 'no such'} directory")
     return path
 
 
