@@ -285,24 +285,21 @@ def isolated(name: str, value: object) -> bool:
 
 def size(name: str, value: object) -> object:
     """A size ("512M", or bytes) as a ``limits.Size``; None: no limit."""
-    if value is None:
-        return None
-    from ..limits import parse_size
-
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise PolicyError(name, str(exc)) from None
+    return _sized(name, value, "parse_size")
 
 
 def memory_size(name: str, value: object) -> object:
     """max_memory: a size, never a bare number below 1 MiB (``-m 10`` is not 10 bytes)."""
+    return _sized(name, value, "parse_memory_size")
+
+
+def _sized(name: str, value: object, parser: str) -> object:
     if value is None:
         return None
-    from ..limits import parse_memory_size
+    from .. import limits
 
     try:
-        return parse_memory_size(value)
+        return getattr(limits, parser)(value)
     except ValueError as exc:
         raise PolicyError(name, str(exc)) from None
 
