@@ -30,8 +30,15 @@ REQUIRE_UNPRIVILEGED = os.environ.get("SANDLOCK_REQUIRE_UNPRIVILEGED") == "1"
 # its own /tmp, and this keeps them (only them) in view, as -w would.
 UNWIDENED = {name: value for name, value in os.environ.items()
              if name not in ("SANDLOCK_FS_READ", "SANDLOCK_FS_WRITE")}
-os.environ["SANDLOCK_FS_READ"] = ":".join(
-    (sys.prefix, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# What the interpreter needs to start, wherever it lives: the venv (sys.prefix) and the
+# base interpreter's prefix (sys.base_prefix: pyenv's and uv's live in a home, which
+# the default workspace does not grant), as given and as real paths. Tests that choose
+# their own -r paths for a confined Python add these.
+PYTHON = tuple(dict.fromkeys(
+    path for given in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))
+    for path in (given, os.path.realpath(given))))
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["SANDLOCK_FS_READ"] = ":".join((*PYTHON, CHECKOUT))
 PYTEST_TEMP = os.path.join(tempfile.gettempdir(), f"pytest-of-{getpass.getuser()}")
 os.environ["SANDLOCK_FS_WRITE"] = PYTEST_TEMP
 # The runtime directory, where inspecting runs cache their short-lived CA (docs/ca.md):
@@ -60,9 +67,28 @@ def _unprivileged_problem() -> str | None:
         capture_output=True, text=True, cwd=tempfile.gettempdir(),
     )
     if probe.returncode != 0:
-        return (f"uid {UNPRIVILEGED_UID} cannot run {sys.executable} with sandlock "
-                f"(create the venv with a world-readable interpreter, e.g. /usr/bin/python3): "
-                f"{probe.stderr.strip()[-200:]}")
+        blocked = _closed_to_others((sys.executable, os.path.realpath(sys.executable),
+                                     *PYTHON, CHECKOUT))
+        why = (f"{blocked} (mode {os.stat(blocked).st_mode & 0o777:o}) is closed to other users, "
+               "and the interpreter, the venv or the checkout is beneath it"
+               if blocked else probe.stderr.strip()[-200:])
+        return (f"uid {UNPRIVILEGED_UID} cannot run {sys.executable} with sandlock: {why}. The "
+                "unprivileged cases run this same interpreter as that user: make the venv with "
+                "an interpreter and in a checkout every user can reach (e.g. `/usr/bin/python3 -m "
+                "venv .venv` in a checkout outside a private home; see README.md)")
+    return None
+
+
+def _closed_to_others(paths: Sequence[str]) -> str | None:
+    """The first directory on the way to one of ``paths`` that users other than its
+    owner (and group) cannot search: pyenv's /root/.pyenv under /root, mode 700."""
+    for path in paths:
+        directory = "/"
+        for part in os.path.dirname(os.path.abspath(path)).split("/")[1:]:
+            directory = os.path.join(directory, part)
+            info = os.stat(directory)
+            if info.st_uid != UNPRIVILEGED_UID and not info.st_mode & 0o001:
+                return directory
     return None
 
 

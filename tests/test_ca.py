@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from conftest import SANDLOCK, sandlock
+from conftest import PYTHON, SANDLOCK, sandlock
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
@@ -948,8 +948,8 @@ def test_confined_programs_cannot_read_the_persistent_key(tmp_path, policy):
     key = directory / "ca-key.pem"
     assert key.exists()
     (home / "notes.txt").write_text("readable")
-    system = ["-r", "/usr", "-r", "/lib", "-r", "/lib64", "-r", "/etc", "-r", sys.prefix,
-              "-r", os.path.realpath(sys.executable)]
+    system = ["-r", "/usr", "-r", "/lib", "-r", "/lib64", "-r", "/etc",
+              *(option for path in PYTHON for option in ("-r", path))]
     options = {
         "default": [],
         "read-home": [*system, "-r", str(home)],

@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import REQUIRE_UNPRIVILEGED, unprivileged
+from conftest import PYTHON, REQUIRE_UNPRIVILEGED, unprivileged
 
 from sandlock.kernel import _libc
 from sandlock._errors import SetupError
@@ -137,8 +137,7 @@ for op in sys.argv[1:]:
 
 def _runtime_dirs() -> tuple[str, ...]:
     """What the probe interpreter needs to start: its prefix, the system libraries."""
-    candidates = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                  "/usr", "/lib", "/lib64", "/etc"}
+    candidates = {*PYTHON, "/usr", "/lib", "/lib64", "/etc"}
     return tuple(sorted(path for path in candidates if os.path.exists(path)))
 
 
@@ -455,7 +454,8 @@ def workspace(unscratched):
                  ".cache/pip/x"):
         make(home / name)
     cwd.mkdir()
-    return home, cwd, default_workspace(str(home), str(cwd), {}, widen={})
+    read, write, deny = default_workspace(str(home), str(cwd), {}, widen={})
+    return home, cwd, ([*read, *RUNTIME], write, deny)  # (the probe's interpreter too)
 
 
 def test_default_workspace_confines(workspace):

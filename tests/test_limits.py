@@ -36,7 +36,7 @@ def test_sizes_print_back_as_written():
     ("-m", "12Q", "--max-memory: expected a size such as 512M"),
     ("--max-file-size", "-3", "--max-file-size"),
     ("-P", "-1", "--max-processes"),
-    ("-P", "many", "-P/--max-processes: invalid int value"),
+    ("-P", "many", "--max-processes: expected a whole number, got 'many'"),
     ("--max-cpu", "0", "--max-cpu: must be more than 0"),
     ("--max-cpu", str(100 * len(os.sched_getaffinity(0)) + 1), "--max-cpu: must be more than 0"),
     ("--cpu-cores", "4096", "--cpu-cores: CPU 4096 is not one sandlock may run on"),

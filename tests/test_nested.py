@@ -13,11 +13,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import sandlock
+from conftest import PYTHON, sandlock
 
 from sandlock import Policy, PolicyError, Sandbox
 
-SYSTEM = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+SYSTEM = ["/usr", "/lib", "/lib64", "/bin", "/etc", *PYTHON]
 FETCH = ["curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}"]
 
 

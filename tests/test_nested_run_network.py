@@ -13,10 +13,10 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from conftest import SANDLOCK, sandlock
+from conftest import PYTHON, SANDLOCK, sandlock
 
 ROOT = str(Path(__file__).resolve().parent.parent)
-SYSTEM = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+SYSTEM = ["/usr", "/lib", "/lib64", "/bin", "/etc", *PYTHON]
 READS = [f"--fs-read={path}" for path in SYSTEM]
 INNER = [sys.executable, "-m", "sandlock", "run", *READS]
 

@@ -12,7 +12,7 @@ import tempfile
 import time
 
 import pytest
-from conftest import unique_sleep, wait_no_process
+from conftest import PYTHON, unique_sleep, wait_no_process
 from test_network import web  # noqa: F401 - the fixture: HTTP servers on 127.0.0.2 and .3
 
 from sandlock import Pipeline, PipelineResult, Policy, PolicyError, Sandbox, Stage
@@ -20,7 +20,7 @@ from sandlock import Pipeline, PipelineResult, Policy, PolicyError, Sandbox, Sta
 # The interpreter itself, not the venv's link to it: a policy that reads /usr only
 # must still be able to start it.
 PY = os.path.realpath(sys.executable)
-SYSTEM = ["/usr", "/lib", "/lib64", "/bin"]
+SYSTEM = ["/usr", "/lib", "/lib64", "/bin", *PYTHON]
 
 
 @pytest.fixture

@@ -383,6 +383,7 @@ def test_pip_example_installs_from_stand_in_pypi(tmp_path):
         result = sandlock(
             "run", "--policy", str(EXAMPLES / "pip-install.toml"), *stand_ins.options(), "--",
             sys.executable, "-m", "pip", "install", "-q", "--isolated", "--no-cache-dir",
+            "--disable-pip-version-check",  # (Debian's pip never checks; pyenv's asks PyPI)
             "--no-deps", "--target", str(target), "--index-url", f"http://pypi.org:{stand_ins.port}/simple",
             "--trusted-host", f"pypi.org:{stand_ins.port}",
             "--trusted-host", f"files.pythonhosted.org:{stand_ins.port}", "tinypkg",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ATTEMPT, SANDLOCK, UNPRIVILEGED_UID, unprivileged
+from conftest import ATTEMPT, PYTHON, SANDLOCK, UNPRIVILEGED_UID, unprivileged
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root's capabilities are the subject")
 
@@ -170,7 +170,7 @@ def test_files_root_may_only_read_keep_their_mode(tmp_path):
         directory.mkdir()
     (readable / "tool").write_text("#!/bin/sh\n")
     os.chmod(readable / "tool", 0o755)
-    grants = [option for path in ("/usr", "/lib", "/lib64", sys.prefix, REPO, str(readable))
+    grants = [option for path in ("/usr", "/lib", "/lib64", *PYTHON, REPO, str(readable))
               for option in ("-r", path)]
     before = os.stat("/etc/hostname").st_mode
     code = 'print(json.dumps([attempt(os.chmod, path, 0o4755) for path in ARGS["paths"]]))'

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from conftest import users
+from conftest import PYTHON, users
 from netattack_helpers import UnixServer, bare, confined, sandlock_argv, snippet, wait_until
 
 
@@ -354,7 +354,7 @@ def test_a_nested_sandbox_keeps_its_ipc_scope():
     one is scoped unless it says allow_ipc too (the control)."""
     from sandlock import Policy, Sandbox
 
-    system = ["/usr", "/lib", "/lib64", "/bin", "/etc", sys.prefix]
+    system = ["/usr", "/lib", "/lib64", "/bin", "/etc", *PYTHON]
     name = b"\0" + unique_name()
     code = snippet('report(host=attempt(socket.socket(socket.AF_UNIX).connect, NAME))', NAME=name)
     with UnixServer(name) as host, \

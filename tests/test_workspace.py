@@ -191,7 +191,7 @@ def test_full_access_needs_consent_then_opens_everything(home, tmp_path):
 @pytest.mark.parametrize(("options", "message"), [
     (["--mode", "read-only", "-w", "/tmp"], "--mode: read-only cannot be combined with --fs-write"),
     (["--mode", "full-access", "-r", "/usr"], "--mode: full-access confines nothing: --fs-read"),
-    (["--mode", "whatever"], "argument --mode: invalid choice"),
+    (["--mode", "whatever"], "--mode: invalid choice"),
 ])
 def test_mode_conflicts_are_usage_errors(options, message):
     result = sandlock("run", *options, "--", "true")

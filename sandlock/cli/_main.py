@@ -228,8 +228,8 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
     if not quiet:
         for notice in notices:
             print(notice, file=sys.stderr)
-        if code != 0 and policy.uses_default_workspace and not policy.full_access:
-            _name_what_was_outside(policy, command)
+        if code != 0:
+            _name_what_was_left_out(policy, command, process.start_errno)
     return code
 
 
@@ -261,23 +261,15 @@ def _output_relay(policy: Policy) -> Capture | None:
     return Capture(None, True, limit=policy.max_output, forward=True)
 
 
-def _name_what_was_outside(policy: Policy, command: list[str]) -> None:
-    """After a failure, the paths in the command's arguments that the default workspace
-    did not grant, and how to grant them: never a bare "Permission denied" that sends
-    users to --mode full-access."""
-    from ..confinement import unreachable
+def _name_what_was_left_out(policy: Policy, command: list[str], start_errno: int | None) -> None:
+    """After a failure, the paths the command named that the policy left out, and how
+    to grant them: never a bare "Permission denied" that sends users to --mode
+    full-access."""
+    from ..confinement import failure_notes
 
-    env = {**os.environ, **policy.env}
-    home = env.get("HOME") or os.path.expanduser("~")
     cwd = policy.cwd or policy.workdir or os.getcwd()
-    for path, denied in unreachable(command[1:], home, cwd, env):
-        if denied:
-            print(f"sandlock: note: {path} is a credential store, denied in every policy",
-                  file=sys.stderr)
-        else:
-            print(f"sandlock: note: {path} is outside the default workspace; "
-                  f"SANDLOCK_FS_READ={path} (or SANDLOCK_FS_WRITE) grants it, "
-                  "or choose the paths with -r/-w", file=sys.stderr)
+    for note in failure_notes(policy, command, cwd, {**os.environ, **policy.env}, start_errno):
+        print(note, file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -316,7 +308,7 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     # filling a positional list at the first option); anything else unknown is an error.
     args, extra = parser.parse_known_args(argv)
     if extra and (getattr(args, "requests", None) is None or extra[0].startswith("-")):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.reject_unknown(args.subcommand, extra)  # type: ignore[attr-defined]
     if args.subcommand == "run":
         return _run(args)
     if args.subcommand == "check":

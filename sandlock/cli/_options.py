@@ -118,7 +118,8 @@ POLICY_OPTIONS = (
                    help="auto (default): decrypt HTTPS only for hosts whose rules need the "
                    "method or path; on: always; off: never (SNI checks only)"),
     _policy_option("http", "upstream_ca", action="append", metavar="FILE",
-                   help="also trust these CA certificates for upstream servers"),
+                   help="also trust these CA certificates for upstream servers "
+                   "(repeatable)"),
     _policy_option("http", "http_ca", metavar="CERT", help="sign with this CA (with --http-key)"),
     _policy_option("http", "http_key", metavar="KEY", help="the key of --http-ca"),
     _policy_option("http", "ca_env", action="store_false",
@@ -163,11 +164,13 @@ POLICY_OPTIONS = (
     _policy_option("process", "timeout", "-t", type=float, metavar="SECONDS",
                    help="kill COMMAND and everything it started after SECONDS (exit 124)"),
     _policy_option("limits", "max_memory", "-m", metavar="SIZE",
-                   help="memory all its processes may use together, e.g. 512M (K, M, G); "
-                   "past it the sandbox is killed (exit 137)"),
+                   help="memory all its processes may use together, e.g. 512M (K, M, G; a "
+                   "bare number is bytes, at least 1M of them); past it the sandbox is "
+                   "killed (exit 137)"),
     _policy_option("limits", "max_processes", "-P", type=int, metavar="N",
-                   help="processes alive at once (threads not counted; default and 0: no "
-                   "cap); a fork past it fails with EAGAIN"),
+                   help="processes alive at once (threads not counted); a fork past it "
+                   "fails with EAGAIN. Without it (or 0), the default cap: 1024 tasks, "
+                   "threads included"),
     _policy_option("limits", "max_cpu", type=float, metavar="PCT",
                    help="percent of one CPU the sandbox may use (up to 100 per CPU)"),
     _policy_option("limits", "cpu_cores", metavar="LIST",
@@ -199,7 +202,9 @@ RUN_OPTIONS = (
              help="print the effective policy as a policy file (TOML) and exit without "
              "running anything"), False),
     (_option("network", "audit", "--audit", metavar="FILE",
-             help="append one JSON line per network decision to FILE"), None),
+             help="append one JSON line per network decision to FILE, and per limit hit, "
+             "workspace outcome, full-access run and policy_fn verdict (a regular file)"),
+     None),
     (_option("process", "quiet", "-q", "--quiet", action="store_true",
              help="no notices on stderr"), False),
     (_option("process", "interactive", "-i", "--interactive", action="store_true",

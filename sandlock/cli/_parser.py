@@ -5,7 +5,9 @@ concern), built for the command asked for only. Bad options are one line and exi
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 
 from .._errors import fail
@@ -40,9 +42,60 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.commands: dict[str, Parser] = {}  # (the top parser's) each command's own
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        fail(message)
+        """argparse's messages, in sandlock's form: ``OPTION: what is wrong``."""
+        fail(_our_form(message))
+
+    def reject_unknown(self, command: str | None, extra: list[str]) -> None:
+        """Arguments no option of ``command`` takes: the first unknown option, with the
+        one it probably meant (as policy files do for their keys)."""
+        options = [word for word in extra if word.startswith("-")]
+        if not options:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        known = _long_flags(self.commands.get(command or "", self))
+        unknown = options[0].partition("=")[0]
+        close = difflib.get_close_matches(unknown, known, n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]}?" if close else \
+            f"`sandlock {command} --help` lists them" if command else "`sandlock --help` lists them"
+        fail(f"{unknown}: no such option: {hint}")
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
+    """The --options of ``parser`` and of its commands' parsers (``policy test``)."""
+    flags = []
+    for action in parser._actions:
+        flags += [flag for flag in action.option_strings if flag.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                flags += _long_flags(command)
+    return list(dict.fromkeys(flags))
+
+
+_ARGPARSE_VALUE = re.compile(r"invalid (float|int) value: (.*)")
+_WORDS = {"float": "a number", "int": "a whole number"}
+
+
+def _our_form(message: str) -> str:
+    """``argument -t/--timeout: invalid float value: 'abc'`` -> ``--timeout: expected a
+    number, got 'abc'``; an invalid choice gets the choice it probably meant."""
+    flags, colon, problem = message.partition(": ")
+    if not flags.startswith("argument ") or not colon:
+        return message
+    flag = flags.removeprefix("argument ").split("/")[-1]
+    value = _ARGPARSE_VALUE.fullmatch(problem)
+    if value:
+        return f"{flag}: expected {_WORDS[value[1]]}, got {value[2]}"
+    if problem == "expected one argument":
+        return f"{flag}: expected a value"
+    choice = re.fullmatch(r"invalid choice: '(.*)' \(choose from (.*)\)", problem)
+    if choice:
+        choices = re.findall(r"'([^']*)'", choice[2])
+        close = difflib.get_close_matches(choice[1], choices, n=1, cutoff=0.6)
+        if close:
+            return f"{flag}: invalid choice '{choice[1]}': did you mean '{close[0]}'?"
+    return f"{flag}: {problem}"
 
 
 # Each command's one-line help, shown by `sandlock --help`.
@@ -99,6 +152,7 @@ def _build(wanted: str | None) -> argparse.ArgumentParser:
             # `sandlock ca` is handed to sandlock.ca before this parser; check and
             # selftest take no options.
             commands.add_parser(name, help=summary)
+    parser.commands = dict(commands.choices)  # type: ignore[arg-type]
     return parser
 
 

@@ -18,7 +18,7 @@ except OSError as e:
 TRY_LIST = """
 import os, sys
 try:
-    os.listdir(sys.argv[1]); print("listed")
+    names = os.listdir(sys.argv[1]); print("listed", *sorted(names), sep="\\n")
 except OSError as e:
     print(e.strerror)
 """

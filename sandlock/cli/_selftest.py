@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from ..confinement import SCRATCH
 from ..policy import Policy
 from ..process import Result, Sandbox
 from . import _probes as probes
@@ -86,11 +87,20 @@ class Selftest:
         return passed, f"read-only: {kept}; ~/.ssh: {key}; writable: {own}"
 
     def home_closed(self) -> tuple[bool, str]:
-        """The default workspace reads nothing of the real $HOME but its tools and caches."""
+        """The default workspace reads nothing of the real $HOME but its tools and caches.
+        A home under /tmp (/var/tmp, /dev/shm) is in the sandbox's own, which holds only
+        what the workspace grants of it: listing it shows those, and nothing else."""
         home = os.path.expanduser("~")
         sandbox = Sandbox(Policy(cwd=self.inside), quiet=True)
         out = self.python(sandbox, probes.TRY_LIST, home)
-        return out == "Permission denied", f"{home}: {out}"
+        if out == "Permission denied" or not out.startswith("listed"):
+            return out == "Permission denied", f"{home}: {out}"
+        shown = set(out.split("\n")[1:])
+        extra = sorted(shown - _granted_names(home, self.inside))
+        private = any(_within(os.path.realpath(home), scratch) for scratch in SCRATCH)
+        if private and not extra:
+            return True, f"{home}: the sandbox's own, with only what it grants"
+        return False, f"{home}: listed, with {', '.join(extra) or 'nothing granted'}"
 
     def ptrace(self) -> tuple[bool, str]:
         out = self.python(self.allowlist(), probes.TRY_SYSCALL, str(PTRACE), "0", "0", "0", "0")
@@ -233,6 +243,11 @@ CHECKS: list[tuple[str, Callable[[Selftest], tuple[bool, str]]]] = [
 
 
 def main() -> int:
+    # The probes are Python programs: the default workspace's checks need this
+    # interpreter readable wherever it lives (pyenv's, uv's: not a system tree), the
+    # way a user grants it. That is the checks' precondition, not what they check.
+    readable = [path for path in os.environ.get("SANDLOCK_FS_READ", "").split(":") if path]
+    os.environ["SANDLOCK_FS_READ"] = ":".join([*readable, os.path.realpath(sys.base_prefix)])
     scratch = tempfile.mkdtemp(prefix="sandlock-selftest-")
     failures = 0
     try:
@@ -323,6 +338,20 @@ class _HttpServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def _granted_names(home: str, cwd: str) -> set[str]:
+    """The names in ``home`` of what the default workspace grants beneath it."""
+    from ..confinement import default_workspace
+
+    read, write, _ = default_workspace(home, cwd, os.environ)
+    real = os.path.realpath(home)
+    return {os.path.relpath(path, real).split("/")[0] for path in map(os.path.realpath, (*read, *write))
+            if _within(path, real) and path != real}
+
+
+def _within(path: str, ancestor: str) -> bool:
+    return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
 
 
 def _mkdir(parent: str, name: str) -> str:

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from ._isolation import SCRATCH, Isolation, Overlay
     from ._leftovers import Leftovers, check_kept_layer
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
-    from ._workspace import unreachable, widening
+    from ._hints import failure_notes
+    from ._workspace import default_workspace, widening
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
 # ``module:`` for the module itself);
@@ -59,7 +60,8 @@ _EXPORTS = {
     "sandlock_ca_cache_dir": "_fspolicy",
     "sandlock_ca_dir": "_fspolicy",
     "sandlock_runtime_dir": "_fspolicy",
-    "unreachable": "_workspace",
+    "failure_notes": "_hints",
+    "default_workspace": "_workspace",
     "widening": "_workspace",
     "workspace_store": "_fspolicy",
 }

@@ -9,7 +9,6 @@ Everything costly (directory expansion, Landlock rules, the BPF program) happens
 from __future__ import annotations
 
 import errno
-import os
 
 from .._errors import SetupError
 from .._record import field, record
@@ -25,14 +24,10 @@ from ..kernel import (
     seccomp,
 )
 from . import _fspolicy
+from ._grants import dry_run_grants, granted_paths, user_homes
 from ._isolation import Isolation, Overlay
 from ._workspace import (
-    DEVICES_WRITE,
-    TERMINAL_DEVICES,
     caches,
-    check_workspace,
-    default_workspace,
-    private_scratch,
 )
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
@@ -92,12 +87,13 @@ class Confinement:
         ``policy_files``: those the policy was read from (kept read-only, and said)."""
         warnings: list[str] = []
         abi = landlock.abi_version()
+        namespaced = _namespaces_usable(policy, warnings)
         filesystem = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings,
-                                         dry_run=dry_run)
+                                         dry_run=dry_run, namespaced=namespaced)
         ruleset = filesystem.ruleset if filesystem else None
         try:
             isolation = (_isolation(policy, filesystem, env, warnings, overlay, policy_files)
-                         if filesystem else None)
+                         if filesystem and namespaced else None)
             if observed and isolation is None:
                 raise SetupError("policy_fn needs the sandbox's own PID namespace, which "
                                  "cannot be made here (run `sandlock check`)")
@@ -186,9 +182,11 @@ class _Filesystem:
 def _filesystem_ruleset(
     policy: Policy, abi: int, cwd: str, env: Mapping[str, str], extra_read: tuple[str, ...],
     warnings: list[str], handled_net: int = 0, *, dry_run: bool = False,
+    namespaced: bool = False,
 ) -> _Filesystem | None:
     """``handled_net``: the TCP rights the ruleset restricts too (without a supervisor);
-    ``dry_run``: see Confinement.prepare."""
+    ``dry_run``: see Confinement.prepare; ``namespaced``: the private scratch
+    directories will be the sandbox's own (their rules then stay whole)."""
     if abi == 0:
         _missing("Landlock (filesystem confinement) is not available in this kernel", policy, warnings)
         return None
@@ -207,12 +205,13 @@ def _filesystem_ruleset(
     grants: dict[tuple[int, int], int] = {}
     masked: list[str] = []
     try:
-        homes = _user_homes(env)
-        read, write, deny, private = _grants(policy, cwd, env, homes)
+        homes = user_homes(env)
+        read, write, deny, private = granted_paths(policy, cwd, env, homes)
         if dry_run:
-            read, write = _dry_run_grants(policy, read, write, private)
+            read, write = dry_run_grants(policy, read, write, private)
         read = [*read, *extra_read]
-        for rule in _fspolicy.compile_grants(read, write, deny, masked):
+        for rule in _fspolicy.compile_grants(read, write, deny, masked,
+                                             private if namespaced else ()):
             try:
                 inode, granted = ruleset.allow_path(rule.path, access[rule.level])
             except FileNotFoundError:
@@ -241,17 +240,22 @@ def _scratch_size(policy: Policy) -> int | None:
     return None if policy.max_memory is None else 2 * int(policy.max_memory)
 
 
-def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
-               warnings: list[str], overlay: Overlay | None,
-               policy_files: tuple[str, ...]) -> Isolation | None:
-    """The namespaces' plan, or None where they are unavailable and --best-effort."""
-    if policy.best_effort:  # the probe forks: only under --best-effort
+def _namespaces_usable(policy: Policy, warnings: list[str]) -> bool:
+    """False where they are unavailable and --best-effort (said in ``warnings``)."""
+    if policy.best_effort and not policy.full_access:  # the probe forks: only here
         available, found = namespaces()
         if not available:
             warnings.append(f"the sandbox's namespaces are not available ({found}): /proc "
                             "shows the host, /tmp is shared, autorun files are writable "
                             "(--best-effort)")
-            return None
+            return False
+    return True
+
+
+def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
+               warnings: list[str], overlay: Overlay | None,
+               policy_files: tuple[str, ...]) -> Isolation:
+    """The namespaces' plan; what it says of the policy files goes to ``warnings``."""
     isolation = Isolation.plan(
         private=filesystem.private, rules=filesystem.rules,
         granted=(*filesystem.read, *filesystem.write, *policy.unix_allow),
@@ -308,67 +312,6 @@ def level_access(abi: int) -> dict[int, int]:
         _fspolicy.READ: landlock.fs_read_access(abi),
         _fspolicy.WRITE: landlock.fs_write_access(abi),
     }
-
-
-def _grants(
-    policy: Policy, cwd: str, env: Mapping[str, str], homes: list[tuple[str, Mapping[str, str]]],
-) -> tuple[list[str], list[str], list[str], tuple[str, ...]]:
-    """(read, write, deny, scratch directories made private to the run)."""
-    # Credential stores and the CA are denied in every policy, for the home the
-    # command is told about *and* the user's real one: a scratch HOME given to an
-    # agent must not unprotect ~/.ssh. The CA directory is computed from both the
-    # command's environment and sandlock's own, whose XDG_DATA_HOME locates the key
-    # sandlock uses: --env XDG_DATA_HOME=... or --clean-env must not move the deny.
-    protected = [path for home, _ in homes for environ in (env, os.environ)
-                 for path in _fspolicy.protected_paths(home, environ)]
-    # A CA key the user brings (--http-key) and the files secrets come from
-    # (--credential NAME=file:PATH) are as secret as sandlock's own.
-    deny = [*policy.fs_denied, *protected, *filter(None, (policy.http_key,)),
-            *policy.credential_files, *_fspolicy.host_secrets()]
-    # The copy-on-write workspace is written, whatever else is (its writes are captured).
-    workdir = [policy.workdir] if policy.workdir else []
-    if policy.uses_default_workspace:
-        for home, _ in homes[1:]:  # the user's real home too, whatever HOME says
-            check_workspace(cwd, home)
-        read, write, _ = default_workspace(homes[0][0], cwd, env)
-        if policy.mode == "read-only":  # what it could write becomes readable only
-            read += [path for path in write if path not in DEVICES_WRITE]
-            write = list(DEVICES_WRITE)
-        if policy.max_output is not None:  # the terminal only through sandlock's count
-            write = [path for path in write if path not in TERMINAL_DEVICES]
-        return read, [*write, *workdir], deny, private_scratch()
-    write = [*policy.fs_writable, *workdir, *_fspolicy.PSEUDO_DEVICES]
-    # /sys/kernel and /sys/firmware describe the host's kernel and firmware: denied
-    # wherever an explicit grant covers them (the default workspace grants neither).
-    deny += _fspolicy.KERNEL_DENIED
-    return list(policy.fs_readable), write, deny, ()
-
-
-def _dry_run_grants(policy: Policy, read: list[str], write: list[str],
-                    private: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """A dry run changes nothing: it writes its workspace (captured, then discarded),
-    the run's private scratch directories and the devices; what else the policy lets
-    it write (caches, -w paths) it may only read."""
-    kept = {policy.workdir, *private, *DEVICES_WRITE, *_fspolicy.PSEUDO_DEVICES}
-    return [*read, *(path for path in write if path not in kept)], \
-        [path for path in write if path in kept]
-
-
-def _user_homes(env: Mapping[str, str]) -> list[tuple[str, Mapping[str, str]]]:
-    """(home, environment) pairs whose stores to protect: the command's, sandlock's own,
-    and the account's home from the password database."""
-    import pwd
-
-    try:
-        account = pwd.getpwuid(os.getuid()).pw_dir
-    except KeyError:
-        account = None
-    candidates = [(env.get("HOME"), env), (os.environ.get("HOME"), os.environ), (account, os.environ)]
-    homes: dict[str, Mapping[str, str]] = {}
-    for home, environ in candidates:
-        if home and os.path.isabs(home):
-            homes.setdefault(home, environ)
-    return list(homes.items()) or [("/nonexistent", env)]
 
 
 def _missing(what: str, policy: Policy, warnings: list[str]) -> None:

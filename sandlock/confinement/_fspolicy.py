@@ -100,7 +100,7 @@ class PathRule:
 
 def compile_grants(
     read: Iterable[str], write: Iterable[str], deny: Iterable[str],
-    masks: list[str] | None = None,
+    masks: list[str] | None = None, private: Iterable[str] = (),
 ) -> list[PathRule]:
     """The minimal, sorted rule list giving ``read``/``write`` access minus ``deny``.
 
@@ -110,12 +110,20 @@ def compile_grants(
     directories above them keep LIST, so their names (and, inside a denied
     directory, the names of its files) would be listed; the sandbox's mount
     namespace covers each with an empty mask (``_isolation``).
+
+    ``private``: grants the sandbox replaces by a tree of its own (its /tmp): never
+    expanded, since in the sandbox they hold only what it makes there (expanded, they
+    would keep LIST only, and nothing could be created in them) and the grants bound
+    back beneath them, whose own rules expand their denies; those denies are masked.
     """
+    private = set(private)
     denies = sorted({path for path in map(os.path.realpath, _present(deny)) if os.path.exists(path)})
     rules: dict[str, int] = {}
     grants = _grants(read, write)
     for grant, level in grants.items():
-        for path, expanded in _subtract(grant, denies):
+        subtracted = denies if grant not in private else \
+            [denied for denied in denies if denied == grant or not _within(denied, grant)]
+        for path, expanded in _subtract(grant, subtracted):
             rules[path] = max(rules.get(path, LIST), LIST if expanded else level)
     if masks is not None:
         masks += [denied for denied in denies

@@ -129,6 +129,7 @@ class Isolation:
         protection = _autorun.protect(writable, homes, (*SCRATCH, *unscanned), private,
                                       policy_files, autorun=protect_autorun)
         restored = _restorations(private, granted)
+        protection = _in_view(protection, private, restored)
         temporary = tuple(path for path in dict.fromkeys(temporary) if os.path.isabs(path)
                           and any(path != scratch and _within(path, scratch) for scratch in private)
                           and not any(_within(path, grant) for grant in restored))
@@ -180,7 +181,7 @@ class Isolation:
         for path in self.protection.read_only:
             mounts.bind(path, path)
             mounts.make_read_only(path)
-        _mount_proc(pids_below, self.masked)
+        _mount_proc(pids_below, self.masked, self.private)
         for path, access in self.reanchored:
             try:
                 add_rule(path, access)
@@ -196,13 +197,15 @@ class Isolation:
             mounts.mount_tmpfs(scratch, options)
 
 
-def _mount_proc(pids_below: int, masked: tuple[str, ...]) -> None:
+def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ...]) -> None:
     """The namespace's procfs, its kernel files masked by an empty file of mode 0, made
     in a tmpfs that the procfs then covers: nothing but the masks leads to it (a bind's
     source must be mounted in the namespace, so it is covered, not detached). The
     ``masked`` paths get the same file, or an empty directory of mode 0. Its pid_max
     is ``pids_below`` (if not 0), its sysctls read-only: nothing in a sandbox has to
-    write one."""
+    write one. A mask beneath a ``private`` scratch directory is mounted read-only: the
+    write grant of that directory reaches it (Landlock looks up across mounts), and
+    nothing may change the mode or content all masks share."""
     mounts.mount_tmpfs("/proc", b"mode=0700,size=4k")
     mask = os.open("/proc/mask", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0)
     os.mkdir("/proc/masks", 0)
@@ -219,6 +222,8 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...]) -> None:
         except OSError:
             continue  # not in the sandbox's tree (beneath a scratch directory)
         mounts.bind(f"/proc/self/fd/{directory_mask}" if directory else source, path)
+        if any(_within(path, scratch) for scratch in private):
+            mounts.make_read_only(path)
     os.close(mask)
     os.close(directory_mask)
 
@@ -239,6 +244,21 @@ def _read_only(restored: tuple[str, ...], writable: Iterable[str], private: tupl
     read_only = tuple(path for path in restored if not any(_within(path, w) for w in written))
     rewritable = tuple(w for w in written if any(w != path and _within(w, path) for path in read_only))
     return read_only, rewritable
+
+
+def _in_view(protection: _autorun.Protection, private: tuple[str, ...],
+             restored: tuple[str, ...]) -> _autorun.Protection:
+    """The autorun paths the sandbox will see: one beneath a private scratch directory
+    exists there only inside a restored grant (bound back before they are protected).
+    The others (a ~/.bashrc when $HOME is under /tmp and not granted) are the host's,
+    out of view behind the empty tmpfs: nothing to protect, and nothing to bind."""
+    def shown(path: str) -> bool:
+        return not any(_within(path, scratch) for scratch in private) or \
+            any(_within(path, grant) for grant in restored)
+
+    return _autorun.Protection(tuple(filter(shown, protection.pinned)),
+                               tuple(filter(shown, protection.read_only)),
+                               tuple(filter(shown, protection.policy_files)), protection.record)
 
 
 def _restorations(private: tuple[str, ...], granted: Iterable[str]) -> tuple[str, ...]:

@@ -259,21 +259,24 @@ class Check:
             self._host_gitlinks(view, target, worktree, depth + 1, common if worktree_of else target)
             return True
         located = self.locate(target)
-        if located is None or located[0] is not view or not self._repository(view, common, depth):
+        if located is None:
+            return False  # (named outside every write grant: nothing made it this run)
+        # (in this write grant or another one: `git worktree add ../wt` with both granted)
+        there, rel = located
+        if not self._repository(there, common, depth):
             return False
-        found = view.lookup(located[1])
-        if found is None or found.rel != located[1] or not found.is_dir:
+        found = there.lookup(rel)
+        if found is None or found.rel != rel or not found.is_dir:
             return False  # (a link on the way, or nothing there)
         if worktree_of:
-            self._admin(view, located[1], common)
+            self._admin(there, rel, common)
         else:
-            self._git_dir(view, located[1], None, depth + 1)
+            self._git_dir(there, rel, None, depth + 1)
         # Its index's gitlinks, in the work tree git will take: this file's directory
         # (whatever the directory's own ``gitdir`` file claims, or another .git file).
-        index = view.lookup(os.path.join(located[1], "index"))
-        if index is not None and index.rel == os.path.join(located[1], "index") \
-                and view.written(index):
-            self._gitlinks(view, index, worktree, depth + 1, common if worktree_of else target)
+        index = there.lookup(os.path.join(rel, "index"))
+        if index is not None and index.rel == os.path.join(rel, "index") and there.written(index):
+            self._gitlinks(there, index, worktree, depth + 1, common if worktree_of else target)
         return True
 
     def _repository(self, view: View, gitdir: str, depth: int) -> bool:

@@ -176,25 +176,3 @@ def _enclosing_repository(cwd: str) -> str | None:
 
 def _within(path: str, ancestor: str) -> bool:
     return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
-
-
-def unreachable(arguments: list[str], home: str, cwd: str, env: Mapping[str, str],
-                widen: Mapping[str, str] = os.environ) -> list[tuple[str, bool]]:
-    """(path, denied in every policy) for the command's path arguments that exist but
-    that the default workspace does not grant: what to name when a command failed."""
-    read, write, deny = default_workspace(home, cwd, env, widen)
-    granted = [os.path.realpath(path) for path in (*read, *write)]
-    denied = [os.path.realpath(path) for path in deny]
-    found = []
-    for argument in arguments:
-        candidate = argument.partition("=")[2] if argument.startswith("-") else argument
-        if "/" not in candidate and not candidate.startswith("~"):
-            continue
-        path = os.path.realpath(os.path.join(cwd, os.path.expanduser(candidate)))
-        if not os.path.exists(path):
-            continue
-        if any(_within(path, d) for d in denied):
-            found.append((path, True))
-        elif not any(_within(path, g) for g in granted):
-            found.append((path, False))
-    return list(dict.fromkeys(found))

@@ -45,8 +45,11 @@ def _one(change: Change, troot: int, uroot: int) -> None:
     before = None if change.kind == "A" else _side(troot, change.path)
     after = None if change.kind == "D" else _side(uroot, change.path)
     held = [fd for fd in (before, after) if fd is not None]
+    # An added file comes from /dev/null, a deleted one goes to it (as git and patch(1)
+    # write them): named a/PATH, patch would look for a file to change.
     try:
-        subprocess.run(["diff", "-uN", "--label", f"a/{label}", "--label", f"b/{label}",
+        subprocess.run(["diff", "-uN", "--label", os.devnull if change.kind == "A" else f"a/{label}",
+                        "--label", os.devnull if change.kind == "D" else f"b/{label}",
                         _name(before), _name(after)], pass_fds=held, check=False)
     finally:
         for fd in held:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._memory import MemoryWatch
     from ._processes import ProcessGate
     from ._sockets import probe as probe_sockets
-    from ._values import Size, format_cpu_list, parse_cpu_list, parse_size
+    from ._values import Size, format_cpu_list, parse_cpu_list, parse_memory_size, parse_size
 
 # Seconds between the memory watch's samples: here, where sandlock's side reads it
 # without loading the watch.
@@ -35,6 +35,7 @@ _EXPORTS = {
     "Size": "_values",
     "format_cpu_list": "_values",
     "parse_cpu_list": "_values",
+    "parse_memory_size": "_values",
     "parse_size": "_values",
 }
 

@@ -51,6 +51,17 @@ def parse_size(value: object) -> Size:
     return Size(number)
 
 
+def parse_memory_size(value: object) -> Size:
+    """``parse_size`` for a memory limit, which refuses a bare number below 1 MiB: no
+    process lives in that, so ``-m 10`` meant 10M, not 10 bytes (killed at once)."""
+    size = parse_size(value)
+    bare = isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+    if bare and size < _UNITS["M"]:
+        raise ValueError(f"{value!r} is {int(size)} bytes (a number without a unit is bytes): "
+                         f"write the unit, e.g. {str(value).strip()}M (units K, M, G, T)")
+    return size
+
+
 def parse_cpu_list(value: object) -> tuple[int, ...]:
     """``"0,2-3"`` or a list of CPU numbers -> the sorted CPUs; each must be one this
     process may run on (ValueError otherwise)."""

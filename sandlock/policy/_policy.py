@@ -280,7 +280,7 @@ _CHECKS = {
     "http_auth": _credentials_check("auth_rules"),
     "http_auth_plain": check.boolean,
     "credential_env": _credentials_check("placeholders"),
-    "max_memory": check.size,
+    "max_memory": check.memory_size,
     "max_processes": check.process_count,
     "max_cpu": check.cpu_share,
     "cpu_cores": check.cpu_list,

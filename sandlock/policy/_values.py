@@ -49,7 +49,7 @@ def directory(name: str, value: object) -> str | None:
         raise PolicyError(name, f"expected a directory path, got {value!r}")
     path = os.path.realpath(value)
     if not os.path.isdir(path):
-        raise PolicyError(name, f"{value}: not a directory")
+        raise PolicyError(name, f"{value}: {'not a' if os.path.exists(path) else 'no such'} directory")
     return path
 
 
@@ -285,12 +285,21 @@ def isolated(name: str, value: object) -> bool:
 
 def size(name: str, value: object) -> object:
     """A size ("512M", or bytes) as a ``limits.Size``; None: no limit."""
+    return _sized(name, value, "parse_size")
+
+
+def memory_size(name: str, value: object) -> object:
+    """max_memory: a size, never a bare number below 1 MiB (``-m 10`` is not 10 bytes)."""
+    return _sized(name, value, "parse_memory_size")
+
+
+def _sized(name: str, value: object, parser: str) -> object:
     if value is None:
         return None
-    from ..limits import parse_size
+    from .. import limits
 
     try:
-        return parse_size(value)
+        return getattr(limits, parser)(value)
     except ValueError as exc:
         raise PolicyError(name, str(exc)) from None
 

@@ -12,6 +12,7 @@ import errno
 import gc
 import os
 import select
+import stat
 import time
 
 from .._errors import EXIT_SETUP
@@ -39,6 +40,7 @@ class SandboxedProcess:
         self.pid = 0  # the command's pid, which is also its process group
         self.returncode: int | None = None
         self.start_error: str | None = None  # why exec failed, if it did
+        self.start_errno: int | None = None  # its errno, when exec itself failed
         self._reports = report_fd
         self._foreground = foreground
         self._exit_hooks: list[Callable[[], str | None]] = []
@@ -221,7 +223,9 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     if adopt_listener:
         process.workspace_layer, process.scratch = _take_listener(
             to_sandlock, from_sandlock, lambda *handed: adopt_listener(*handed, keeper_pid))
-    process.start_error = describe_start_error(spec.argv[0], _read_all(error_r))
+    report = _read_all(error_r)
+    process.start_error = describe_start_error(spec.argv[0], report, spec.cwd)
+    process.start_errno = _start_errno(report)
     return process
 
 
@@ -261,7 +265,9 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def describe_start_error(command: str, report: bytes) -> str | None:
+def describe_start_error(command: str, report: bytes, cwd: str = "") -> str | None:
+    """Why the command could not start, in a line. (What the policy left out is said
+    by the notes after it: ``confinement.failure_notes``.)"""
     error = _child.parse_error(report)
     if error is None:
         return None
@@ -269,8 +275,22 @@ def describe_start_error(command: str, report: bytes) -> str | None:
     if kind == "setup":
         return f"cannot set up the sandbox: {detail}"
     reason = os.strerror(detail)
-    if detail == errno.EACCES:  # most often the filesystem policy
-        reason += " (is it inside an -r/--fs-read path?)"
+    if detail == errno.EACCES and "/" in command and _not_executable(os.path.join(cwd, command)):
+        reason += " (not executable: chmod +x it, or run it with its interpreter)"
     elif detail == errno.EPERM:  # the kernel's refusal to run it without its capabilities
         reason += " (a program with file capabilities? a sandbox gives none)"
     return f"cannot run {command!r}: {reason}"
+
+
+def _not_executable(path: str) -> bool:
+    """A file with no execute bit, or a directory."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not mode & 0o111 or stat.S_ISDIR(mode)
+
+
+def _start_errno(report: bytes) -> int | None:
+    error = _child.parse_error(report)
+    return error[1] if error is not None and error[0] == "exec" else None  # type: ignore[return-value]

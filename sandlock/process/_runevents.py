@@ -1,6 +1,6 @@
-"""What a run says about two of its particular events, on stderr and in its audit log:
-a command killed for its file size, a run in full-access mode (loaded only by runs
-that have them)."""
+"""What a run says about three of its particular events, on stderr and in its audit
+log: a command killed for its file size, a run in full-access mode, a command that
+could not start (loaded only by runs that have them)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .._auditlog import AuditLog
     from ._process import SandboxedProcess
+    from ._sandbox import Sandbox
 
 
 def file_size_exceeded(process: SandboxedProcess, limit: int) -> str | None:
@@ -32,3 +35,24 @@ def record_full_access(audit: AuditLog | None, argv: list[str]) -> None:
           "network and IPC open; only the syscall filter stays)", file=sys.stderr, flush=True)
     if audit is not None:
         audit.write({"event": "full-access", "program": program})
+
+
+def start_report(sandbox: Sandbox, argv: Sequence[str], process: SandboxedProcess,
+                 stderr: bytes | None) -> bytes | None:
+    """A command that could not start says why in its Result's ``stderr`` (else empty:
+    only ``start_error`` would tell), as the CLI prints it, with the notes naming the
+    grant that would let it start (unless quiet); without a capture (``stderr`` None),
+    on sandlock's own stderr."""
+    from ..confinement import failure_notes
+    from ._inputs import child_environment
+
+    policy = sandbox.policy
+    lines = [f"sandlock: {process.start_error}"]
+    if not sandbox.quiet:
+        cwd = policy.cwd or policy.workdir or os.getcwd()
+        lines += failure_notes(policy, argv, cwd, child_environment(policy, os.environ),
+                               process.start_errno)
+    if stderr is None:
+        print(*lines, sep="\n", file=sys.stderr)
+        return None
+    return "".join(f"{line}\n" for line in lines).encode(errors="replace") + stderr

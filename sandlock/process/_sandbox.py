@@ -90,10 +90,8 @@ class Sandbox:
         policy = policy if policy is not None else Policy()
         self.policy = policy.replace(**fields) if fields else policy
         self.init, self.work = init, work
-        self.policy_fn = policy_fn
-        self.audit = audit
-        self.quiet = quiet
-        self.full_access_allowed = dangerously_allow_full_access
+        self.policy_fn, self.full_access_allowed = policy_fn, dangerously_allow_full_access
+        self.audit, self.quiet = audit, quiet
         self.warnings: list[str] = []
         self._live: LiveSandbox | None = None
         # After a block with a workdir: what became of its copy-on-write workspace.
@@ -298,7 +296,6 @@ class Sandbox:
     def _run(self, argv: Sequence[str], timeout: float | None, input: bytes | None,
              capture_output: bool, pass_fds: Sequence[int], *, dry_run: bool = False) -> Result:
         from ._capture import Capture  # threads: only paid for by callers who capture
-
         timeout = self.policy.timeout if timeout is None else timeout
         limit = self.policy.max_output
         # Not captured but limited: passed on to sandlock's own stdout and stderr.
@@ -312,6 +309,9 @@ class Sandbox:
         if not self.quiet:
             for notice in drops:
                 print(notice, file=sys.stderr)
+        if process.start_error:  # where users look, as the CLI says it (docs/api.md)
+            from ._runevents import start_report
+            stderr = start_report(self, argv, process, stderr)
         code = EXIT_TIMEOUT if timed_out else process.returncode
         return Result(code, stdout, stderr, timed_out, process.start_error, process.workspace)
 
