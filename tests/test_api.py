@@ -147,12 +147,12 @@ def test_best_effort_never_runs_without_seccomp(no_seccomp):
 
 
 def test_a_supervisor_bug_refuses_the_call_and_keeps_serving(monkeypatch, capfd):
-    from sandlock.net import _supervisor
+    from sandlock.net import _verdicts
 
     def broken(*args, **kwargs):
         raise RuntimeError("verdict exploded")
 
-    monkeypatch.setattr(_supervisor, "judge_destination", broken)
+    monkeypatch.setattr(_verdicts, "judge_destination", broken)
     script = (
         "import socket\n"
         "for _ in range(2):\n"
