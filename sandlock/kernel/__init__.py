@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from ._bpf import returns as filter_actions
     from ._capabilities import EffectiveDropped, drop_capabilities
     from ._fds import close_on_exec_from, take_fd
-    from ._children import exited_children
     from ._features import PID_MAX, namespaces, probe, protection_level
     from ._landlock import restrict_self
     from ._libc import (
@@ -53,8 +52,8 @@ if TYPE_CHECKING:
         read_string,
         write_memory,
     )
-    from ._inetdiag import sock_diag_dump, socket_cookie, tcp_listeners
-    from ._unixdiag import unix_socket_file, unix_socket_name
+    from ._sockdiag import sock_diag_dump, socket_cookie, tcp_listeners, unix_socket_file, unix_socket_name
+    from ._tasks import exited_children
     from ._seccomp import MSG_FASTOPEN, PROCESS_CREATION, SUPERVISED, WAIVABLE
     from ._syscalls import Arch, native_arch, nr
 
@@ -86,7 +85,7 @@ _EXPORTS = {
     "cwd_of": "_remote",
     "drop_capabilities": "_capabilities",
     "duplicate_fd": "_remote",
-    "exited_children": "_children",
+    "exited_children": "_tasks",
     "filesystem_type": "_libc",
     "filter_actions": "_bpf:returns",
     "landlock": "_landlock:",
@@ -113,11 +112,11 @@ _EXPORTS = {
     "socket_option": "_libc",
     "syscall": "_libc",
     "take_fd": "_fds",
-    "sock_diag_dump": "_inetdiag",
-    "socket_cookie": "_inetdiag",
-    "tcp_listeners": "_inetdiag",
-    "unix_socket_file": "_unixdiag",
-    "unix_socket_name": "_unixdiag",
+    "sock_diag_dump": "_sockdiag",
+    "socket_cookie": "_sockdiag",
+    "tcp_listeners": "_sockdiag",
+    "unix_socket_file": "_sockdiag",
+    "unix_socket_name": "_sockdiag",
     "write_memory": "_remote",
 }
 

@@ -45,7 +45,7 @@ def _syscall_exists(name: str, *args: int) -> bool:
 
 
 def probe() -> list[Feature]:
-    from ._unixdiag import diag_available  # (`sandlock check` only: not on a run's start path)
+    from ._sockdiag import diag_available  # (`sandlock check` only: not on a run's start path)
 
     abi = _landlock.abi_version()
     features = [

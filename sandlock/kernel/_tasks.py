@@ -1,6 +1,7 @@
 """What /proc and kcmp(2) tell about another process's tasks and memory: its threads,
 its children, whether two processes share one address space, where a range of its
-memory lives, a task's scheduling state and current syscall, a field of its status."""
+memory lives, a task's scheduling state and current syscall, a field of its status;
+and this process's own children that have ended, reaped without waiting for others."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import os
 
 from ._libc import syscall
 from ._syscalls import nr
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _KCMP_VM = 1
 
@@ -136,3 +141,16 @@ def _covered(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
                 return True
             start = high  # continues in the next mapping, if adjacent
     return start >= end
+
+
+def exited_children() -> Iterator[tuple[int, int]]:
+    """(pid, wait status) of each child that has ended, reaped; stops when none has
+    (or there is no child left)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, status

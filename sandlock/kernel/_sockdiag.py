@@ -1,8 +1,16 @@
-"""What the kernel says about one unix socket, by inode (NETLINK_SOCK_DIAG, unix_diag).
+"""What the kernel says about sockets (NETLINK_SOCK_DIAG). No privilege is needed.
 
-Always an exact request about a single socket, never a table: a dump may skip entries
-while sockets come and go, and /proc/net/unix prints abstract names raw, so a name
-holding a newline forges a line (any inode, any name) for whoever parses it.
+* One unix socket, by inode (unix_diag): always an exact request about a single
+  socket, never a table: a dump may skip entries while sockets come and go, and
+  /proc/net/unix prints abstract names raw, so a name holding a newline forges a line
+  (any inode, any name) for whoever parses it.
+* The TCP sockets listening on a port (inet_diag): each one's inode and cookie, IPv4
+  and IPv6 alike, from a dump of the listening sockets only (a host has tens; its
+  connections, thousands, are never read), filtered by the kernel to the port asked
+  about; and the dump of any sock_diag request (the memory watch's socket counts).
+
+``socket`` (~2 ms) is imported by the functions that need it: only runs that bind or
+reach their own sockets, or count their buffers, pay it.
 """
 
 from __future__ import annotations
@@ -11,18 +19,37 @@ import os
 import struct
 import threading
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+
 _NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY = 4, 20
-_NLM_F_REQUEST = 0x1
+_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_NLMSGHDR = struct.Struct("=IHHII")
+_RTATTR = struct.Struct("=HH")
+_local = threading.local()  # each thread's sockets: .exact (unix questions), .dump
+
+# unix_diag
 _AF_UNIX = 1
 _UDIAG_SHOW_NAME, _UDIAG_SHOW_VFS = 0x1, 0x2
 _UNIX_DIAG_NAME, _UNIX_DIAG_VFS = 0, 1
-_NLMSGHDR = struct.Struct("=IHHII")
 _UNIX_DIAG_REQ = struct.Struct("=BBHIII8s")  # family, protocol, pad, states, ino, show, cookie
 _UNIX_DIAG_MSG = struct.Struct("=BBBBI8s")  # family, type, state, pad, ino, cookie
-_RTATTR = struct.Struct("=HH")
 ANY_COOKIE = b"\xff" * 8  # INET_DIAG_NOCOOKIE: whichever socket has the inode
-_local = threading.local()  # each thread's socket and last sequence number
 
+# inet_diag
+_IPPROTO_TCP = 6
+_TCP_LISTEN = 10
+_INET_DIAG_REQ_BYTECODE = 1
+_INET_DIAG_BC_S_EQ = 11  # the source (local) port equals the next op's "no" field
+_BC_OP = struct.Struct("=BBH")  # code, yes, no
+_REQUEST = struct.Struct("=BBBxI48x")  # family, protocol, ext, pad, states, sockid
+_MESSAGE = struct.Struct("=BBBB4x32xI8sIIIII")  # .., id: ports, addresses, if, cookie; .., inode
+SO_COOKIE = 57
+
+
+# --- one unix socket ---------------------------------------------------------------
 
 def unix_socket_file(socket_inode: int) -> tuple[int, int] | None:
     """(st_dev, st_ino) of the socket file unix socket ``socket_inode`` is bound to;
@@ -79,20 +106,20 @@ def _ask(socket_inode: int, cookie: bytes, show: int) -> tuple[bytes, dict[int, 
                 if number == sequence:
                     return _answer(kind, payload, socket_inode)
     except BaseException:
-        _local.socket = None
+        _local.exact = None
         diag.close()
         raise
 
 
 def _diag_socket():
     """This thread's NETLINK_SOCK_DIAG socket (made once: it costs as much as a question)."""
-    diag = getattr(_local, "socket", None)
+    diag = getattr(_local, "exact", None)
     if diag is None:
         import socket  # ~2 ms: only a run that binds or reaches its own unix sockets pays it
 
         diag = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC,
                              _NETLINK_SOCK_DIAG)
-        _local.socket, _local.sequence = diag, 0
+        _local.exact, _local.sequence = diag, 0
     return diag
 
 
@@ -124,3 +151,67 @@ def _attributes(payload: bytes, offset: int):
             return
         yield kind, payload[offset + _RTATTR.size:offset + length]
         offset += (length + 3) & ~3
+
+
+# --- TCP listeners, and dumps ---------------------------------------------------
+
+
+def tcp_listeners(port: int) -> frozenset[tuple[int, int]]:
+    """(inode, cookie) of every TCP socket listening on local ``port`` (any address,
+    either family); OSError if the kernel does not answer (no inet_diag)."""
+    import socket
+
+    found = set()
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for payload in _dump(_request(family, port)):
+            *_, cookie, _, _, _, _, inode = _MESSAGE.unpack_from(payload)
+            found.add((inode, int.from_bytes(cookie, "little")))
+    return frozenset(found)
+
+
+def socket_cookie(fd: int) -> int:
+    """The kernel's cookie of socket ``fd``: never reused while the machine runs."""
+    import socket
+
+    with socket.socket(fileno=os.dup(fd)) as view:
+        return int.from_bytes(view.getsockopt(socket.SOL_SOCKET, SO_COOKIE, 8), "little")
+
+
+def _request(family: int, port: int) -> bytes:
+    request = _REQUEST.pack(family, _IPPROTO_TCP, 0, 1 << _TCP_LISTEN)
+    # One test, "local port == port": yes jumps past the end (accept), no one further (reject).
+    bytecode = _BC_OP.pack(_INET_DIAG_BC_S_EQ, 8, 12) + _BC_OP.pack(0, 0, port)
+    attribute = _RTATTR.pack(_RTATTR.size + len(bytecode), _INET_DIAG_REQ_BYTECODE) + bytecode
+    return request + attribute
+
+
+def _dump(request: bytes):
+    diag = getattr(_local, "dump", None)
+    if diag is None:
+        import socket
+
+        diag = _local.dump = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                                           _NETLINK_SOCK_DIAG)
+    return sock_diag_dump(diag, request)
+
+
+def sock_diag_dump(diag: socket.socket, request: bytes):
+    """The payloads of the answers to a sock_diag dump ``request`` (after its netlink
+    header) on the NETLINK_SOCK_DIAG socket ``diag``; OSError if the kernel refuses it."""
+    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY,
+                            _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
+    diag.send(header + request)
+    while True:
+        data = diag.recv(1 << 16)
+        offset = 0
+        while offset + _NLMSGHDR.size <= len(data):
+            length, kind, _, _, _ = _NLMSGHDR.unpack_from(data, offset)
+            if length < _NLMSGHDR.size or kind == _NLMSG_DONE:
+                return
+            if kind == _NLMSG_ERROR:
+                error = -struct.unpack_from("=i", data, offset + _NLMSGHDR.size)[0]
+                if error:
+                    raise OSError(error, os.strerror(error))
+                return
+            yield data[offset + _NLMSGHDR.size:offset + length]
+            offset += (length + 3) & ~3
