@@ -178,9 +178,11 @@ def _npm_path(value: str, cwd: str, home: str) -> str:
 
 
 def _pip(env: Mapping[str, str], cwd: str, home: str) -> Iterator[Source]:
-    """``cert`` from PIP_CERT and every pip configuration file, in any section."""
-    if env.get("PIP_CERT"):
-        yield _user_path(env["PIP_CERT"], cwd, home)
+    """``cert`` from PIP_CERT and every pip configuration file, in any section; and
+    REQUESTS_CA_BUNDLE, which the run's replaces (requests reads it: pip, poetry...)."""
+    for name in ("PIP_CERT", "REQUESTS_CA_BUNDLE"):
+        if env.get(name):
+            yield _user_path(env[name], cwd, home)
     files = []
     if env.get("PIP_CONFIG_FILE") != os.devnull:
         dirs = (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")

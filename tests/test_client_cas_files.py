@@ -63,8 +63,9 @@ def test_pip_cert_in_any_section_and_either_separator(tree):
     (root / "venv" / "pip.conf").write_text("[global]\n# cert = /commented\ncert = rel.pem\n")
     found = configured_sources({**env, "VIRTUAL_ENV": str(root / "venv")}, str(project))
     assert ours(found, "pip", root) == [str(home / "a.pem"), str(project / "rel.pem")]
-    off = {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_CERT": "/x.pem", "VIRTUAL_ENV": str(root / "venv")}
-    assert configured_sources(off, str(project))["pip"] == ["/x.pem"]  # no file read
+    off = {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_CERT": "/x.pem", "REQUESTS_CA_BUNDLE": "/r.pem",
+           "VIRTUAL_ENV": str(root / "venv")}
+    assert configured_sources(off, str(project))["pip"] == ["/x.pem", "/r.pem"]  # no file read
 
 
 def test_git_sslcainfo_with_includes_urls_and_variables(tree):
