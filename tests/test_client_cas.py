@@ -103,13 +103,14 @@ class Home:
 
     def run(self, *cmd: str, options: tuple[str, ...] = (), env: dict | None = None,
             sandlock: list[str] | None = None) -> subprocess.CompletedProcess:
-        if self.as_user is not None:
+        environment = {**os.environ, "HOME": str(self.path), "XDG_DATA_HOME": str(self.path / ".local/share"),
+                       "npm_config_update_notifier": "false", **(env or {})}
+        if self.as_user is not None:  # (the session's runtime directory is root's)
+            (self.path / ".run").mkdir(mode=0o700, exist_ok=True)
+            # no proxy fork server that would outlive the home it was started for
+            environment.update(XDG_RUNTIME_DIR=str(self.path / ".run"), SANDLOCK_PROXY_FORKSERVER="0")
             subprocess.run(["chown", "-R", f"{UNPRIVILEGED_UID}:{UNPRIVILEGED_UID}", str(self.path)],
                            check=True)
-        environment = {**os.environ, "HOME": str(self.path), "XDG_DATA_HOME": str(self.path / ".local/share"),
-                       "XDG_RUNTIME_DIR": str(self.path / ".run"), "npm_config_update_notifier": "false",
-                       **(env or {})}
-        (self.path / ".run").mkdir(mode=0o700, exist_ok=True)
         argv = [*(sandlock or SANDLOCK), "run", "--resolve", f"registry.test={API}", "--resolve", f"corp.test={CORP}",
                 "--http-port", str(self.port), "--upstream-ca", str(self.upstream_ca),
                 "--http-allow", "GET registry.test/*", "--http-allow", "* corp.test", *options, "--", *cmd]
