@@ -21,6 +21,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up
 if TYPE_CHECKING:
     from ._authority import CertificateAuthority
     from ._cache import cached_ca, private_directory
+    from ._clientcas import client_certificates
     from ._errors import CAError, NeedsPrivilege
     from ._generate import EPHEMERAL_LIFETIME, PERSISTENT_LIFETIME, ephemeral_ca, server_certificate
     from ._install import TARGETS, install, installed, uninstall
@@ -67,6 +68,8 @@ _EXPORTS.update({
     "cached_ca": "_cache",
     "private_directory": "_cache",
     "write_trust_files": "_trust",
+    "bundle_base": "_trust:_system_bundle",
+    "client_certificates": "_clientcas",
     "CERT_FILE": "_store",
     "KEY_FILE": "_store",
     "when": "_authority",

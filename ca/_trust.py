@@ -2,7 +2,9 @@
 
 Nothing is installed: ``prepare_trust`` writes a bundle (the system's trusted CAs plus
 the sandbox CA), the CA alone and a wgetrc into a directory the caller owns for the
-run, and returns the variables that point each kind of client at them.
+run, and returns the variables that point each kind of client at them. A client whose
+own configuration names a CA (``_clientcas``) gets a bundle of its own that holds that
+CA too, and curl, whose .curlrc beats every variable, a .curlrc of the run's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ if TYPE_CHECKING:  # cryptography (~40 ms): not for trust_environment, used befo
 BUNDLE_FILE = "ca-bundle.pem"
 CA_FILE = "sandlock-ca.pem"
 WGETRC_FILE = "wgetrc"
+CURLRC_FILE = ".curlrc"  # CURL_HOME is the run's directory
+CLIENT_BUNDLE_FILE = "ca-bundle-{}.pem"  # a client's bundle: its own CAs too
+# Clients whose own configuration may name a CA (``_clientcas`` finds it).
+CLIENTS = ("npm", "pip", "git", "curl", "cargo")
 
 # Where distributions keep the bundle of trusted CAs, most common first.
 SYSTEM_BUNDLES = (
@@ -38,11 +44,13 @@ FileKind = str  # "bundle", "ca" or "wgetrc"
 
 @record
 class TrustVariable:
-    """One environment variable: the file it gets and the clients that read it."""
+    """One environment variable: the file it gets and the clients that read it;
+    ``client``: the client (``CLIENTS``) whose own CAs its bundle holds."""
 
     name: str
     file: FileKind
     clients: str
+    client: str = ""
 
 
 # "bundle" replaces the client's whole store, so it must hold the system CAs too;
@@ -52,13 +60,18 @@ TRUST_VARIABLES: tuple[TrustVariable, ...] = (
                   "httpx, aiohttp, `openssl s_client`, Ruby, PHP; Go; uv; rustls-native-certs; "
                   "also curl (the command)"),
     TrustVariable("CURL_CA_BUNDLE", "bundle", "curl (the command); requests"),
-    TrustVariable("REQUESTS_CA_BUNDLE", "bundle", "requests (poetry, pipenv, ...), pip"),
-    TrustVariable("PIP_CERT", "bundle", "pip"),
-    TrustVariable("GIT_SSL_CAINFO", "bundle", "git over https (GnuTLS on Debian)"),
-    TrustVariable("NODE_EXTRA_CA_CERTS", "ca", "node (https, fetch), npm, yarn: added to "
+    # requests lets it beat a session's own CA (psf/requests#3829): pip's `cert` too
+    TrustVariable("REQUESTS_CA_BUNDLE", "bundle", "requests (poetry, pipenv, ...), pip: beats "
+                  "PIP_CERT and pip.conf's `cert`", "pip"),
+    TrustVariable("PIP_CERT", "bundle", "pip", "pip"),
+    TrustVariable("GIT_SSL_CAINFO", "bundle", "git over https (GnuTLS on Debian): beats "
+                  "`http.sslCAInfo`", "git"),
+    TrustVariable("NODE_EXTRA_CA_CERTS", "ca", "node (https, fetch), yarn: added to "
                   "node's built-in store, read once at start"),
+    TrustVariable("npm_config_cafile", "bundle", "npm, pnpm: beats every npmrc's `cafile` "
+                  "and `ca` (which beat NODE_EXTRA_CA_CERTS)", "npm"),
     TrustVariable("AWS_CA_BUNDLE", "bundle", "AWS CLI, boto3"),
-    TrustVariable("CARGO_HTTP_CAINFO", "bundle", "cargo"),
+    TrustVariable("CARGO_HTTP_CAINFO", "bundle", "cargo: beats `http.cainfo`", "cargo"),
     TrustVariable("DENO_CERT", "bundle", "deno"),
     TrustVariable("NIX_SSL_CERT_FILE", "bundle", "nix"),
     TrustVariable("HTTPLIB2_CA_CERTS", "bundle", "httplib2 (google-api-python-client)"),
@@ -93,17 +106,27 @@ def prepare_trust(
     *,
     base_bundle: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] = os.environ,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> TrustInjection:
     """Write the trust files for ``ca`` into ``directory`` (which exists, is private to
     the run, and is the caller's to remove) and return where they are.
 
     The bundle starts from ``base_bundle``, else ``$SSL_CERT_FILE`` of ``env`` (the
-    store the user chose), else the distribution's bundle.
+    store the user chose), else the distribution's bundle. With ``cwd`` (where the
+    command will run, with ``env``), clients whose own configuration names a CA (npm,
+    pip, git, curl, cargo) get a bundle holding that CA too (docs/ca.md).
     """
     from pathlib import Path
 
     directory = os.fspath(directory)
-    base = write_trust_files(ca.cert_pem, directory, base_bundle=base_bundle, env=env)
+    clients = {}
+    if cwd is not None:
+        from ._clientcas import client_certificates
+
+        chosen = os.fspath(base_bundle) if base_bundle is not None else _system_bundle(env)
+        clients = client_certificates(env, os.fspath(cwd), chosen)
+    base = write_trust_files(ca.cert_pem, directory, base_bundle=base_bundle, env=env,
+                             clients=clients)
     paths = _paths(directory)
     return TrustInjection(
         directory=Path(directory),
@@ -111,18 +134,20 @@ def prepare_trust(
         ca_file=Path(paths["ca"]),
         wgetrc=Path(paths["wgetrc"]),
         base_bundle=Path(base) if base is not None else None,
-        env=trust_environment(directory),
+        env=trust_environment(directory, clients, env),
     )
 
 
 def write_trust_files(cert_pem: bytes, directory: str, *,
                       base_bundle: str | os.PathLike[str] | None = None,
                       env: Mapping[str, str] = os.environ,
-                      certificate_out: str | None = None) -> str | None:
+                      certificate_out: str | None = None,
+                      clients: Mapping[str, bytes] | None = None) -> str | None:
     """``prepare_trust``'s files for the CA certificate ``cert_pem`` (no key, no
     cryptography: what a run does before its fork, or its proxy); the base bundle
     used. ``certificate_out`` (--http-ca-out): the certificate alone written there too,
-    for runtimes with stores of their own."""
+    for runtimes with stores of their own. ``clients``: client -> the PEM certificates
+    its own configuration names (``client_certificates``), each client's bundle."""
     base = os.fspath(base_bundle) if base_bundle is not None else _system_bundle(env)
     system = _read(base) if base is not None else b""
     if system and not system.endswith(b"\n"):
@@ -131,6 +156,13 @@ def write_trust_files(cert_pem: bytes, directory: str, *,
     _write(paths["ca"], cert_pem)
     _write(paths["bundle"], system + cert_pem)
     _write(paths["wgetrc"], _wgetrc(paths["bundle"], env))
+    clients = _checked(clients)
+    for client, own in clients.items():
+        if own:
+            _write(_client_bundle(directory, client), system + own + cert_pem)
+    if "curl" in clients:
+        _write(paths["curlrc"], _curlrc(_client_bundle(directory, "curl") if clients["curl"]
+                                        else paths["bundle"]))
     if certificate_out:
         from .._hostfile import write_file
 
@@ -141,16 +173,46 @@ def write_trust_files(cert_pem: bytes, directory: str, *,
     return base
 
 
-def trust_environment(directory: str | os.PathLike[str]) -> dict[str, str]:
+def trust_environment(directory: str | os.PathLike[str], clients: Mapping[str, bytes] | None = None,
+                      env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables ``prepare_trust`` will return for ``directory``, known before the
-    files exist (the command's environment is fixed before the CA is made)."""
-    paths = _paths(os.fspath(directory))
-    return {variable.name: str(paths[variable.file]) for variable in TRUST_VARIABLES}
+    files exist (the command's environment is fixed before the CA is made). ``clients``
+    as ``write_trust_files`` takes them; ``env``: the command's (npm reads its variables
+    whatever their case, so a ``NPM_CONFIG_CAFILE`` there is replaced too)."""
+    directory = os.fspath(directory)
+    paths = _paths(directory)
+    clients = _checked(clients)
+    variables = {variable.name: _client_bundle(directory, variable.client)
+                 if variable.client and clients.get(variable.client) else paths[variable.file]
+                 for variable in TRUST_VARIABLES}
+    if "curl" in clients:  # its .curlrc beats every variable: the run's replaces it
+        variables["CURL_HOME"] = directory
+    for name in env or ():
+        if name.lower() == "npm_config_cafile":
+            variables[name] = variables["npm_config_cafile"]
+    return variables
+
+
+def _checked(clients: Mapping[str, bytes] | None) -> dict[str, bytes]:
+    """Known clients only (each names a file; the proxy gets them over its channel)."""
+    return {client: bytes(own) for client, own in (clients or {}).items() if client in CLIENTS}
+
+
+def _client_bundle(directory: str, client: str) -> str:
+    return os.path.join(directory, CLIENT_BUNDLE_FILE.format(client))
+
+
+def _curlrc(bundle: str) -> bytes:
+    quoted = bundle.replace("\\", "\\\\").replace('"', '\\"')
+    return (b"# sandlock: this run's .curlrc (CURL_HOME), in place of yours, which names a CA "
+            b"that would replace the sandbox's (docs/ca.md)\n"
+            b'cacert = "' + os.fsencode(quoted) + b'"\n')
 
 
 def _paths(directory: str) -> dict[FileKind, str]:
     return {kind: os.path.join(directory, name) for kind, name in
-            (("bundle", BUNDLE_FILE), ("ca", CA_FILE), ("wgetrc", WGETRC_FILE))}
+            (("bundle", BUNDLE_FILE), ("ca", CA_FILE), ("wgetrc", WGETRC_FILE),
+             ("curlrc", CURLRC_FILE))}
 
 
 def system_bundle(env: Mapping[str, str] = os.environ) -> Path | None:

@@ -27,7 +27,7 @@ def prepare(config: ProxyConfig) -> Authority:
 
         authority = _load(ca, config.ca)
         ca.write_trust_files(authority.cert_pem, config.run_dir,
-                             certificate_out=config.ca.get("out"))
+                             certificate_out=config.ca.get("out"), clients=config.ca.get("clients"))
         return Authority(authority.mitmproxy_pem())
     except Exception as exc:  # noqa: BLE001 - reported to sandlock, which fails the run
         return Authority(None, f"sandbox CA: {exc}")

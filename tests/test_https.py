@@ -343,7 +343,7 @@ def test_pip_install_over_inspected_https_with_the_example_policy(port, upstream
 
 def test_a_client_that_refuses_the_ca_is_named(https, api, port, tmp_path):
     """A client whose own CA setting overrides the variables sandlock sets (here curl's
-    --cacert, as npm's cafile would): before, only the client's certificate error; now
+    --cacert, as npm's --cafile would): before, only the client's certificate error; now
     sandlock says which host and where the fix is, once per host, and records it."""
     bundle = tmp_path / "system-only.pem"  # a store without sandlock's CA
     bundle.write_bytes(open("/etc/ssl/certs/ca-certificates.crt", "rb").read())
@@ -352,7 +352,7 @@ def test_a_client_that_refuses_the_ca_is_named(https, api, port, tmp_path):
     result = https(*ALLOW, "--audit", str(audit), cmd=["sh", "-c", fetch])
     assert "certificate" in result.stderr  # the client's own error
     notice = (f"sandlock: api.test: the client refused sandlock's CA (a CA setting of its own, "
-              f"e.g. npm's cafile or pip's cert, overrides the variables sandlock sets; "
+              f"e.g. curl's --cacert or npm's --cafile, overrides the variables sandlock sets; "
               f'see docs/ca.md, "When a client refuses the CA")')
     assert result.stderr.count(notice) == 1, result.stderr  # (lines may interleave with curl's)
     assert "network operation" not in result.stderr  # not a denial

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from ._leftovers import Leftovers, check_kept_layer
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
     from ._hints import failure_notes
+    from ._autorun import read_bounded
+    from ._gitconfig import parse as parse_git_config
     from ._workspace import default_workspace, widening
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -61,6 +63,8 @@ _EXPORTS = {
     "sandlock_ca_dir": "_fspolicy",
     "sandlock_runtime_dir": "_fspolicy",
     "failure_notes": "_hints",
+    "parse_git_config": "_gitconfig:parse",
+    "read_bounded": "_autorun",
     "default_workspace": "_workspace",
     "widening": "_workspace",
     "workspace_store": "_fspolicy",

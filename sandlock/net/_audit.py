@@ -114,7 +114,7 @@ class Audit:
                                   "reason": "the client refused sandlock's CA"})
         if not self._quiet:
             self._notice(f"sandlock: {host}: the client refused sandlock's CA (a CA setting of "
-                         "its own, e.g. npm's cafile or pip's cert, overrides the variables "
+                         "its own, e.g. curl's --cacert or npm's --cafile, overrides the variables "
                          "sandlock sets; see docs/ca.md, \"When a client refuses the CA\")")
 
     def _incident(self, message: str, restarted: bool) -> None:

@@ -31,9 +31,10 @@ __all__ = ["HttpRun", "ProxyUnavailable", "Route"]
 
 class HttpRun:
     def __init__(self, policy: Policy, env: Mapping[str, str], *, audited: bool,
-                 secrets: Mapping[str, str] | None = None) -> None:
+                 secrets: Mapping[str, str] | None = None, cwd: str | None = None) -> None:
         """``env``: the command's environment (trust variables are added to ``env_updates``);
-        ``secrets``: the credentials' values, for the proxy process only."""
+        ``secrets``: the credentials' values, for the proxy process only; ``cwd``: the
+        command's directory (where its clients find their project configuration)."""
         self.rules = HttpRules.parse(policy.http_allow, policy.http_deny, policy.http_auth)
         self.inspects = self.rules.needs_inspection(policy.https_inspect)
         self.run_dir: str | None = None
@@ -46,13 +47,15 @@ class HttpRun:
         ca: dict = {}
         if self.inspects:
             self.run_dir = _private_directory()
-            ca = _ca_settings(policy, self.rules, env)
+            clients = _client_cas(env, cwd or os.getcwd()) if policy.ca_env else {}
+            # (for the proxy, when it writes the trust files; marshal keeps bytes)
+            ca = {**_ca_settings(policy, self.rules, env), "clients": clients}
             if ca["source"] == "ephemeral":
                 ca = self._trust_cached_ca(ca, env)
             if policy.ca_env:
                 from .. import ca as _ca
 
-                self.env_updates = _ca.trust_environment(self.run_dir)
+                self.env_updates = _ca.trust_environment(self.run_dir, clients, env)
         config = ProxyConfig(
             allow=policy.http_allow, deny=policy.http_deny, inspect=policy.https_inspect,
             upstream_ca=policy.upstream_ca, audit_allowed=audited, ca=ca,
@@ -84,7 +87,7 @@ class HttpRun:
             home = env.get("HOME") or os.path.expanduser("~")
             certificate, pem = _ca.cached_ca(settings["hosts"], sandlock_ca_cache_dir(env, home))
             _ca.write_trust_files(certificate, self.run_dir,
-                                  certificate_out=settings.get("out"))
+                                  certificate_out=settings.get("out"), clients=settings["clients"])
         except _ca.CAError as exc:  # a cache others could reach, a file not writable
             self._remove_run_dir()
             raise SetupError(f"HTTPS inspection: sandbox CA: {exc}") from None
@@ -148,6 +151,14 @@ class HttpRun:
             import shutil
 
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def _client_cas(env: Mapping[str, str], cwd: str) -> dict[str, bytes]:
+    """The CAs the command's clients name in their own configuration (npm's cafile,
+    pip's cert...), read as the user: their bundles must hold them (docs/ca.md)."""
+    from .. import ca as _ca
+
+    return _ca.client_certificates(env, cwd, _ca.bundle_base(os.environ))  # (write_trust_files' own)
 
 
 def _forkserver_directory(env: Mapping[str, str]) -> str:

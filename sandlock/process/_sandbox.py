@@ -215,7 +215,7 @@ class Sandbox:
         cow = http = None
         try:
             cow = start_workspace(policy, dry_run, audit)
-            http = _start_http(policy, env, audited=audit is not None)
+            http = _start_http(policy, env, cwd, audited=audit is not None)
             # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
             # to --unix-allow, and listening to --net-allow-bind.
             confinement = Confinement.prepare(
@@ -332,7 +332,7 @@ def start_workspace(policy: Policy, dry_run: bool, audit: AuditLog | None) -> Co
     return CowRun(policy, dry_run=dry_run, audit=audit)
 
 
-def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRun | None:
+def _start_http(policy: Policy, env: dict[str, str], cwd: str, *, audited: bool) -> HttpRun | None:
     """The proxy for a run with HTTP rules (its trust variables go into ``env``); the
     credentials' secrets are read here, once, and go to the proxy process only."""
     secrets = None
@@ -346,7 +346,7 @@ def _start_http(policy: Policy, env: dict[str, str], *, audited: bool) -> HttpRu
     from ..net import HttpRun
 
     try:
-        http = HttpRun(policy, env, audited=audited, secrets=secrets)
+        http = HttpRun(policy, env, audited=audited, secrets=secrets, cwd=cwd)
     except OSError as exc:
         raise SetupError(f"the HTTP proxy could not start: {exc}") from None
     env.update(http.env_updates)
