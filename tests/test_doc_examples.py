@@ -291,7 +291,9 @@ AS_WRITTEN = {
         files={"main.py": "old = 1\n", "refactor.sh+x": script("sed -i s/old/new/ main.py")},
         check=dry_run),
     "sandlock policy test --policy docs/examples/github-readonly.toml "
-    "'POST https://api.github.com/repos/x/y/issues'": Case(status=1),
+    "'POST https://api.github.com/repos/x/y/issues'": Case(status=1, check=printed(
+        "DENY  POST https://api.github.com/repos/x/y/issues (no --http-allow rule matches; "
+        "HTTPS inspected)\n")),
     "sandlock run --policy docs/examples/pip-install.toml --net-allow github.com:22 -t 600 "
     "--print-policy": Case(),
     "sandlock policy test --policy docs/examples/github-readonly.toml 'GET "
@@ -398,10 +400,6 @@ CANNOT_RUN = {
         "installs the test dependencies from PyPI, then runs this whole suite, this test included",
 }
 
-# Doc lines that only prepare a case's (they run, and must succeed, before it).
-PREPARING = {line for case in WITH_STAND_INS.values() for line in case.before} | {
-    line for case in AS_WRITTEN.values() for line in case.before}
-
 # Where the README says "without root": these run as uid 65534 too.
 WITHOUT_ROOT = (
     "sandlock run -- make test",
@@ -423,6 +421,8 @@ CONTROLS = {
 }
 
 CASES = {**AS_WRITTEN, **WITH_STAND_INS}
+# Doc lines that only prepare a case (they run, and must succeed, before it).
+PREPARING = {line for case in CASES.values() for line in case.before}
 
 
 # --- the tests -----------------------------------------------------------------------------
@@ -440,7 +440,7 @@ def test_every_fenced_block_says_what_it_holds():
     """sh (commands), console (commands and output), python, toml or text (a synopsis, an
     output, a diagram): an untyped block could hold an example nobody runs."""
     untyped = [f"{doc}:{line - 1}: ```{lang}" for doc, line, lang, _ in fences() if lang not in LANGUAGES]
-    assert untyped == []
+    assert untyped == [], f"a fence says one of {', '.join(LANGUAGES)}"
 
 
 def test_every_example_is_in_one_list():
