@@ -11,6 +11,7 @@ Secrets never appear in what this module says: errors name the credential, not i
 
 from __future__ import annotations
 
+from .._grammar import words
 from .._record import record
 from ._paths import UnclearPath, readings
 from ._rules import HttpRule, host_matches, named_methods, normalise_host, parse_rule
@@ -54,7 +55,7 @@ class AuthRule:
 
 def parse_auth_rule(text: str) -> AuthRule:
     """``METHODS HOST[/PATH] SCHEME NAME`` -> AuthRule; ValueError says what is wrong."""
-    parts = text.split()
+    parts = words(text)
     if len(parts) != 4:
         raise ValueError(USAGE)
     methods, target, scheme_text, name = parts

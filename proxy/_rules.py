@@ -14,6 +14,7 @@ allowed.
 
 from __future__ import annotations
 
+from .._grammar import words
 from .._record import record
 from ._paths import UnclearPath, canonical, readings
 
@@ -67,7 +68,7 @@ class HttpRule:
 
 def parse_rule(text: str) -> HttpRule:
     """``METHODS HOST[/PATH]`` -> HttpRule; ValueError says what is wrong."""
-    parts = text.split()
+    parts = words(text)
     if len(parts) != 2:
         raise ValueError("expected 'METHODS HOST[/PATH]', e.g. 'GET api.github.com/repos/*'")
     methods_text, target = parts
@@ -106,7 +107,8 @@ def glob_matches(parts: tuple[str, ...], text: str) -> bool:
 def _methods(text: str) -> frozenset[str] | None:
     if text == ANY:
         return None
-    methods = [m.strip().upper() for m in text.split(",")]
+    # ASCII before upper(): "ſ".upper() is "S", and "poſt" is no way to write POST.
+    methods = [m.upper() if m.isascii() else m for m in text.split(",")]
     for method in methods:
         if method == ANY:
             raise ValueError("'*' cannot be mixed with named methods")
@@ -120,6 +122,9 @@ def _host_pattern(text: str) -> str:
         raise ValueError("missing host (use '*' for any host)")
     if text == ANY:
         return ANY
+    if not text.isascii():  # (lower() would make the Kelvin sign a 'k')
+        raise ValueError(f"{text!r}: not a valid hostname (write internationalised names "
+                         "as xn--...)")
     if text.startswith("["):
         if not text.endswith("]"):
             raise ValueError(f"{text!r}: unterminated IPv6 address")

@@ -10,8 +10,19 @@ EXIT_NOTFOUND = 127  # COMMAND not found
 
 
 def error_line(message: str) -> str:
-    """The one line sandlock prints for an error it exits with."""
-    return f"sandlock: error: {message}"
+    """The one line sandlock prints for an error it exits with (``visible``: the input
+    it quotes cannot break the line or drive the terminal)."""
+    return f"sandlock: error: {visible(message)}"
+
+
+def visible(text: str) -> str:
+    """``text`` with every character that does not show escaped as repr escapes it
+    (``\\x1b``, ``\\r``, ``\\x00``, ``\\u2028``...): a line that echoes what
+    someone typed, or what a file or a sandboxed program named, stays one line of
+    plain text."""
+    if text.isprintable():
+        return text  # (the usual case)
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:

@@ -20,6 +20,7 @@ from .._errors import (
     PolicyError,
     SandlockError,
     fail,
+    visible,
 )
 from ..kernel import PR_SET_DUMPABLE, prctl
 from ..policy import POLICY_FIELDS, Policy, flag_of
@@ -112,7 +113,9 @@ def _vet(args: Namespace) -> int:
         print(json.dumps({"allowed": decision.allowed, "code": decision.code,
                           "reason": decision.reason}))
     else:
-        print("allowed" if decision.allowed else f"refused ({decision.code}): {decision.reason}")
+        # (the reason quotes the command: what does not show is escaped, the verdict one line)
+        print("allowed" if decision.allowed
+              else visible(f"refused ({decision.code}): {decision.reason}"))
     return 0 if decision.allowed else 1
 
 
@@ -208,7 +211,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
     gc.enable()  # the supervisor may run for hours: its garbage is collected again
     if not quiet:
         for warning in sandbox.warnings:
-            print(f"sandlock: warning: {warning}", file=sys.stderr)
+            print(f"sandlock: warning: {visible(warning)}", file=sys.stderr)
     for sig in pending:
         process.send_signal(sig)
     if process.start_error:

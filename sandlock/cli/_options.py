@@ -15,6 +15,25 @@ from __future__ import annotations
 from .._record import record
 from ..policy import HTTPS_INSPECT_MODES, MODES, WORKSPACE_ACTIONS, flag_of
 
+TYPE_CHECKING = False  # typing costs ~5 ms to import: this module is on every start
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+def number(text: str) -> float:
+    """An option's number (-t, --max-cpu) in sandlock's one grammar of numbers
+    (``_grammar``: ASCII digits, one '.'); float() would take '٣', '1_0', '1e10'."""
+    from .._grammar import decimal  # (only for the options given a number)
+
+    return decimal(text)
+
+
+def whole_number(text: str) -> int:
+    """An option's whole number (-P, --max-open-files, --pass-fd, --collapse)."""
+    from .._grammar import whole
+
+    return whole(text)
+
 
 @record
 class Option:
@@ -29,7 +48,7 @@ class Option:
     metavar: str | None
     help: str
     choices: tuple[str, ...] | None
-    type: type | None
+    type: Callable[[str], object] | None
     const: str | None
 
     @property
@@ -38,7 +57,8 @@ class Option:
 
 
 def _option(group: str, dest: str, *flags: str, action: str = "store", metavar: str | None = None,
-            help: str, choices: tuple[str, ...] | None = None, type: type | None = None,
+            help: str, choices: tuple[str, ...] | None = None,
+            type: Callable[[str], object] | None = None,
             const: str | None = None) -> Option:
     return Option(group, dest, flags, action, metavar, help, choices, type, const)
 
@@ -161,21 +181,21 @@ POLICY_OPTIONS = (
                    help="keep only PATH HOME TERM LANG USER SHELL from the environment"),
     _policy_option("process", "cwd", metavar="DIR",
                    help="run COMMAND in DIR (the default workspace's writable directory)"),
-    _policy_option("process", "timeout", "-t", type=float, metavar="SECONDS",
+    _policy_option("process", "timeout", "-t", type=number, metavar="SECONDS",
                    help="kill COMMAND and everything it started after SECONDS (exit 124)"),
     _policy_option("limits", "max_memory", "-m", metavar="SIZE",
                    help="memory all its processes may use together, e.g. 512M (K, M, G; a "
                    "bare number is bytes, at least 1M of them); past it the sandbox is "
                    "killed (exit 137)"),
-    _policy_option("limits", "max_processes", "-P", type=int, metavar="N",
+    _policy_option("limits", "max_processes", "-P", type=whole_number, metavar="N",
                    help="processes alive at once (threads not counted); a fork past it "
                    "fails with EAGAIN. Without it (or 0), the default cap: 1024 tasks, "
                    "threads included"),
-    _policy_option("limits", "max_cpu", type=float, metavar="PCT",
+    _policy_option("limits", "max_cpu", type=number, metavar="PCT",
                    help="percent of one CPU the sandbox may use (up to 100 per CPU)"),
     _policy_option("limits", "cpu_cores", metavar="LIST",
                    help="run only on these CPUs, e.g. 0,2-3"),
-    _policy_option("limits", "max_open_files", type=int, metavar="N",
+    _policy_option("limits", "max_open_files", type=whole_number, metavar="N",
                    help="open file descriptors per process (RLIMIT_NOFILE)"),
     _policy_option("limits", "max_file_size", metavar="SIZE",
                    help="largest file a process may write (RLIMIT_FSIZE: EFBIG, SIGXFSZ)"),
@@ -216,7 +236,7 @@ RUN_OPTIONS = (
     (_option("workspace", "dry_run", "--dry-run", action="store_true",
              help="run, print what COMMAND changed in the workspace (--workdir, default "
              "the current directory) and discard it; nothing else is written either"), False),
-    (_option("process", "pass_fds", "--pass-fd", action="append", type=int, metavar="N",
+    (_option("process", "pass_fds", "--pass-fd", action="append", type=whole_number, metavar="N",
              help="let COMMAND inherit descriptor N (repeatable; every other one above 2 "
              "is closed)"), []),
 )

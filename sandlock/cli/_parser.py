@@ -11,7 +11,11 @@ import re
 import sys
 
 from .._errors import fail
-from ._options import GROUPS, POLICY_OPTIONS, RUN_OPTIONS, Option
+from ._options import GROUPS, POLICY_OPTIONS, RUN_OPTIONS, Option, whole_number
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -73,20 +77,13 @@ def _long_flags(parser: argparse.ArgumentParser) -> list[str]:
     return list(dict.fromkeys(flags))
 
 
-_ARGPARSE_VALUE = re.compile(r"invalid (float|int) value: (.*)")
-_WORDS = {"float": "a number", "int": "a whole number"}
-
-
 def _our_form(message: str) -> str:
-    """``argument -t/--timeout: invalid float value: 'abc'`` -> ``--timeout: expected a
-    number, got 'abc'``; an invalid choice gets the choice it probably meant."""
+    """``argument -t/--timeout: expected a number, got 'abc'`` -> ``--timeout: expected
+    a number, got 'abc'``; an invalid choice gets the choice it probably meant."""
     flags, colon, problem = message.partition(": ")
     if not flags.startswith("argument ") or not colon:
         return message
     flag = flags.removeprefix("argument ").split("/")[-1]
-    value = _ARGPARSE_VALUE.fullmatch(problem)
-    if value:
-        return f"{flag}: expected {_WORDS[value[1]]}, got {value[2]}"
     if problem == "expected one argument":
         return f"{flag}: expected a value"
     choice = re.fullmatch(r"invalid choice: '(.*)' \(choose from (.*)\)", problem)
@@ -200,10 +197,25 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> dict[str, argparse._
 
 
 def _add(group: argparse._ArgumentGroup, option: Option, default: object) -> None:
-    extra = {name: getattr(option, name) for name in ("metavar", "choices", "type")
+    extra = {name: getattr(option, name) for name in ("metavar", "choices")
              if getattr(option, name) is not None}
+    if option.type is not None:
+        extra["type"] = _saying_why(option.type)
     group.add_argument(*option.flags, dest=option.dest, action=option.action, default=default,
                        help=option.help, **extra)
+
+
+def _saying_why(convert: Callable[[str], object]) -> Callable[[str], object]:
+    """``convert`` whose ValueError argparse shows as it is (``--timeout: expected a
+    number, got '1e10' ...``), not as "invalid number value"."""
+
+    def converted(text: str) -> object:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return converted
 
 
 class _SourceAction(argparse.Action):
@@ -270,7 +282,8 @@ def _add_learn_parser(commands: argparse._SubParsersAction) -> None:
     groups = _add_policy_options(learn)
     groups["files"].add_argument("-o", "--output", required=True, metavar="FILE",
                                  help="where to write the learned policy (TOML)")
-    groups["files"].add_argument("--collapse", type=int, default=3, metavar="N",
+    groups["files"].add_argument("--collapse", type=_saying_why(whole_number), default=3,
+                                 metavar="N",
                                  help="a path level with N or more siblings becomes '*' "
                                  "(default 3; 0: keep every path)")
     groups["process"].add_argument("-q", "--quiet", action="store_true",

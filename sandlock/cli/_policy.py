@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from .._errors import EXIT_USAGE, SandlockError, error_line
+from .._errors import EXIT_USAGE, SandlockError, error_line, visible
 from ..policy import (
     Policy,
     PolicyFile,
@@ -29,7 +29,7 @@ def profile_list() -> int:
             about = _load_whole(profile_path(name)).description or ""
         except SandlockError as exc:
             about = f"(invalid: {exc})"
-        print(f"{name:<{width}}  {about}".rstrip())
+        print(visible(f"{name:<{width}}  {about}".rstrip()))  # (a description is a file's text)
     return 0
 
 

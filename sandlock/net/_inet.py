@@ -10,6 +10,7 @@ engine, built after the command has exec'd, turns them into ``ipaddress`` object
 
 from __future__ import annotations
 
+from .._grammar import is_digits
 from ..kernel import inet_pton
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: policy checks load this module
@@ -77,8 +78,7 @@ def _check_reachable(shown: str, network: Cidr, cidr: bool) -> None:
         raise ValueError(f"{shown!r} is an IPv4-mapped IPv6 address: write {plain}")
 
 
-def is_number(text: str) -> bool:
-    return text.isascii() and text.isdigit()
+is_number = is_digits  # (ASCII digits: the one grammar of numbers, sandlock._grammar)
 
 
 def read_inet(text: str, version: int | None = None) -> Inet | None:

@@ -6,6 +6,7 @@ ValueError quoting the offending text.
 
 from __future__ import annotations
 
+from .._grammar import check_printable, is_digits, shown, whole
 from .._record import record
 
 MAX_PORT = 65535
@@ -53,6 +54,7 @@ def parse_ports(text: str) -> PortSet:
     """``*`` or a comma list of ports and LO-HI ranges (also the --net-allow-bind value)."""
     if text == "*":
         return ALL_PORTS
+    check_printable(text)
     if not text:
         raise ValueError("empty port list")
     return PortSet(tuple(_port_range(item, text) for item in text.split(",")))
@@ -74,11 +76,14 @@ def _port_range(item: str, text: str) -> tuple[int, int]:
 
 
 def parse_port(text: str) -> int:
-    if not (text.isascii() and text.isdigit()):
-        raise ValueError(f"invalid port {text!r} (expected a number from 1 to {MAX_PORT})")
-    digits = text.lstrip("0")
-    if not digits:
+    """A port number: the one grammar of numbers (ASCII digits), from 1 to MAX_PORT."""
+    if not is_digits(text):
+        raise ValueError(f"invalid port {shown(text)} (expected a number from 1 to {MAX_PORT})")
+    try:
+        port = whole(text, MAX_PORT)
+    except ValueError:
+        digits = text if len(text) <= 20 else text[:20] + "..."
+        raise ValueError(f"port {digits} is out of range (1 to {MAX_PORT})") from None
+    if port == 0:
         raise ValueError(f"port 0 is not a port number (ports are 1 to {MAX_PORT})")
-    if len(digits) > 5 or int(digits) > MAX_PORT:
-        raise ValueError(f"port {text} is out of range (1 to {MAX_PORT})")
-    return int(digits)
+    return port

@@ -18,6 +18,7 @@ of ports and ``LO-HI`` ranges; no PORTS means every port. No scheme means TCP an
 
 from __future__ import annotations
 
+from .._grammar import check_printable, words
 from .._record import record
 from ._inet import (
     Cidr,
@@ -153,7 +154,7 @@ def _rule(read: RuleText) -> NetRule:
 
 
 def _read_rule(text: str, hostnames: bool) -> RuleText:
-    if not text.strip():
+    if not words(text):  # (and ValueError for a character that does not show)
         raise ValueError("empty rule")
     protocols, rest = _split_scheme(text)
     if not rest:
@@ -311,6 +312,7 @@ def parse_resolve(text: str) -> ResolveEntry:
 
 def read_resolve(text: str) -> tuple[str, tuple[Inet, ...]]:
     """--resolve read and checked: the host and its addresses as ``_inet`` integers."""
+    check_printable(text)
     host_text, sep, addresses_text = text.partition("=")
     if not sep:
         raise ValueError(f"{text!r}: expected HOST=IP[,IP...]")
@@ -357,7 +359,7 @@ def parse_dns_server(text: str) -> DnsServer:
 
 def read_dns_server(text: str) -> tuple[Inet, int]:
     """--dns-server read and checked: its address as ``_inet`` integers, and its port."""
-    if not text:
+    if not words(text):  # (as a rule: nothing invisible)
         raise ValueError("empty address")
     target, port_text = _split_target(text)
     inner = target[1:-1] if target.startswith("[") else target

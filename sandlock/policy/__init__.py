@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ._sources import from_options, merge
     from ._tester import PolicyTester, parse_endpoint, parse_request
     from ._toml import dumps
+    from ._values import timeout as check_timeout
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
 # ``module:`` for the module itself);
@@ -60,6 +61,7 @@ _EXPORTS = {
     "profiles_directory": "_profiles:directory",
     "read_audit": "_learn",
     "check_sendable": "_credentials",
+    "check_timeout": "_values:timeout",
     "placeholder_for": "_credentials",
     "read_secrets": "_credentials",
 }

@@ -53,10 +53,13 @@ def placeholders(name: str, value: object) -> Environment:
 
 def auth_rules(name: str, value: object) -> tuple[str, ...]:
     """``METHODS HOST[/PATH] SCHEME NAME`` rules, kept as written (normalised spaces)."""
-    rules = tuple(dict.fromkeys(" ".join(rule.split()) for rule in strings(name, value)))
-    if not rules:
-        return rules
+    given = strings(name, value)
+    if not given:
+        return given
+    from .._grammar import spaced  # (invisible characters kept, for the parser to refuse)
     from ..proxy import parse_auth_rule  # pure rules only: mitmproxy stays out of here
+
+    rules = tuple(dict.fromkeys(map(spaced, given)))
 
     for rule in rules:
         try:

@@ -24,9 +24,10 @@ from .._record import record
 from ._policy import check_field
 from ._schema import BY_FIELD, BY_SECTION, DESCRIPTION, ENV, KEYS, SECTIONS, Key
 from ._sources import Origin, Setting
+from ._tomlbounds import past_bounds
 from ._tomllines import Path, locate
 
-MAX_SIZE = 1 << 20  # a policy is a few hundred bytes; anything this large is a mistake
+MAX_SIZE = 256 << 10  # a policy is a few hundred bytes; reading this much takes about 1 s
 _TOML_POSITION = re.compile(r" \(at line (\d+), column (\d+)\)$")
 
 
@@ -121,6 +122,10 @@ def _decode(path: str, data: bytes) -> str:
 
 
 def _parse(path: str, text: str) -> dict:
+    bound = past_bounds(text)  # (before tomllib, which recurses and dots in square time)
+    if bound is not None:
+        line, what = bound
+        raise PolicySourceError(f"{path}:{line}: not a policy: {what}")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -131,6 +136,9 @@ def _parse(path: str, text: str) -> dict:
         line, column = position.groups()
         raise PolicySourceError(f"{path}:{line}: invalid TOML: {message[:position.start()]} "
                                 f"(column {column})") from None
+    except ValueError:  # int() refuses past 4300 digits, before tomllib knows where it is
+        raise PolicySourceError(f"{path}: invalid TOML: an integer of more than 4300 "
+                                "digits") from None
 
 
 # --- keys ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from ipaddress import IPv4Network, IPv6Network, ip_address
 from urllib.parse import urlsplit
 
+from .._grammar import words
 from .._record import record
 from ..net import (
     DEFAULT_PROTOCOLS,
@@ -76,7 +77,7 @@ class Outcome:
 
 def parse_request(text: str) -> Probe:
     """``[METHOD] URL`` (GET when no METHOD); ValueError says what is wrong."""
-    parts = text.split()
+    parts = words(text)
     if len(parts) not in (1, 2):
         raise ValueError("expected '[METHOD] URL', e.g. 'GET https://api.github.com/repos/x/y'")
     method, url = (["GET"] + parts)[-2:]
@@ -86,7 +87,10 @@ def parse_request(text: str) -> Probe:
     scheme = split.scheme.lower()
     if scheme not in DEFAULT_PORTS or not split.hostname:
         raise ValueError("expected an http:// or https:// URL with a host")
-    port = split.port  # ValueError for a bad port
+    try:
+        port = split.port
+    except ValueError:  # (its words for 5000 digits are Python's: "int max str digits")
+        raise ValueError("the URL's port is not a number from 0 to 65535") from None
     port = DEFAULT_PORTS[scheme] if port is None else port
     host = _host(parse_allow(f"{TCP}://{_bracketed(split.hostname)}:{port}"))
     target = (split.path or "/") + (f"?{split.query}" if split.query else "")

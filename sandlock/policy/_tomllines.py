@@ -179,6 +179,9 @@ class _Scanner:
         return bisect_right(self._line_starts, self.pos)
 
     def _record(self, path: Path, line: int) -> None:
-        """``path`` and the tables its dotted parts imply (``[a.b]`` defines ``a`` too)."""
-        for end in range(1, len(path) + 1):
-            self.found.setdefault(path[:end], line)
+        """``path`` and the tables its dotted parts imply (``[a.b]`` defines ``a`` too);
+        a path recorded before has its prefixes recorded with it (the first wins)."""
+        for end in range(len(path), 0, -1):
+            if path[:end] in self.found:
+                return
+            self.found[path[:end]] = line

@@ -5,7 +5,6 @@ PolicyError) and the value given, and returns the value Policy stores.
 
 from __future__ import annotations
 
-import math
 import os
 
 # collections.abc's own classes, from the module that defines them: importing
@@ -14,6 +13,13 @@ from _collections_abc import Iterable, Mapping
 
 from .._errors import PolicyError
 
+# Where select() and Condition.wait() still count (time.monotonic() + this stays exact to
+# the microsecond); beyond it, -t 1e10 passed validation and made run fail after starting
+# the command. Code polling with a remaining time in milliseconds (a C int: 24.8 days)
+# clamps it (process._pipeline).
+MAX_TIMEOUT = 1_000_000_000
+MAX_PROCESSES = 1 << 22  # the kernel's PID_MAX_LIMIT: no more processes can exist at once
+
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -21,11 +27,11 @@ if TYPE_CHECKING:
 
 def strings(name: str, values: object) -> tuple[str, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise PolicyError(name, f"expected a list of strings, got {values!r}")
+        raise PolicyError(name, f"expected a list of strings, got {_shown(values)}")
     items = tuple(values)
     for item in items:
-        if not isinstance(item, str) or not item:
-            raise PolicyError(name, f"expected a non-empty string, got {item!r}")
+        if not isinstance(item, str) or not item or "\0" in item:
+            raise PolicyError(name, f"expected a non-empty string without NUL, got {_shown(item)}")
     return items
 
 
@@ -45,8 +51,8 @@ def existing_paths(name: str, values: object) -> tuple[str, ...]:
 def directory(name: str, value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value:
-        raise PolicyError(name, f"expected a directory path, got {value!r}")
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise PolicyError(name, f"expected a directory path, got {_shown(value)}")
     path = os.path.realpath(value)
     if not os.path.isdir(path):
         raise PolicyError(name, f"{value}: {'not a' if os.path.exists(path) else 'no such'} directory")
@@ -54,18 +60,21 @@ def directory(name: str, value: object) -> str | None:
 
 
 def timeout(name: str, value: object) -> float | None:
+    """Seconds, more than 0 and at most MAX_TIMEOUT (NaN and infinities refused by the
+    same comparison; a huge int compared, never converted)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PolicyError(name, f"expected a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise PolicyError(name, f"must be a positive number of seconds, got {value!r}")
+        raise PolicyError(name, f"expected a number of seconds, got {_shown(value)}")
+    if not 0 < value <= MAX_TIMEOUT:
+        raise PolicyError(name, f"must be more than 0 seconds and at most {MAX_TIMEOUT} "
+                          f"(about 31 years), got {_shown(value)}")
     return float(value)
 
 
 def boolean(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise PolicyError(name, f"expected true or false, got {value!r}")
+        raise PolicyError(name, f"expected true or false, got {_shown(value)}")
     return value
 
 
@@ -101,7 +110,7 @@ def environment(name: str, value: object) -> Environment:
     sandlock's environment) or (K, V) pairs (as --env gives them)."""
     items = value.items() if isinstance(value, Mapping) else value
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise PolicyError(name, f"expected a mapping or K=V strings, got {value!r}")
+        raise PolicyError(name, f"expected a mapping or K=V strings, got {_shown(value)}")
     pairs: dict[str, str | None] = {}
     for item in items:
         if isinstance(item, str):
@@ -110,9 +119,9 @@ def environment(name: str, value: object) -> Environment:
         elif isinstance(item, tuple) and len(item) == 2:
             key, val = item
         else:
-            raise PolicyError(name, f"{item!r}: expected K=V")
+            raise PolicyError(name, f"{_shown(item)}: expected K=V")
         if not isinstance(key, str) or not key or "=" in key or "\0" in key:
-            raise PolicyError(name, f"invalid variable name {key!r}")
+            raise PolicyError(name, f"invalid variable name {_shown(key)}")
         if val is not None and (not isinstance(val, str) or "\0" in val):
             raise PolicyError(name, f"invalid value for {key}")
         pairs[key] = val
@@ -137,10 +146,14 @@ def specs(parse_name: str) -> object:
     """A normaliser checking each spec with ``net.<parse_name>`` (kept as written)."""
 
     def normalise(name: str, value: object) -> tuple[str, ...]:
-        specs = tuple(dict.fromkeys(s.strip() for s in strings(name, value)))
-        if not specs:
-            return specs
+        given = strings(name, value)
+        if not given:
+            return given
         from .. import net  # its grammar: only imported by runs with network options
+        from .._grammar import BLANKS
+
+        # Spaces and tabs only: str.strip() would drop U+2028 too, and "\u2028*" became "*".
+        specs = tuple(dict.fromkeys(s.strip(BLANKS) for s in given))
 
         each_parses(name, specs, getattr(net, parse_name))
         return specs
@@ -154,7 +167,7 @@ def each_parses(name: str, items: tuple[str, ...], parse: Callable[[str], object
         try:
             parse(item)
         except ValueError as exc:
-            raise PolicyError(name, f"{item!r}: {exc}") from None
+            raise PolicyError(name, f"{_shown(item)}: {exc}") from None
 
 
 def check_user_ca(cert: str, key: str) -> None:
@@ -172,12 +185,15 @@ def check_user_ca(cert: str, key: str) -> None:
 
 
 def http_rules(name: str, value: object) -> tuple[str, ...]:
-    rules = tuple(dict.fromkeys(" ".join(r.split()) for r in strings(name, value)))
-    if not rules:
-        return rules
+    given = strings(name, value)
+    if not given:
+        return given
+    from .._grammar import spaced  # (invisible characters kept, for parse_rule to refuse)
     from ..proxy import (
         parse_rule,  # pure rules only: mitmproxy stays out of this process
     )
+
+    rules = tuple(dict.fromkeys(map(spaced, given)))
 
     each_parses(name, rules, parse_rule)
     return rules
@@ -185,25 +201,36 @@ def http_rules(name: str, value: object) -> tuple[str, ...]:
 
 def ports(name: str, value: object) -> tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise PolicyError(name, f"expected a list of ports, got {value!r}")
+        raise PolicyError(name, f"expected a list of ports, got {_shown(value)}")
     ports: dict[int, None] = {}
     for item in value:
-        try:
-            port = int(item, 10) if isinstance(item, str) else item
-        except ValueError:
-            port = None
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise PolicyError(name, f"{item!r}: expected a port number from 1 to 65535")
+        port = _port(item)
+        if port is None:
+            raise PolicyError(name, f"{_shown(item)}: expected a port number from 1 to 65535")
         ports[port] = None
     if not ports:
         raise PolicyError(name, "expected at least one port")
     return tuple(ports)
 
 
+def _port(item: object) -> int | None:
+    """A port given as an int or as text (the option's; ASCII digits), else None."""
+    if isinstance(item, str):
+        from .._grammar import whole  # (text only from --http-port)
+
+        try:
+            item = whole(item, 65535)
+        except ValueError:
+            return None
+    if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= 65535:
+        return None
+    return item
+
+
 def choice(choices: tuple[str, ...]) -> object:
     def normalise(name: str, value: object) -> str:
         if value not in choices:
-            raise PolicyError(name, f"expected one of {', '.join(choices)}, got {value!r}")
+            raise PolicyError(name, f"expected one of {', '.join(choices)}, got {_shown(value)}")
         return value
 
     return normalise
@@ -212,8 +239,8 @@ def choice(choices: tuple[str, ...]) -> object:
 def existing_file(name: str, value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value:
-        raise PolicyError(name, f"expected a file path, got {value!r}")
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise PolicyError(name, f"expected a file path, got {_shown(value)}")
     if not os.path.isfile(value):
         raise PolicyError(name, f"{value}: no such file")
     return os.path.realpath(value)
@@ -226,8 +253,8 @@ def existing_files(name: str, values: object) -> tuple[str, ...]:
 def output_file(name: str, value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value:
-        raise PolicyError(name, f"expected a file path, got {value!r}")
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise PolicyError(name, f"expected a file path, got {_shown(value)}")
     path = os.path.abspath(value)
     if not os.path.isdir(os.path.dirname(path)):
         raise PolicyError(name, f"{value}: its directory does not exist")
@@ -252,7 +279,7 @@ def port_specs(name: str, value: object) -> tuple[str, ...]:
     """Port lists (--net-bind, --net-connect): ``8080``, ``"8000-8100"``, ``"*"``;
     integers are kept as their text."""
     if isinstance(value, (str, bytes, int)) or not isinstance(value, Iterable):
-        raise PolicyError(name, f"expected a list of ports, got {value!r}")
+        raise PolicyError(name, f"expected a list of ports, got {_shown(value)}")
     items = []
     for item in value:
         if isinstance(item, int) and not isinstance(item, bool):
@@ -305,8 +332,9 @@ def _sized(name: str, value: object, parser: str) -> object:
 
 
 def process_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PolicyError(name, f"expected a number of processes (0: no cap), got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PROCESSES:
+        raise PolicyError(name, f"expected a number of processes from 0 (no cap) to "
+                          f"{MAX_PROCESSES}, got {_shown(value)}")
     return value
 
 
@@ -314,12 +342,12 @@ def cpu_share(name: str, value: object) -> float | None:
     """Percent of one CPU, for the sandbox as a whole: at most 100 per CPU it may use."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise PolicyError(name, f"expected a percentage of one CPU, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PolicyError(name, f"expected a percentage of one CPU, got {_shown(value)}")
     most = 100 * len(os.sched_getaffinity(0))
-    if not 0 < value <= most:
+    if not 0 < value <= most:  # (NaN, infinities and huge ints too, compared unconverted)
         raise PolicyError(name, f"must be more than 0 and at most {most} (100 per CPU), "
-                          f"got {value!r}")
+                          f"got {_shown(value)}")
     return float(value)
 
 
@@ -339,10 +367,17 @@ def open_files(name: str, value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PolicyError(name, f"expected a number of descriptors (1 or more), got {value!r}")
+        raise PolicyError(name, "expected a number of descriptors (1 or more), "
+                          f"got {_shown(value)}")
     import resource
 
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and value > hard:
-        raise PolicyError(name, f"{value} is above this session's hard limit ({hard})")
+        raise PolicyError(name, f"{_shown(value)} is above this session's hard limit ({hard})")
     return value
+
+
+def _shown(value: object) -> str:
+    from .._grammar import shown  # (errors only)
+
+    return shown(value)

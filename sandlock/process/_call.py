@@ -18,8 +18,9 @@ import pickle
 import sys
 import traceback  # imported before the fork: the function's side imports nothing
 
-from .._errors import EXIT_TIMEOUT, PolicyError
+from .._errors import EXIT_TIMEOUT
 from .._record import record
+from ._inputs import check_timeout
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -286,6 +287,4 @@ def check_call(function: object, args: object, kwargs: object, timeout: object) 
         raise TypeError(f"args: expected a tuple, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"kwargs: expected a dict, got {type(kwargs).__name__}")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or timeout <= 0):
-        raise PolicyError("timeout", f"expected a positive number of seconds, got {timeout!r}")
+    check_timeout(timeout)

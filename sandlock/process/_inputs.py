@@ -55,6 +55,16 @@ def check_argv(argv: Sequence[str]) -> list[str]:
     return list(argv)
 
 
+def check_timeout(timeout: object) -> float | None:
+    """A run's, call's or wait's own timeout, checked before anything starts as the
+    policy's is: seconds, more than 0, at most MAX_TIMEOUT (PolicyError "timeout")."""
+    if timeout is None:
+        return None
+    from ..policy import check_timeout as check  # (loaded already: Policy's own check)
+
+    return check("timeout", timeout)
+
+
 def check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:
     if isinstance(pass_fds, (str, bytes)):
         raise PolicyError("pass_fds", "expected a list of file descriptor numbers")
@@ -66,7 +76,7 @@ def check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:
             raise PolicyError("pass_fds", f"{fd}: descriptors 0-2 are the command's stdio, always passed")
         try:
             os.fstat(fd)
-        except OSError:
+        except (OSError, OverflowError):  # (past a C int: no descriptor has that number)
             raise PolicyError("pass_fds", f"{fd}: not an open file descriptor") from None
         checked.append(fd)
     return tuple(dict.fromkeys(checked))

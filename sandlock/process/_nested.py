@@ -66,9 +66,10 @@ class NestedSandbox:
             capture_output: bool = True) -> Result:
         """As ``Sandbox.run``; what the command leaves in its process group ends with it."""
         from ._capture import Capture
+        from ._inputs import check_timeout
         from ._sandbox import Result, wait_or_kill
 
-        timeout = self.policy.timeout if timeout is None else timeout
+        timeout = self.policy.timeout if timeout is None else check_timeout(timeout)
         with Capture(input, capture_output) as capture:
             stdio = capture.child_stdio()
             process = self.exec(argv, stdin=stdio["stdin"], stdout=stdio["stdout"],

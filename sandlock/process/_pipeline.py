@@ -17,10 +17,10 @@ import sys
 import time
 from contextlib import ExitStack
 
-from .._errors import EXIT_TIMEOUT, PolicyError
+from .._errors import EXIT_TIMEOUT
 from .._record import DataclassView, record
 from ._capture import Capture
-from ._inputs import check_argv
+from ._inputs import check_argv, check_timeout
 from ._sandbox import Sandbox
 
 TYPE_CHECKING = False
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ._process import SandboxedProcess
+
+_POLL_MOST = (1 << 31) - 1  # poll()'s timeout: milliseconds in a C int
 
 
 @record
@@ -133,9 +135,7 @@ def _check_timeout(timeout: object) -> float | None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout: expected a number of seconds, got {type(timeout).__name__}")
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise PolicyError("timeout", f"must be a positive number of seconds, got {timeout!r}")
-    return float(timeout)
+    return check_timeout(timeout)
 
 
 def _check_input(data: object) -> bytes | None:
@@ -210,7 +210,8 @@ def _wait_any(processes: Sequence[SandboxedProcess], timeout: float | None) -> N
     for process in processes:
         by_fd[process.fileno()] = process
         poller.register(process.fileno(), select.POLLIN)
-    milliseconds = None if timeout is None else max(0, math.ceil(timeout * 1000))
+    # poll() takes a C int of milliseconds (24.8 days); a longer wait is polled again.
+    milliseconds = None if timeout is None else min(max(0, math.ceil(timeout * 1000)), _POLL_MOST)
     for fd, _ in poller.poll(milliseconds):
         by_fd[fd].take_news()
 

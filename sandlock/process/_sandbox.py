@@ -11,7 +11,13 @@ from ..confinement import Confinement
 from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
 from ..policy import Policy
 from ._child import ChildSpec
-from ._inputs import check_argv, check_pass_fds, child_environment, inherited_ignored_signals
+from ._inputs import (
+    check_argv,
+    check_pass_fds,
+    check_timeout,
+    child_environment,
+    inherited_ignored_signals,
+)
 from ._process import SandboxedProcess, TimeoutExpired, spawn
 from ._supervision import Supervision
 from ._terminal import Foreground
@@ -137,7 +143,7 @@ class Sandbox:
         """Until everything started in the running sandbox has ended; the exit code of
         the first command ``exec`` started (None if none). Past ``timeout`` (default:
         the policy's), the sandbox is killed and 124 returned."""
-        timeout = self.policy.timeout if timeout is None else timeout
+        timeout = self.policy.timeout if timeout is None else check_timeout(timeout)
         return self._running("wait").wait(timeout)
 
     def kill(self) -> None:
@@ -296,7 +302,7 @@ class Sandbox:
     def _run(self, argv: Sequence[str], timeout: float | None, input: bytes | None,
              capture_output: bool, pass_fds: Sequence[int], *, dry_run: bool = False) -> Result:
         from ._capture import Capture  # threads: only paid for by callers who capture
-        timeout = self.policy.timeout if timeout is None else timeout
+        timeout = self.policy.timeout if timeout is None else check_timeout(timeout)
         limit = self.policy.max_output
         # Not captured but limited: passed on to sandlock's own stdout and stderr.
         with Capture(input, capture_output or limit is not None, limit=limit,
