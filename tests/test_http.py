@@ -114,6 +114,16 @@ def test_deny_rules_win(api, port):
     assert api.paths() == ["/x"]
 
 
+def test_deny_rules_alone_open_nothing_and_need_no_host_for_the_ca(api, port):
+    """Deny rules narrow what --net-allow opens; alone they open nothing, and an
+    inspecting run has no host to sign for (this run used to fail with 125)."""
+    result = sandlock("run", "--resolve", f"api.test={API}", "--http-port", str(port),
+                      "--http-deny", "GET */admin/*", "--",
+                      *curl("-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://api.test:{port}/x"))
+    assert result.returncode != 0 and result.stdout == "000", result.stderr
+    assert "denied connect to" in result.stderr and api.log == []
+
+
 def test_deny_rules_alone_allow_everything_else(api, port):
     result = run(port, "--net-allow", f"api.test:{port}", "--http-deny", "POST api.test",
                  cmd=["sh", "-c", f"curl -sS http://api.test:{port}/a; "

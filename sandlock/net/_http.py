@@ -211,4 +211,8 @@ def _reachable_hosts(policy: Policy, rules: HttpRules) -> list[str]:
             return ["*"]
         if rule.host is not None:
             hosts.add(rule.host)
-    return ["*"] if "*" in hosts else sorted(hosts)
+    if "*" in hosts:
+        return ["*"]
+    # Deny rules alone open nothing (an --http-deny narrows what --net-allow opens): with
+    # no host reachable, the CA may sign for none (".invalid" never names a real host).
+    return sorted(hosts) or ["invalid"]
