@@ -133,6 +133,17 @@ def _status(pid: int) -> tuple[int, int]:
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def _settled(pid: int) -> tuple[int, int]:
+    """``_status`` once the connections just answered are closed: the fewest
+    descriptors over half a second (the proxy closes an upstream socket a loop
+    iteration or two after the 504 has gone out; a held one would stay)."""
+    samples = []
+    for _ in range(10):
+        samples.append(_status(pid))
+        time.sleep(0.05)
+    return samples[-1][0], min(fds for _, fds in samples)
+
+
 def _argv(host: str, port: int, timeout: float) -> list[str]:
     return [*SANDLOCK, "run", "--resolve", f"api.test={host}", "--http-port", str(port),
             "--https-inspect", "off", "--http-allow", "GET api.test/*",
@@ -162,7 +173,7 @@ def _many_requests(port: int, timeout: float, mode: str, marks: tuple[int, ...],
             for line in run.stdout:
                 if line.startswith("mark"):
                     proxy = proxy_of(run.pid)
-                    measured[int(line.split()[1])] = (_status(proxy), _status(run.pid))
+                    measured[int(line.split()[1])] = (_settled(proxy), _settled(run.pid))
                     run.stdin.write("go\n")
                     run.stdin.flush()
                 else:
