@@ -240,7 +240,7 @@ class Enforcer:
         text = f"sandlock: denied {shown}: {refusal.reason}\n"
         flow.response = http.Response.make(
             refusal.status, text.encode(),
-            {"Content-Type": "text/plain; charset=utf-8", DENIED_HEADER: _header_safe(refusal.reason),
+            {"Content-Type": "text/plain; charset=utf-8", DENIED_HEADER: header_safe(refusal.reason),
              "Connection": "close"},
         )
         self._audit(route, request.method, host or request.host, request.path, False, refusal.reason,
@@ -313,5 +313,5 @@ def _bare_ip(text: str) -> str:
         return normalise_host(text)
 
 
-def _header_safe(text: str) -> str:
+def header_safe(text: str) -> str:
     return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)

@@ -11,7 +11,9 @@ What is changed from a stock mitmproxy, and why:
 * only the addons enforcement needs: core, proxyserver, next_layer, tlsconfig;
 * the body of a denied request is read and dropped, not buffered: mitmproxy sends a
   response set at request headers only after consuming the whole request body, which
-  it would otherwise keep in memory (a denied 10 GB upload must not cost 10 GB).
+  it would otherwise keep in memory (a denied 10 GB upload must not cost 10 GB);
+* a request whose upstream stays silent past --http-upstream-timeout is answered 504
+  with the reason (``_idle``), where mitmproxy would wait as long as the client does.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from mitmproxy import certs, master, options, platform  # noqa: E402
 from mitmproxy.addons import core, next_layer, proxyserver, tlsconfig  # noqa: E402
 from mitmproxy.proxy import mode_servers  # noqa: E402
 
-from ._addon import DENIED, Enforcer  # noqa: E402
+from ._addon import DENIED  # noqa: E402
+from ._idle import install_answer  # noqa: E402
 
 
 def _drop_denied_request_bodies() -> None:
@@ -60,6 +63,7 @@ def _drop_denied_request_bodies() -> None:
 
 
 _drop_denied_request_bodies()
+install_answer()
 
 
 class MemoryTlsConfig(tlsconfig.TlsConfig):
@@ -111,15 +115,16 @@ def upstream_trust_file(system_bundle: bytes, extra_files: tuple[str, ...]) -> s
     return _memory_file(b"\n".join(parts))
 
 
-async def serve(enforcer: Enforcer, routes: RouteTable, listeners: list[socket.socket],
+async def serve(addons: tuple, routes: RouteTable, listeners: list[socket.socket],
                 certstore: certs.CertStore | None, upstream_ca: str, on_listening) -> None:
-    """Serve until the process ends (``RouteTable`` ends it when sandlock hangs up)."""
+    """Serve until the process ends (``RouteTable`` ends it when sandlock hangs up).
+    ``addons``: sandlock's, in the order they see each hook (the enforcer first)."""
     loop = asyncio.get_running_loop()
     opts = options.Options()
     proxy_master = master.Master(opts, event_loop=loop, with_termlog=False)
     server = proxyserver.Proxyserver()
     proxy_master.addons.add(core.Core(), server, next_layer.NextLayer(),
-                            MemoryTlsConfig(certstore), enforcer)
+                            MemoryTlsConfig(certstore), *addons)
     opts.update(
         mode=[],  # no listener of mitmproxy's own: it serves sandlock's sockets (below)
         connection_strategy="lazy",  # decide on the ClientHello before any upstream connect

@@ -64,6 +64,7 @@ class ProxyConfig:
     # credential name -> secret: sent over the control channel only; never in a repr
     secrets: dict = field(factory=dict, repr=False)
     auth_plain: bool = False  # credentials may go over plain HTTP too
+    upstream_timeout: float = 120.0  # seconds an upstream may send nothing (_idle)
 
 
 def to_proxy(kind: str, **payload: object) -> bytes:
@@ -147,6 +148,7 @@ def config_from(message: dict) -> ProxyConfig:
         best_effort=bool(raw.get("best_effort", False)),
         auth=_strings(raw.get("auth", ()), "auth"), secrets=_secrets(raw.get("secrets", {})),
         auth_plain=raw.get("auth_plain", False) is True,
+        upstream_timeout=float(raw.get("upstream_timeout", ProxyConfig.upstream_timeout)),
     )
 
 

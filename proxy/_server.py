@@ -60,6 +60,7 @@ def main(argv: list[str]) -> int:
 async def _serve(config, rules, authority, control, routes, listeners) -> None:
     from . import _mitm
     from ._addon import Enforcer
+    from ._idle import UpstreamIdle
 
     def report(**fields: object) -> None:
         _send(control, _protocol.to_sandlock(_protocol.AUDIT, **fields))
@@ -68,7 +69,8 @@ async def _serve(config, rules, authority, control, routes, listeners) -> None:
     enforcer = Enforcer(rules, config.inspect, certstore is not None, routes, report,
                         config.audit_allowed, config.secrets, config.auth_plain)
     upstream = _mitm.upstream_trust_file(_system_bundle(), config.upstream_ca)
-    await _mitm.serve(enforcer, routes, listeners, certstore, upstream,
+    idle = UpstreamIdle(config.upstream_timeout, routes, report)
+    await _mitm.serve((enforcer, idle), routes, listeners, certstore, upstream,
                       lambda: _send(control, _protocol.to_sandlock(_protocol.LISTENING)))
 
 

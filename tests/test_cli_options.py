@@ -18,6 +18,7 @@ SAME = [
     ["run", "--net-allow", "example.com:443", "--resolve", "example.com=127.0.0.1", "curl", "x"],
     ["run", "--http-allow", "GET example.com/*", "--http-deny", "POST example.com/x", "--", "c"],
     ["run", "--http-port", "8080", "--https-inspect", "on", "--no-ca-env", "--", "c"],
+    ["run", "--http-upstream-timeout", "30", "--", "c"],
     ["run", "--mode", "read-only", "--allow-autorun-writes", "--allow-ipc", "--", "c"],
     ["run", "-t", "2.5", "--env", "A=1", "--env", "B", "--clean-env", "--cwd", "/tmp", "c"],
     ["run", "--workdir", "/tmp", "--pass-fd", "5", "--pass-fd", "7", "--audit", "a.jsonl", "c"],

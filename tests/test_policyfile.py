@@ -105,6 +105,8 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "http_ports": (["--http-port", "8080", "--http-port", "80"], "[http]\nports = [8080, 80]"),
         "https_inspect": (["--https-inspect", "on"], '[http]\ninspect = "on"'),
         "upstream_ca": ([f"--upstream-ca={pem}"], f'[http]\nupstream_ca = ["{pem}"]'),
+        "http_upstream_timeout": (["--http-upstream-timeout", "30"],
+                                  "[http]\nupstream_timeout = 30"),
         "http_ca": both_ca,
         "http_key": both_ca,
         "ca_env": (["--no-ca-env"], "[ca]\nenv = false"),

@@ -140,6 +140,9 @@ POLICY_OPTIONS = (
     _policy_option("http", "upstream_ca", action="append", metavar="FILE",
                    help="also trust these CA certificates for upstream servers "
                    "(repeatable)"),
+    _policy_option("http", "http_upstream_timeout", type=float, metavar="SECONDS",
+                   help="answer 504 when an upstream sends nothing for SECONDS while a "
+                   "request waits on it (default: 120)"),
     _policy_option("http", "http_ca", metavar="CERT", help="sign with this CA (with --http-key)"),
     _policy_option("http", "http_key", metavar="KEY", help="the key of --http-ca"),
     _policy_option("http", "ca_env", action="store_false",

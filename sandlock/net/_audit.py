@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 MAX_LOOKUPS_SAID = 1000  # names whose denied lookup is said (and remembered), per run
+MAX_TIMEOUTS_SAID = 100  # upstreams whose silence is said (and remembered), per run
 
 
 class Audit:
@@ -25,6 +26,7 @@ class Audit:
         self._lock = threading.Lock()
         self.denied = 0
         self._lookups_said: set[str] = set()  # names whose lookup was denied (said once)
+        self._timeouts_said: set[str] = set()  # upstreams that went silent (said once)
 
     @property
     def logs_allowed(self) -> bool:
@@ -83,6 +85,9 @@ class Audit:
         if event.get("event") == "untrusted-ca":
             self._untrusted(event)
             return
+        if event.get("event") == "upstream-timeout":
+            self._upstream_timeout(event)
+            return
         allowed = bool(event.get("allowed"))
         method, host, path = (str(event.get(key, "")) for key in ("method", "host", "path"))
         reason = str(event.get("reason", ""))
@@ -116,6 +121,29 @@ class Audit:
             self._notice(f"sandlock: {host}: the client refused sandlock's CA (a CA setting of "
                          "its own, e.g. curl's --cacert or npm's --cafile, overrides the variables "
                          "sandlock sets; see docs/ca.md, \"When a client refuses the CA\")")
+
+    def _upstream_timeout(self, event: dict) -> None:
+        """An allowed request whose upstream sent nothing for --http-upstream-timeout:
+        the proxy answered it 504 (or cut its response, once begun). Not a denial:
+        recorded each time, said once per upstream."""
+        destination = str(event.get("destination", ""))
+        method, host, path = (str(event.get(key, "")) for key in ("method", "host", "path"))
+        reason = str(event.get("reason", ""))
+        if self._auditlog is not None:
+            self._auditlog.write({"pid": event.get("pid", 0), "syscall": "http", "protocol": "http",
+                                  "destination": destination, "hostname": host or None,
+                                  "method": method, "path": path, "verdict": "timeout",
+                                  "reason": reason})
+        with self._lock:
+            first = (destination not in self._timeouts_said
+                     and len(self._timeouts_said) < MAX_TIMEOUTS_SAID)
+            if first:
+                self._timeouts_said.add(destination)
+        if first and not self._quiet:
+            outcome = "answered 504" if event.get("answered", True) else "its response cut"
+            shown = printable(f"{method} {host}{path}".encode())
+            self._notice(f"sandlock: {shown}: {printable(reason.encode())}: {outcome} (said "
+                         "once per upstream)")
 
     def _incident(self, message: str, restarted: bool) -> None:
         """Not a decision about the command: sandlock's own proxy failed."""

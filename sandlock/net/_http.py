@@ -61,6 +61,7 @@ class HttpRun:
             upstream_ca=policy.upstream_ca, audit_allowed=audited, ca=ca,
             run_dir=self.run_dir or "", ports=policy.http_ports, best_effort=policy.best_effort,
             auth=policy.http_auth, secrets=dict(secrets or {}), auth_plain=policy.http_auth_plain,
+            upstream_timeout=policy.http_upstream_timeout,
         )
         try:
             # Started at the first request, unless the command must wait for it to make the CA.

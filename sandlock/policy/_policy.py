@@ -25,6 +25,12 @@ DEFAULT_HTTP_PORTS = (80, 443)
 DEFAULT_MAX_PROCESSES = 0
 PortList = tuple[str, ...]  # port lists as --net-allow-bind takes them: "8080", "8000-8100", "*"
 HTTPS_INSPECT_MODES = ("auto", "on", "off")
+# How long the proxy lets an upstream send nothing while a request waits on it (then
+# 504). Longer than the idle timeouts of the fronts public APIs sit behind (AWS ALB
+# and nginx 60 s, Cloudflare 100 s), so an upstream reachable through them never hits
+# it; short enough that a silent one holds a request minutes, not forever. At most a day.
+DEFAULT_UPSTREAM_TIMEOUT = 120.0
+MAX_UPSTREAM_TIMEOUT = 86400.0
 # LocalGPT's modes: the default workspace; the same reads and no writes; no confinement.
 MODES = ("workspace-write", "read-only", "full-access")
 # What becomes of a copy-on-write workspace's changes when the run ends.
@@ -90,6 +96,8 @@ class Policy:
     http_ports: tuple[int, ...] = _flag("--http-port", "http.ports", default=DEFAULT_HTTP_PORTS)
     https_inspect: str = _flag("--https-inspect", "http.inspect", default="auto")
     upstream_ca: tuple[str, ...] = _flag("--upstream-ca", "http.upstream_ca", path=True, default=())
+    http_upstream_timeout: float = _flag("--http-upstream-timeout", "http.upstream_timeout",
+                                         default=DEFAULT_UPSTREAM_TIMEOUT)
     http_ca: str | None = _flag("--http-ca", "ca.cert", path=True, default=None)
     http_key: str | None = _flag("--http-key", "ca.key", path=True, default=None)
     ca_env: bool = _flag("--no-ca-env", "ca.env", default=True)
@@ -272,6 +280,7 @@ _CHECKS = {
     "http_ports": check.ports,
     "https_inspect": check.choice(HTTPS_INSPECT_MODES),
     "upstream_ca": check.existing_files,
+    "http_upstream_timeout": lambda name, value: _seconds_up_to(name, value, MAX_UPSTREAM_TIMEOUT),
     "http_ca": check.existing_file,
     "http_key": check.existing_file,
     "ca_env": check.boolean,
@@ -292,6 +301,15 @@ _CHECKS = {
     "on_error": check.choice(WORKSPACE_ACTIONS),
     "max_disk": check.size,
 }
+
+
+def _seconds_up_to(name: str, value: object, limit: float) -> float:
+    seconds = check.timeout(name, value)  # a positive number
+    if seconds is None:
+        raise PolicyError(name, f"expected a number of seconds, got {value!r}")
+    if seconds > limit:
+        raise PolicyError(name, f"must be at most {limit:g} seconds, got {value!r}")
+    return seconds
 
 
 # Errors about what is not a Policy field but a Sandbox setting or argument.

@@ -72,6 +72,7 @@ _KINDS = {
     "str": STRING,
     "str | None": STRING,
     "float | None": NUMBER,
+    "float": NUMBER,
     "int": INTEGER,
     "int | None": INTEGER,
     "Size | None": SIZE,

@@ -35,7 +35,8 @@ _REASONS = {
         "it is judged by sandlock's network supervisor, which a confined process has not "
         "(use Sandbox)",
     ("http_allow", "http_deny", "http_ports", "https_inspect", "upstream_ca", "http_ca",
-     "http_key", "ca_env", "http_ca_out"): "HTTP rules are enforced by sandlock's proxy (use Sandbox)",
+     "http_key", "ca_env", "http_ca_out", "http_upstream_timeout"):
+        "HTTP rules are enforced by sandlock's proxy (use Sandbox)",
     ("best_effort",): "confine() applies all of the confinement or raises SetupError",
 }
 REFUSED_BECAUSE = {name: reason for names, reason in _REASONS.items() for name in names}

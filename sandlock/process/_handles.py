@@ -26,6 +26,7 @@ class LiveProcess:
         self.returncode: int | None = None
         self.start_error: str | None = None
         self.notices: list[str] = []  # (the sandbox's own are said when it ends)
+        self._pending: list[int] = []  # signals sent before its pid was known: sent once it is
 
     @property
     def audit(self) -> object:
@@ -39,12 +40,30 @@ class LiveProcess:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        """``sig`` to its process group (what it started, unless they moved away)."""
-        if self.returncode is None and self.pid:
-            try:
-                os.killpg(self.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        """``sig`` to its process group (what it started, unless they moved away).
+        Before its pid is known (a clone, a call just asked for), the signal is kept
+        and sent by the reader as it learns the pid: never lost, whenever it comes."""
+        with self._live.changed:  # (the reader sets pid under it: see started)
+            if self.returncode is not None:
+                return
+            if not self.pid:
+                self._pending.append(sig)
+                return
+        self._signal_group(sig)
+
+    def started(self, pid: int) -> None:
+        """(The reader, holding the sandbox's lock:) its pid, said by the process
+        itself once its process group exists; a signal kept meanwhile goes now."""
+        self.pid = pid
+        for sig in self._pending:
+            self._signal_group(sig)
+        self._pending.clear()
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # it has ended: the reader is about to hear it
 
     def kill(self) -> None:
         """SIGKILL to its process group (the sandbox goes on)."""

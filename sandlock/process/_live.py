@@ -80,6 +80,11 @@ class LiveSandbox:
         self._closing: list[Callable[[], None]] = []
         self.first: LiveProcess | None = None  # the first exec'd: what wait() returns
 
+    @property
+    def changed(self) -> threading.Condition:
+        """The lock the reader holds as it updates the processes (and notifies)."""
+        return self._changed
+
     def _begin(self) -> None:
         """Follow the resident, once it is started, until it is ready."""
         threading.Thread(target=self._follow, daemon=True).start()
@@ -254,26 +259,43 @@ class LiveSandbox:
 
     def _update(self, process: LiveProcess, kind: bytes, number: int) -> None:
         if kind == b"pid":
-            process.pid = number
+            process.started(number)
             if isinstance(process, Clone):
                 self._by_pid[number] = process
-                self._pids_awaited -= 1
                 process._outcome = self._unclaimed.pop(number, b"")
-                if not self._pids_awaited:
-                    self._unclaimed.clear()  # every clone is known: the rest spoke for no clone
-                    self._collect()  # values left waiting in the socket meanwhile
+                self._clone_settled()
         elif kind == b"exit":
             if isinstance(process, Clone):
                 self._collect()  # its value, sent before it exited, is there by now
             code = os.waitstatus_to_exitcode(number)
             process.returncode = 128 - code if code < 0 else code
+            self._forget(process)
         elif kind == b"fail":
             process.start_error = describe_start_error(process.name, b"exec %d" % number)
         elif kind == b"unborn":
             process.start_error = f"cannot start {process.name}: fork failed ({os.strerror(number)})"
             process.returncode = EXIT_SETUP
+            self._forget(process)
             if isinstance(process, Clone):
-                self._pids_awaited -= 1
+                self._clone_settled()
+
+    def _clone_settled(self) -> None:
+        """A clone's pid is known, or it was never born: one fewer awaited."""
+        self._pids_awaited -= 1
+        if self._pids_awaited:
+            return
+        self._unclaimed.clear()  # every clone is known: the rest spoke for no clone
+        self._collect()  # values left waiting in the socket meanwhile
+        # Clones that ended while values were held: theirs is read by now.
+        self._by_pid = {pid: clone for pid, clone in self._by_pid.items()
+                        if clone.returncode is None}
+
+    def _forget(self, process: LiveProcess) -> None:
+        """An ended process is followed no more: a block may start millions, and the
+        sandbox keeps nothing of those that ended (their handles keep their outcome)."""
+        self._processes.pop(process.token, None)
+        if isinstance(process, Clone) and not self._pids_awaited:
+            self._by_pid.pop(process.pid, None)  # (else its value may be held: see above)
 
     def _collect(self) -> str:
         """The clones' values waiting on the results socket: the kernel says which

@@ -177,7 +177,7 @@ class Resident:
 
     def _fork(self, token: int) -> bool:
         """True in the resident (the child is remembered), False in the new process,
-        which has said its pid outside and has a process group of its own."""
+        which has a process group of its own and has said its pid outside."""
         try:
             pid = os.fork()
         except OSError as exc:  # e.g. EAGAIN: the sandbox's process limit
@@ -193,8 +193,10 @@ class Resident:
             _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
             host_pid = (int(os.readlink("self", dir_fd=self._host_proc)) if self._host_proc >= 0
                         else os.getpid())
-            self._say(b"pid %d %d" % (token, host_pid))
+            # Its group before its pid is said: a kill sent to the group as soon as
+            # sandlock knows the pid must find it (else killpg fails, the kill is lost).
             os.setpgid(0, 0)
+            self._say(b"pid %d %d" % (token, host_pid))
         except BaseException:  # noqa: BLE001 - never back into the resident's loop
             os._exit(EXIT_NOEXEC)
         return False
