@@ -301,5 +301,5 @@ def test_the_timeout_is_validated():
             file.write('[http]\nallow = ["GET a.test/*"]\nupstream_timeout = 0\n')
         result = sandlock("run", "--policy", policy, "--", "true")
         assert (result.returncode, result.stderr.splitlines()[0]) == (2, (
-            f"sandlock: error: {policy}:3: http.upstream_timeout: must be a positive number of "
-            "seconds, got 0")), result.stderr
+            f"sandlock: error: {policy}:3: http.upstream_timeout: must be more than 0 "
+            "seconds and at most 86400, got 0")), result.stderr

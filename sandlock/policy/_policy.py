@@ -304,12 +304,12 @@ _CHECKS = {
 
 
 def _seconds_up_to(name: str, value: object, limit: float) -> float:
-    seconds = check.timeout(name, value)  # a positive number
-    if seconds is None:
+    """Seconds, more than 0 and at most ``limit``: one message for every value out of it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise PolicyError(name, f"expected a number of seconds, got {value!r}")
-    if seconds > limit:
-        raise PolicyError(name, f"must be at most {limit:g} seconds, got {value!r}")
-    return seconds
+    if not 0 < value <= limit:  # NaN and the infinities fail this comparison too
+        raise PolicyError(name, f"must be more than 0 seconds and at most {limit:g}, got {value!r}")
+    return float(value)
 
 
 # Errors about what is not a Policy field but a Sandbox setting or argument.
