@@ -1,31 +1,63 @@
-"""A bash command line -> the simple commands it would run and the files it would
-write through redirections, in sandlock's own small terms (never parser nodes).
+"""A bash command line -> the simple commands it would run, where each reads its input
+from, the variables it sets, and the files it would write through redirections, in
+sandlock's own small terms (never parser nodes).
 
 Parsed with tree-sitter's bash grammar (tree-sitter and tree-sitter-bash: MIT, with
 wheels for every platform sandlock runs on; bashlex, the pure-Python alternative, is
 GPLv3). Every command of the tree counts: in pipelines, lists, subshells, groups,
-conditionals, loops, functions, and command or process substitutions.
+conditionals, loops, functions, and command or process substitutions. Where the
+grammar reads bash differently, the line is first made what bash reads (line
+continuations joined) or the difference is refused (a reserved word as a command).
+The tree is walked with a stack, never recursion: nesting costs no Python frames.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ._words import Word, joined, quoted_code, single_word, words
 
 # Redirection operators that write (or may create) their target file. ">&" is
 # bash's other spelling of "&>" unless its target is a descriptor (2) or "-".
 _OUTPUT_OPERATORS = frozenset({">", ">>", ">|", "&>", "&>>", ">&"})
 # Targets that are not files in the workspace: discarding, or the command's own output.
 _NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
-_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_WORDLIKE = frozenset({"word", "string", "raw_string", "ansi_c_string", "translated_string",
+                       "concatenation", "number"})
+_INSIDE_WORD = frozenset({"concatenation", "string", "translated_string", "command_name"})
+# Words bash reads as syntax where a command starts: the grammar making one a command
+# means it read the line otherwise than bash does (``coproc X { cd /; }``).
+_RESERVED = frozenset({"{", "}", "then", "fi", "do", "done", "esac", "elif", "else", "in",
+                       "if", "while", "until", "for", "case", "select", "function", "[[",
+                       "]]", "!"})
+_HEREDOC_ESCAPE = re.compile(r"\\([$`\\\n])")
+_NESTING = 8  # heredocs holding backquotes holding heredocs...: deeper is refused
+_DEPTH = 300  # levels of the tree (a substitution is three): deeper is refused, not walked
+
+
+@dataclass(frozen=True)
+class Input:
+    """Where a command's standard input comes from, when the line says: "text" (a
+    heredoc or here-string, ``text`` its value), "pipe", "file" (``text`` the path,
+    None for a duplicated descriptor)."""
+
+    kind: str
+    text: Word | None = None
+
+
+PIPE = Input("pipe")
 
 
 @dataclass(frozen=True)
 class Command:
-    """One simple command: its words as the shell would see them (quotes removed where
-    that is certain; expansions kept as written)."""
+    """One simple command: its words as bash would pass them, what it reads on its
+    standard input, and the variables set for it (``NAME=value cmd``)."""
 
-    argv: tuple[str, ...]
+    argv: tuple[Word, ...]
+    stdin: Input | None = None
+    assignments: tuple[tuple[str, Word], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -33,31 +65,204 @@ class Parsed:
     commands: tuple[Command, ...]
     writes: tuple[str, ...]  # redirection targets that are files
     syntax_error: str | None  # where the command stops being bash, if it does
+    assignments: tuple[tuple[str, Word], ...] = ()  # NAME=value of the shell itself
+    hidden: tuple[str, ...] = ()  # quoted texts holding substitutions bash may evaluate
 
 
-def parse(line: str) -> Parsed:
+@dataclass
+class _Found:
+    commands: list[Command] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    assignments: list[tuple[str, Word]] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def parse(line: str, *, depth: int = 0) -> Parsed:
+    """``line``'s commands, redirections and assignments."""
     from ._grammar import parser  # tree-sitter: imported on first use only
 
     source = line.encode()
     tree = parser().parse(source)
-    commands: list[Command] = []
-    writes: list[str] = []
-    _walk(tree.root_node, source, commands, writes)
-    return Parsed(tuple(commands), tuple(writes), _first_error(tree.root_node))
+    joined_source = _without_continuations(source, tree.root_node)
+    if joined_source != source:
+        source, tree = joined_source, parser().parse(joined_source)
+    found = _Found()
+    if depth > _NESTING:
+        found.errors.append(f"substitutions nested more than {_NESTING} deep cannot be checked")
+    else:
+        _walk(tree.root_node, source, found, depth)
+    error = _first_error(tree.root_node)
+    return Parsed(tuple(found.commands), tuple(found.writes), error or next(iter(found.errors), None),
+                  tuple(found.assignments), tuple(found.hidden))
 
 
-def _walk(node: object, source: bytes, commands: list[Command], writes: list[str]) -> None:
-    if node.type == "command":
-        argv = tuple(_word(child, source) for child in node.named_children
-                     if child.type not in ("variable_assignment", "file_redirect"))
-        if argv:
-            commands.append(Command(argv))
-    elif node.type == "file_redirect":
-        target = _redirect_target(node, source)
+def _walk(root: object, source: bytes, found: _Found, depth: int) -> None:
+    stack = [(root, None, 0)]
+    while stack:
+        node, stdin, level = stack.pop()
+        kind = node.type
+        if level > _DEPTH:
+            found.errors.append(f"nested more than {_DEPTH} levels deep: too deep to check")
+            return
+        _record(node, source, found, stdin)
+        if kind == "heredoc_body" and not _heredoc_quoted(node.parent, source):
+            for text in _heredoc(node.parent, source)[1]:  # `...` the grammar leaves as text
+                _merge(found, parse(text, depth=depth + 1))
+        children = node.children
+        if kind == "redirected_statement":
+            body = node.child_by_field_name("body")
+            inner = _redirected_input(node, source) or stdin
+            stack += [(child, inner if child == body else stdin, level + 1)
+                      for child in reversed(children)]
+            continue
+        if kind == "process_substitution" and source[node.start_byte:node.start_byte + 2] == b">(":
+            stdin = PIPE  # >(cmd) reads what the command writes
+        for child in reversed(children):  # popped in order
+            stack.append((child, PIPE if kind == "pipeline" and _after_pipe(child) else stdin,
+                          level + 1))
+
+
+def _after_pipe(child: object) -> bool:
+    previous = child.prev_sibling
+    return child.is_named and previous is not None and previous.type in ("|", "|&")
+
+
+def _record(node: object, source: bytes, found: _Found, stdin: Input | None) -> None:
+    kind = node.type
+    parent = node.parent
+    if kind == "command":
+        command = _command(node, source, stdin)
+        if command is not None:
+            found.commands.append(command)
+        name = node.child_by_field_name("name")
+        if name is not None and name.named_child_count == 1 and name.named_children[0].type == "word":
+            text = source[name.start_byte:name.end_byte].decode(errors="replace")
+            if text in _RESERVED:
+                found.errors.append(f"'{text}' where bash expects a command (the line is "
+                                    "not read as bash reads it)")
+    elif kind in ("declaration_command", "unset_command"):
+        keyword = source[node.children[0].start_byte:node.children[0].end_byte].decode()
+        argv = [Word(keyword)] + [word for child in node.named_children
+                                  if child.type not in ("variable_assignment", "file_redirect")
+                                  for word in words(child, source)]
+        found.commands.append(Command(tuple(argv), stdin, _assignments(node, source)))
+    elif kind == "variable_assignment" and parent.type not in ("command", "declaration_command"):
+        found.assignments += _assignments(parent, source, only=node)
+    elif kind == "file_redirect":
+        target = _redirect_target(node, source) or _read_write_target(node, source)
         if target is not None:
-            writes.append(target)
-    for child in node.children:
-        _walk(child, source, commands, writes)
+            found.writes.append(target)
+    elif kind in _WORDLIKE and parent is not None and parent.type not in _INSIDE_WORD:
+        code = quoted_code(node, source)
+        if code is not None:
+            found.hidden.append(code)
+
+
+def _command(node: object, source: bytes, stdin: Input | None) -> Command | None:
+    argv: list[Word] = []
+    for child in node.named_children:
+        if child.type == "herestring_redirect":
+            stdin = _string_input(child, source)
+        elif child.type == "file_redirect":
+            stdin = _file_input(child, source) or stdin
+        elif child.type != "variable_assignment":
+            argv += words(child, source)
+    if not argv:
+        return None
+    return Command(tuple(argv), stdin, _assignments(node, source))
+
+
+def _assignments(node: object, source: bytes, only: object = None) -> tuple[tuple[str, Word], ...]:
+    found = []
+    for child in node.named_children:
+        if child.type != "variable_assignment" or (only is not None and child != only):
+            continue
+        name = child.child_by_field_name("name")
+        value = child.child_by_field_name("value")
+        text = source[name.start_byte:name.end_byte].decode(errors="replace") if name else ""
+        found.append((text, single_word(value, source) if value is not None else Word("")))
+    return tuple(found)
+
+
+def _redirected_input(node: object, source: bytes) -> Input | None:
+    """The standard input a statement's redirections give it (the last one wins)."""
+    stdin = None
+    for child in node.children_by_field_name("redirect"):
+        if _descriptor(child, source) not in ("", "0"):
+            continue
+        if child.type == "heredoc_redirect":
+            stdin = Input("text", _heredoc(child, source)[0])
+        elif child.type == "herestring_redirect":
+            stdin = _string_input(child, source)
+        elif child.type == "file_redirect":
+            stdin = _file_input(child, source) or stdin
+    return stdin
+
+
+def _descriptor(node: object, source: bytes) -> str:
+    descriptor = node.child_by_field_name("descriptor")
+    return "" if descriptor is None else source[descriptor.start_byte:descriptor.end_byte].decode()
+
+
+def _string_input(node: object, source: bytes) -> Input:
+    value = next((child for child in node.named_children), None)
+    return Input("text", single_word(value, source) if value is not None else Word(""))
+
+
+def _file_input(node: object, source: bytes) -> Input | None:
+    operator = next((c.type for c in node.children if not c.is_named), "")
+    if _descriptor(node, source) not in ("", "0") or operator not in ("<", "<&"):
+        return None
+    destination = node.child_by_field_name("destination")
+    if operator == "<&" or destination is None:
+        return Input("file")
+    return Input("file", single_word(destination, source))
+
+
+def _heredoc_quoted(node: object, source: bytes) -> bool:
+    start = next((c for c in node.children if c.type == "heredoc_start"), None)
+    text = source[start.start_byte:start.end_byte].decode() if start is not None else ""
+    return any(char in text for char in "'\"\\")
+
+
+def _heredoc(node: object, source: bytes) -> tuple[Word, list[str]]:
+    """A heredoc's text as the command reads it, and the backquoted commands in it
+    (which bash runs when the delimiter is unquoted; the grammar leaves them as text)."""
+    body = next((c for c in node.children if c.type == "heredoc_body"), None)
+    if body is None:
+        return Word(""), []
+    tabs = any(c.type == "<<-" for c in node.children)
+    raw = source[body.start_byte:body.end_byte].decode(errors="replace")
+    if _heredoc_quoted(node, source):
+        return Word(_strip_tabs(raw) if tabs else raw), []
+    parts, backquoted, position = [], [], body.start_byte
+    for child in body.named_children:
+        if child.type == "heredoc_content":
+            continue
+        parts += _heredoc_text(source[position:child.start_byte].decode(errors="replace"), backquoted)
+        parts.append((source[child.start_byte:child.end_byte].decode(errors="replace"), False, True))
+        position = child.end_byte
+    parts += _heredoc_text(source[position:body.end_byte].decode(errors="replace"), backquoted)
+    word = joined(parts)
+    return Word(_strip_tabs(word) if tabs else word, word.literal), backquoted
+
+
+def _heredoc_text(text: str, backquoted: list[str]) -> list[tuple[str, bool, bool]]:
+    """Literal heredoc text: escapes removed, `...` runtime (its command collected)."""
+    parts = []
+    for index, segment in enumerate(re.split(r"(?<!\\)`", text)):
+        if index % 2:
+            backquoted.append(segment.replace("\\`", "`").replace("\\$", "$").replace("\\\\", "\\"))
+            parts.append((f"`{segment}`", False, True))
+        else:
+            parts.append((_HEREDOC_ESCAPE.sub(lambda m: "" if m.group(1) == "\n" else m.group(1),
+                                              segment), False, False))
+    return parts
+
+
+def _strip_tabs(text: str) -> str:
+    return "\n".join(line.lstrip("\t") for line in text.split("\n"))
 
 
 def _redirect_target(node: object, source: bytes) -> str | None:
@@ -67,37 +272,70 @@ def _redirect_target(node: object, source: bytes) -> str | None:
     destination = node.child_by_field_name("destination")
     if destination is None or operator not in _OUTPUT_OPERATORS:
         return None
-    target = _word(destination, source)
+    target = single_word(destination, source)
     if operator == ">&" and (target.isdigit() or target == "-"):
         return None
-    return None if target in _NOT_FILES else target
+    return None if target in _NOT_FILES else str(target)
 
 
-def _word(node: object, source: bytes) -> str:
-    """A word as the shell would pass it, as far as that is certain without running
-    anything: quotes and backslashes removed (\\rm and r"m" are rm); expansions are
-    kept as written ("$f" is $f)."""
-    text = source[node.start_byte:node.end_byte].decode(errors="replace")
-    if node.type in ("command_name", "concatenation"):
-        return "".join(_word(child, source) for child in node.children) or text
-    if node.type == "word":
-        return _ESCAPE.sub(r"\1", text)
-    if node.type == "raw_string":
-        return text[1:-1]
-    if node.type == "ansi_c_string":
-        return text[2:-1]
-    if node.type == "string":
-        return text[1:-1]
-    return text
+def _read_write_target(node: object, source: bytes) -> str | None:
+    """``<> FILE`` opens FILE for reading and writing (creating it); the grammar does
+    not know the operator and reads ``<`` then an error."""
+    if not _read_write(node):
+        return None
+    destination = node.child_by_field_name("destination")
+    return str(single_word(destination, source)) if destination is not None else "?"
+
+
+def _read_write(node: object) -> bool:
+    kinds = [child.type for child in node.children]
+    return "<" in kinds and kinds[kinds.index("<") + 1:kinds.index("<") + 2] == ["ERROR"] and \
+        node.children[kinds.index("<") + 1].text == b">"
+
+
+def _merge(found: _Found, inner: Parsed) -> None:
+    found.commands += inner.commands
+    found.writes += inner.writes
+    found.assignments += inner.assignments
+    found.hidden += inner.hidden
+    if inner.syntax_error:
+        found.errors.append(inner.syntax_error)
+
+
+def _without_continuations(source: bytes, root: object) -> bytes:
+    """``source`` with the line continuations (backslash-newline between tokens)
+    removed: bash joins what they split (``c\\<newline>d /`` is ``cd /``), the
+    grammar reads them as spaces. Those inside quotes, comments and heredocs stay."""
+    if b"\\\n" not in source:
+        return source
+    leaves: list[tuple[int, int]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.child_count == 0:
+            leaves.append((node.start_byte, node.end_byte))
+        stack += node.children
+    leaves.sort()
+    starts = [start for start, _ in leaves]
+    kept, position = [], 0
+    for match in re.finditer(rb"\\\n", source):
+        index = bisect.bisect_right(starts, match.start()) - 1
+        if index >= 0 and leaves[index][0] <= match.start() < leaves[index][1]:
+            continue  # inside a token: its reading handles it
+        kept.append(source[position:match.start()])
+        position = match.end()
+    return b"".join(kept) + source[position:]
 
 
 def _first_error(node: object) -> str | None:
     if not node.has_error:
         return None
-    stack = [node]
-    while stack:
-        current = stack.pop(0)
+    queue, read_write = [node], False
+    for current in queue:  # breadth first: the outermost error
+        if current.type == "file_redirect" and _read_write(current):
+            read_write = True
+            continue  # <>: bash's, read as a write
         if current.type == "ERROR" or current.is_missing:
             return f"not valid bash at column {current.start_point[1] + 1}"
-        stack.extend(current.children)
-    return "not valid bash"
+        queue += current.children
+    return None if read_write else "not valid bash"
