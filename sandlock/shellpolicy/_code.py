@@ -14,7 +14,13 @@ from ._words import Word, literal, shown
 from ._wrappers import name, python
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh",
-                    "rbash", "fish"})
+                    "rbash", "fish", "hush"})
+# Shell options that make bash run text it was not given as code: history expansion
+# (!:1* re-runs words of an earlier line), -k (NAME=value anywhere sets the variable).
+_SET_OPTIONS = {"H": "history expansion", "k": "keyword assignments"}
+_SET_NAMES = {"history": "history expansion", "histexpand": "history expansion",
+              "keyword": "keyword assignments"}
+_SHOPT_REFUSED = frozenset({"expand_aliases", "autocd"})
 _FOREIGN_SHELLS = frozenset({"csh", "tcsh", "nu", "elvish", "xonsh", "pwsh", "rc", "es", "oil",
                              "osh", "ysh"})
 _SHELL_VALUES = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file", "-C",
@@ -44,7 +50,7 @@ CODE_VARIABLES = {
 # Variables that change what names run or how code is read: refused.
 _REFUSED_VARIABLES = ("BASH_ALIASES", "BASH_CMDS", "BASHOPTS", "SHELLOPTS", "GIT_CONFIG_",
                       "LESSOPEN", "LESSCLOSE", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_SSH",
-                      "GIT_EXEC_PATH", "GIT_PROXY_COMMAND")
+                      "GIT_EXEC_PATH", "GIT_PROXY_COMMAND", "BASH_FUNC_", "HISTFILE")
 _SOURCED_VARIABLES = frozenset({"BASH_ENV", "ENV"})  # a file bash reads on start
 # Builtins that set a variable named by an operand (read NAME, printf -v NAME).
 _NAMING = frozenset({"read", "printf", "mapfile", "readarray", "declare", "typeset", "export",
@@ -157,6 +163,10 @@ def special_file(path: str) -> bool:
 
 
 def _shell(command: str, args: tuple[str, ...], stdin: Input | None, code: Code) -> None:
+    expands = _set_option(_leading_options(args))
+    if expands and command != "fish":
+        code.findings.append(Finding("opaque", f"{command} turns on {expands}, which runs text "
+                                     "vet reads as data"))
     rest = list(args)
     reads_string = reads_input = False
     while rest and rest[0][:1] in ("-", "+") and rest[0] != "--":
@@ -245,12 +255,21 @@ def _builtin(command: str, args: tuple[str, ...], code: Code) -> None:
     operands = [arg for arg in args if not arg.startswith("-")]
     opaque = {
         "alias": any("=" in arg for arg in args),
-        "shopt": "-s" in args and ("expand_aliases" in args or not all(map(literal, args))),
+        "shopt": "-s" in args and (bool(_SHOPT_REFUSED & set(args)) or not all(map(literal, args))),
+        "history": any(arg.startswith("-") and "s" in arg for arg in args),
         "bind": True, "fc": True,
         "enable": any(arg.startswith("-") and "f" in arg for arg in args),
         "hash": any(arg.startswith("-") and "p" in arg for arg in args),
         "git": _git_runs_config(args),
     }
+    expands = _set_option(args) if command == "set" else None
+    if expands:
+        code.findings.append(Finding("opaque", f"set turns on {expands}, which runs text vet "
+                                     "reads as data"))
+    if command in ("declare", "typeset", "local") and any(
+            arg.startswith("-") and "n" in arg for arg in args):
+        code.findings.append(Finding("opaque", f"{command} -n makes a name stand for another "
+                                     "variable, which vet cannot follow"))
     if opaque.get(command):
         code.findings.append(Finding("opaque", _OPAQUE_REASONS.get(command, f"{command} changes "
                                      "what bash runs in a way vet cannot follow")))
@@ -295,7 +314,8 @@ def _named_variables(command: str, args: tuple[str, ...]) -> list[str]:
 
 _OPAQUE_REASONS = {
     "alias": "alias: an alias is code bash reads where the name is used; write the command out",
-    "shopt": "shopt -s expand_aliases makes names run code vet cannot follow",
+    "shopt": "shopt -s expand_aliases (or autocd) makes names run code vet cannot follow",
+    "history": "history -s puts text in the history, which history expansion runs",
     "bind": "bind runs code on keys, which vet cannot follow",
     "fc": "fc runs commands from the history, which vet cannot see",
     "enable": "enable -f loads a builtin from a file, which vet cannot read",
@@ -303,6 +323,30 @@ _OPAQUE_REASONS = {
     "git": "git -c sets configuration that git runs as a command (an alias, a pager, a hook); "
            "vet cannot follow it",
 }
+
+
+def _leading_options(args: tuple[str, ...]) -> tuple[str, ...]:
+    """A shell's options before its operands (with the values of -o and -O)."""
+    end = 0
+    while end < len(args) and args[end][:1] in ("-", "+") and args[end] != "--":
+        end += 2 if args[end] in _SHELL_VALUES else 1
+    return args[:end]
+
+
+def _set_option(args: tuple[str, ...]) -> str | None:
+    """The option of set (or of a shell's command line) that makes bash run text."""
+    for index, arg in enumerate(args):
+        if arg in ("-o", "+o") or arg.startswith("--"):
+            value = args[index + 1] if index + 1 < len(args) else ""
+            if arg == "-o" and value in _SET_NAMES:
+                return _SET_NAMES[value]
+        elif arg.startswith("-"):
+            for letter in arg[1:]:
+                if letter in _SET_OPTIONS:
+                    return _SET_OPTIONS[letter]
+        elif not literal(arg):
+            return "options built when the line runs"
+    return None
 
 
 def _git_runs_config(args: tuple[str, ...]) -> bool:

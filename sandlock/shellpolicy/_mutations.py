@@ -211,6 +211,12 @@ def _second_operand(command: str, args: tuple[str, ...]) -> str | None:
     return _writes(command, files[1:]) if len(files) > 1 else None
 
 
+def _python_archive(command: str, args: tuple[str, ...]) -> str | None:
+    """python -m zipfile / tarfile: -c creates an archive, -e extracts one."""
+    writing = {"-c", "--create", "-e", "--extract"} & set(args)
+    return f"python -m {command} {sorted(writing)[0]} changes files" if writing else None
+
+
 def _curl(command: str, args: tuple[str, ...]) -> str | None:
     takes_value = "oDcdHXuAexTFbKmrwyYzECPQtU"
     if option_values(args, "O", takes_value, ("--remote-name", "--remote-name-all")):
@@ -293,5 +299,6 @@ _CHECKS = {"dd": _dd, "sed": _sed, "perl": _in_place, "ruby": _in_place, "find":
                args, "C", "efFmP", ("--compile",)) else None,
            "rg": lambda command, args: "rg --pre runs a program on every file" if any(
                arg.startswith("--pre") and not arg.startswith("--pre-glob") for arg in args) else None,
+           "zipfile": _python_archive, "tarfile": _python_archive, "json.tool": _second_operand,
            **{tool: _formatter for tool in _FORMATTERS},
            **{tool: _rewrites for tool in _REWRITE_UNLESS_CHECKING}}

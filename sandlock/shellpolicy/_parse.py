@@ -17,7 +17,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from ._words import Word, joined, quoted_code, single_word, words
+from ._words import Piece, Word, expanded_words, joined, pieces, quoted_code, single_word
 
 # Redirection operators that write (or may create) their target file. ">&" is
 # bash's other spelling of "&>" unless its target is a descriptor (2) or "-".
@@ -27,6 +27,11 @@ _NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 _WORDLIKE = frozenset({"word", "string", "raw_string", "ansi_c_string", "translated_string",
                        "concatenation", "number"})
 _INSIDE_WORD = frozenset({"concatenation", "string", "translated_string", "command_name"})
+_JOINABLE = _WORDLIKE | {"command_name", "simple_expansion", "expansion", "command_substitution",
+                         "process_substitution", "arithmetic_expansion", "brace_expression",
+                         "variable_name"}
+_BACKQUOTED_ESCAPE = re.compile(r"\\([$`\\])")
+_ESCAPES_ONLY = re.compile(rb"(?:\\[^\n])*")
 # Words bash reads as syntax where a command starts: the grammar making one a command
 # means it read the line otherwise than bash does (``coproc X { cd /; }``).
 _RESERVED = frozenset({"{", "}", "then", "fi", "do", "done", "esac", "elif", "else", "in",
@@ -84,9 +89,10 @@ def parse(line: str, *, depth: int = 0) -> Parsed:
 
     source = line.encode()
     tree = parser().parse(source)
-    joined_source = _without_continuations(source, tree.root_node)
-    if joined_source != source:
-        source, tree = joined_source, parser().parse(joined_source)
+    for reread in (_without_continuations, _lines_apart):
+        changed = reread(source, tree.root_node)
+        if changed != source:
+            source, tree = changed, parser().parse(changed)
     found = _Found()
     if depth > _NESTING:
         found.errors.append(f"substitutions nested more than {_NESTING} deep cannot be checked")
@@ -116,6 +122,11 @@ def _walk(root: object, source: bytes, found: _Found, depth: int) -> None:
             stack += [(child, inner if child == body else stdin, level + 1)
                       for child in reversed(children)]
             continue
+        if kind == "command_substitution" and source[node.start_byte:node.start_byte + 1] == b"`":
+            # bash removes the backslashes of \$ \` \\ before it reads `...`
+            inner = _BACKQUOTED_ESCAPE.sub(r"\1", _node_text(node, source)[1:-1])
+            _merge(found, parse(inner, depth=depth + 1))
+            continue
         if kind == "process_substitution" and source[node.start_byte:node.start_byte + 2] == b">(":
             stdin = PIPE  # >(cmd) reads what the command writes
         for child in reversed(children):  # popped in order
@@ -132,7 +143,7 @@ def _record(node: object, source: bytes, found: _Found, stdin: Input | None) -> 
     kind = node.type
     parent = node.parent
     if kind == "command":
-        command = _command(node, source, stdin)
+        command = _simple(node, source, stdin)
         if command is not None:
             found.commands.append(command)
         name = node.child_by_field_name("name")
@@ -142,11 +153,9 @@ def _record(node: object, source: bytes, found: _Found, stdin: Input | None) -> 
                 found.errors.append(f"'{text}' where bash expects a command (the line is "
                                     "not read as bash reads it)")
     elif kind in ("declaration_command", "unset_command"):
-        keyword = source[node.children[0].start_byte:node.children[0].end_byte].decode()
-        argv = [Word(keyword)] + [word for child in node.named_children
-                                  if child.type not in ("variable_assignment", "file_redirect")
-                                  for word in words(child, source)]
-        found.commands.append(Command(tuple(argv), stdin, _assignments(node, source)))
+        command = _simple(node, source, stdin, keyword=_node_text(node.children[0], source))
+        if command is not None:
+            found.commands.append(command)
     elif kind == "variable_assignment" and parent.type not in ("command", "declaration_command"):
         found.assignments += _assignments(parent, source, only=node)
     elif kind == "file_redirect":
@@ -159,18 +168,51 @@ def _record(node: object, source: bytes, found: _Found, stdin: Input | None) -> 
             found.hidden.append(code)
 
 
-def _command(node: object, source: bytes, stdin: Input | None) -> Command | None:
-    argv: list[Word] = []
+def _simple(node: object, source: bytes, stdin: Input | None, keyword: str = "") -> Command | None:
+    """A simple command (or a declaration: ``keyword`` is declare, export...). Children
+    that touch, or are apart by escaped characters only, are one word for bash: the
+    grammar splits ``'c'\\d`` (which is ``cd``) in two, drops the ``\\ `` of ``'r'\\ x``,
+    and ``x='a'\\b`` is an assignment only."""
+    argv: list[list[Piece]] = []
+    assignments: list[tuple[str, list[Piece]]] = []
+    herestring: list[Piece] | None = None
+    current: list[Piece] | None = None
+    end = -1
     for child in node.named_children:
+        gap = source[end:child.start_byte] if current is not None else b" "
+        if child.type in _JOINABLE and _ESCAPES_ONLY.fullmatch(gap):
+            current += _escaped(gap) + pieces(child, source)
+            end = child.end_byte
+            continue
+        end, current = child.end_byte, None
         if child.type == "herestring_redirect":
-            stdin = _string_input(child, source)
+            herestring = current = [p for value in child.named_children[:1] for p in pieces(value, source)]
         elif child.type == "file_redirect":
             stdin = _file_input(child, source) or stdin
-        elif child.type != "variable_assignment":
-            argv += words(child, source)
-    if not argv:
+        elif child.type == "variable_assignment":
+            name = child.child_by_field_name("name")
+            value = child.child_by_field_name("value")
+            current = pieces(value, source) if value is not None else []
+            assignments.append((_node_text(name, source) if name else "", current))
+        elif child.type in _JOINABLE:
+            current = pieces(child, source)
+            argv.append(current)
+    words = [Word(keyword)] if keyword else []
+    words += [word for group in argv for word in expanded_words(group)]
+    if not words:
         return None
-    return Command(tuple(argv), stdin, _assignments(node, source))
+    if herestring is not None:
+        stdin = Input("text", joined(herestring or [("", False, False)]))
+    return Command(tuple(words), stdin, tuple((name, joined(value or [("", False, False)]))
+                                             for name, value in assignments))
+
+
+def _escaped(gap: bytes) -> list[Piece]:
+    return [(char, False, False) for char in gap.decode(errors="replace")[1::2]]
+
+
+def _node_text(node: object, source: bytes) -> str:
+    return source[node.start_byte:node.end_byte].decode(errors="replace")
 
 
 def _assignments(node: object, source: bytes, only: object = None) -> tuple[tuple[str, Word], ...]:
@@ -180,7 +222,7 @@ def _assignments(node: object, source: bytes, only: object = None) -> tuple[tupl
             continue
         name = child.child_by_field_name("name")
         value = child.child_by_field_name("value")
-        text = source[name.start_byte:name.end_byte].decode(errors="replace") if name else ""
+        text = _node_text(name, source) if name else ""
         found.append((text, single_word(value, source) if value is not None else Word("")))
     return tuple(found)
 
@@ -302,6 +344,30 @@ def _merge(found: _Found, inner: Parsed) -> None:
         found.errors.append(inner.syntax_error)
 
 
+def _lines_apart(source: bytes, root: object) -> bytes:
+    """``source`` with a space after each newline the grammar put inside a word: a
+    line starting with a backslash (``echo a<newline>\\cd /``) is a command of its own
+    for bash, the grammar reads it as more arguments; the space changes nothing for
+    bash and lets the grammar see the line."""
+    if b"\n" not in source:
+        return source
+    newlines: list[int] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "word" and b"\n" in node.text:
+            text = node.text
+            newlines += [node.start_byte + index + 1 for index in range(len(text))
+                         if text[index:index + 1] == b"\n" and text[index - 1:index] != b"\\"]
+        elif node.type not in ("heredoc_body", "raw_string", "string", "comment"):
+            stack += node.children
+    kept, position = [], 0
+    for newline in sorted(newlines):
+        kept += [source[position:newline], b" "]
+        position = newline
+    return b"".join(kept) + source[position:]
+
+
 def _without_continuations(source: bytes, root: object) -> bytes:
     """``source`` with the line continuations (backslash-newline between tokens)
     removed: bash joins what they split (``c\\<newline>d /`` is ``cd /``), the
@@ -330,12 +396,15 @@ def _without_continuations(source: bytes, root: object) -> bytes:
 def _first_error(node: object) -> str | None:
     if not node.has_error:
         return None
-    queue, read_write = [node], False
+    queue, skipped = [node], False
     for current in queue:  # breadth first: the outermost error
-        if current.type == "file_redirect" and _read_write(current):
-            read_write = True
-            continue  # <>: bash's, read as a write
+        if current.type == "command_substitution" and current.text.startswith(b"`") or \
+                current.type == "file_redirect" and _read_write(current):
+            # `...` is read again once bash's backslashes are removed (_walk); <> is
+            # bash's, read as a write
+            skipped = True
+            continue
         if current.type == "ERROR" or current.is_missing:
             return f"not valid bash at column {current.start_point[1] + 1}"
         queue += current.children
-    return None if read_write else "not valid bash"
+    return None if skipped else "not valid bash"

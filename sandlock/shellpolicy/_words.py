@@ -62,7 +62,7 @@ def pieces(node: object, source: bytes) -> list[Piece]:
     kind = node.type
     if kind in ("command_name", "concatenation"):
         return [piece for child in node.children for piece in pieces(child, source)]
-    if kind in ("word", "number"):
+    if kind in ("word", "number", "variable_name"):
         return _unquoted(text)
     if kind == "raw_string":
         return [(text[1:-1], False, False)]
@@ -75,12 +75,12 @@ def pieces(node: object, source: bytes) -> list[Piece]:
     return [(text, False, True)]  # an expansion, a substitution, or what is not known
 
 
-def words(node: object, source: bytes) -> list[Word]:
-    """The words bash makes of the word at ``node`` (several after brace expansion)."""
-    expanded = brace_expand(pieces(node, source))
+def expanded_words(parts: list[Piece]) -> list[Word]:
+    """The words bash makes of a word's pieces: several after brace expansion."""
+    expanded = brace_expand(parts)
     if expanded is None:
-        return [Word(source[node.start_byte:node.end_byte].decode(errors="replace"), False)]
-    return [joined(parts) for parts in expanded]
+        return [Word("".join(text for text, _, _ in parts), False)]
+    return [joined(each) for each in expanded]
 
 
 def single_word(node: object, source: bytes) -> Word:
@@ -169,17 +169,26 @@ def _unquoted(text: str) -> list[Piece]:
 
 
 def _double_quoted(node: object, source: bytes) -> list[Piece]:
+    """"...": its literal text (escapes removed) and its expansions, in order; the
+    text between the grammar's pieces counts too (a newline is no node)."""
+    if node.type == "translated_string":  # $"..." holds a string
+        inner = next((child for child in node.named_children if child.type == "string"), None)
+        return _double_quoted(inner, source) if inner is not None else [("", False, False)]
     found: list[Piece] = []
+    position = node.start_byte + 1
     for child in node.named_children:
-        if child.type == "string":  # $"..." holds a string
-            found += _double_quoted(child, source)
-        elif child.type == "string_content":
-            content = source[child.start_byte:child.end_byte].decode(errors="replace")
-            found.append((_DOUBLE_QUOTED_ESCAPE.sub(_kept, content), False, False))
-        else:
+        if child.type != "string_content":
+            found.append(_literal_between(source, position, child.start_byte))
             found.append((source[child.start_byte:child.end_byte].decode(errors="replace"),
                           False, True))
-    return found or [("", False, False)]
+            position = child.end_byte
+    found.append(_literal_between(source, position, max(position, node.end_byte - 1)))
+    return found
+
+
+def _literal_between(source: bytes, start: int, end: int) -> Piece:
+    content = source[start:end].decode(errors="replace")
+    return (_DOUBLE_QUOTED_ESCAPE.sub(_kept, content), False, False)
 
 
 def _kept(match: re.Match) -> str:

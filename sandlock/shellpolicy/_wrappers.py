@@ -16,6 +16,7 @@ _WRAPPERS = {"sudo": 0, "doas": 0, "env": 0, "nohup": 0, "nice": 0, "ionice": 0,
              "setpriv": 0, "unshare": 0, "nsenter": 0, "prlimit": 0, "numactl": 0,
              "fakeroot": 0, "faketime": 1, "catchsegv": 0, "valgrind": 0, "torsocks": 0,
              "proxychains": 0, "proxychains4": 0, "chronic": 0, "ifne": 0, "runuser": 0,
+             "noglob": 0, "nocorrect": 0,  # zsh's precommand modifiers
              "timeout": 1, "chroot": 1, "flock": 1, "taskset": 1, "chrt": 1, "watch": 0}
 # A wrapper's options that take a value as the next word (that word is not the command).
 _VALUES = {
