@@ -13,10 +13,10 @@ The tree is walked with a stack, never recursion: nesting costs no Python frames
 
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass, field
 
+from ._reread import heredoc, heredoc_quoted, lines_apart, without_continuations
 from ._words import Piece, Word, expanded_words, joined, pieces, quoted_code, single_word
 
 # Redirection operators that write (or may create) their target file. ">&" is
@@ -37,7 +37,6 @@ _ESCAPES_ONLY = re.compile(rb"(?:\\[^\n])*")
 _RESERVED = frozenset({"{", "}", "then", "fi", "do", "done", "esac", "elif", "else", "in",
                        "if", "while", "until", "for", "case", "select", "function", "[[",
                        "]]", "!"})
-_HEREDOC_ESCAPE = re.compile(r"\\([$`\\\n])")
 _NESTING = 8  # heredocs holding backquotes holding heredocs...: deeper is refused
 _DEPTH = 300  # levels of the tree (a substitution is three): deeper is refused, not walked
 
@@ -89,7 +88,7 @@ def parse(line: str, *, depth: int = 0) -> Parsed:
 
     source = line.encode()
     tree = parser().parse(source)
-    for reread in (_without_continuations, _lines_apart):
+    for reread in (without_continuations, lines_apart):
         changed = reread(source, tree.root_node)
         if changed != source:
             source, tree = changed, parser().parse(changed)
@@ -112,8 +111,8 @@ def _walk(root: object, source: bytes, found: _Found, depth: int) -> None:
             found.errors.append(f"nested more than {_DEPTH} levels deep: too deep to check")
             return
         _record(node, source, found, stdin)
-        if kind == "heredoc_body" and not _heredoc_quoted(node.parent, source):
-            for text in _heredoc(node.parent, source)[1]:  # `...` the grammar leaves as text
+        if kind == "heredoc_body" and not heredoc_quoted(node.parent, source):
+            for text in heredoc(node.parent, source)[1]:  # `...` the grammar leaves as text
                 _merge(found, parse(text, depth=depth + 1))
         children = node.children
         if kind == "redirected_statement":
@@ -234,7 +233,7 @@ def _redirected_input(node: object, source: bytes) -> Input | None:
         if _descriptor(child, source) not in ("", "0"):
             continue
         if child.type == "heredoc_redirect":
-            stdin = Input("text", _heredoc(child, source)[0])
+            stdin = Input("text", heredoc(child, source)[0])
         elif child.type == "herestring_redirect":
             stdin = _string_input(child, source)
         elif child.type == "file_redirect":
@@ -260,51 +259,6 @@ def _file_input(node: object, source: bytes) -> Input | None:
     if operator == "<&" or destination is None:
         return Input("file")
     return Input("file", single_word(destination, source))
-
-
-def _heredoc_quoted(node: object, source: bytes) -> bool:
-    start = next((c for c in node.children if c.type == "heredoc_start"), None)
-    text = source[start.start_byte:start.end_byte].decode() if start is not None else ""
-    return any(char in text for char in "'\"\\")
-
-
-def _heredoc(node: object, source: bytes) -> tuple[Word, list[str]]:
-    """A heredoc's text as the command reads it, and the backquoted commands in it
-    (which bash runs when the delimiter is unquoted; the grammar leaves them as text)."""
-    body = next((c for c in node.children if c.type == "heredoc_body"), None)
-    if body is None:
-        return Word(""), []
-    tabs = any(c.type == "<<-" for c in node.children)
-    raw = source[body.start_byte:body.end_byte].decode(errors="replace")
-    if _heredoc_quoted(node, source):
-        return Word(_strip_tabs(raw) if tabs else raw), []
-    parts, backquoted, position = [], [], body.start_byte
-    for child in body.named_children:
-        if child.type == "heredoc_content":
-            continue
-        parts += _heredoc_text(source[position:child.start_byte].decode(errors="replace"), backquoted)
-        parts.append((source[child.start_byte:child.end_byte].decode(errors="replace"), False, True))
-        position = child.end_byte
-    parts += _heredoc_text(source[position:body.end_byte].decode(errors="replace"), backquoted)
-    word = joined(parts)
-    return Word(_strip_tabs(word) if tabs else word, word.literal), backquoted
-
-
-def _heredoc_text(text: str, backquoted: list[str]) -> list[tuple[str, bool, bool]]:
-    """Literal heredoc text: escapes removed, `...` runtime (its command collected)."""
-    parts = []
-    for index, segment in enumerate(re.split(r"(?<!\\)`", text)):
-        if index % 2:
-            backquoted.append(segment.replace("\\`", "`").replace("\\$", "$").replace("\\\\", "\\"))
-            parts.append((f"`{segment}`", False, True))
-        else:
-            parts.append((_HEREDOC_ESCAPE.sub(lambda m: "" if m.group(1) == "\n" else m.group(1),
-                                              segment), False, False))
-    return parts
-
-
-def _strip_tabs(text: str) -> str:
-    return "\n".join(line.lstrip("\t") for line in text.split("\n"))
 
 
 def _redirect_target(node: object, source: bytes) -> str | None:
@@ -342,55 +296,6 @@ def _merge(found: _Found, inner: Parsed) -> None:
     found.hidden += inner.hidden
     if inner.syntax_error:
         found.errors.append(inner.syntax_error)
-
-
-def _lines_apart(source: bytes, root: object) -> bytes:
-    """``source`` with a space after each newline the grammar put inside a word: a
-    line starting with a backslash (``echo a<newline>\\cd /``) is a command of its own
-    for bash, the grammar reads it as more arguments; the space changes nothing for
-    bash and lets the grammar see the line."""
-    if b"\n" not in source:
-        return source
-    newlines: list[int] = []
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.type == "word" and b"\n" in node.text:
-            text = node.text
-            newlines += [node.start_byte + index + 1 for index in range(len(text))
-                         if text[index:index + 1] == b"\n" and text[index - 1:index] != b"\\"]
-        elif node.type not in ("heredoc_body", "raw_string", "string", "comment"):
-            stack += node.children
-    kept, position = [], 0
-    for newline in sorted(newlines):
-        kept += [source[position:newline], b" "]
-        position = newline
-    return b"".join(kept) + source[position:]
-
-
-def _without_continuations(source: bytes, root: object) -> bytes:
-    """``source`` with the line continuations (backslash-newline between tokens)
-    removed: bash joins what they split (``c\\<newline>d /`` is ``cd /``), the
-    grammar reads them as spaces. Those inside quotes, comments and heredocs stay."""
-    if b"\\\n" not in source:
-        return source
-    leaves: list[tuple[int, int]] = []
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.child_count == 0:
-            leaves.append((node.start_byte, node.end_byte))
-        stack += node.children
-    leaves.sort()
-    starts = [start for start, _ in leaves]
-    kept, position = [], 0
-    for match in re.finditer(rb"\\\n", source):
-        index = bisect.bisect_right(starts, match.start()) - 1
-        if index >= 0 and leaves[index][0] <= match.start() < leaves[index][1]:
-            continue  # inside a token: its reading handles it
-        kept.append(source[position:match.start()])
-        position = match.end()
-    return b"".join(kept) + source[position:]
 
 
 def _first_error(node: object) -> str | None:
