@@ -76,6 +76,7 @@ for case in "$1"/c*/; do
   ( cd "$case/ws" && VET_CHDIR_LOG="$case/chdir.log" LD_PRELOAD="$2" \
       timeout 10 bash -c "$(< "$case/case.sh")" < /dev/null > "$case/out" 2>&1 )
 done
+exit 0
 """
 _GIT = ["git", "-c", "user.name=vet", "-c", "user.email=vet@example.org", "-c",
         "init.defaultBranch=main"]

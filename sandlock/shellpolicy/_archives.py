@@ -19,7 +19,7 @@ _SEVEN_ZIP_READS = frozenset({"l", "t", "h", "i", "b"})
 
 def writes(what: str, targets: list[str | None]) -> str:
     """The reason for a command that writes, naming its first target."""
-    named = [target for target in targets if target]
+    named = [target for target in targets if target and getattr(target, "literal", True)]
     return f"{what} changes files" + (f" ({shown(named[0])})" if named else "")
 
 

@@ -75,24 +75,20 @@ _AWK_WRITES = re.compile(r"\b(print|printf)\b[^;{}]*?(>|\|)|\bsystem\s*\(|\|\s*&
                          r"|\bfflush\b|\bclose\b")
 
 
-def mutation(argv: tuple[str, ...], *, strict: bool = True) -> str | None:
+def mutation(argv: tuple[str, ...]) -> str | None:
     """Why the command ``argv`` (after its wrappers) changes files, or None."""
     argv = unwrapped(argv)
     command, args = name(argv), argv[1:]
     if not command or command in READ_ONLY:
         return None
     reason = _known(command, args)
-    if reason is ...:
-        reason = _by_convention(command, args)
-    if reason is None and strict:
-        reason = _runtime_option(command, args)
-    return reason
+    return _by_convention(command, args) if reason is ... else reason
 
 
 def creates_content(argv: tuple[str, ...]) -> bool:
     """Whether the command writes what could be a script (cp, tee, curl -o; not rm, mkdir)."""
     argv = unwrapped(argv)
-    return name(argv) not in _NO_CONTENT and mutation(argv, strict=False) is not None
+    return name(argv) not in _NO_CONTENT and mutation(argv) is not None
 
 
 def _known(command: str, args: tuple[str, ...]) -> str | None:
@@ -126,7 +122,14 @@ def _by_convention(command: str, args: tuple[str, ...]) -> str | None:
     return None
 
 
-def _runtime_option(command: str, args: tuple[str, ...]) -> str | None:
+def runtime_option(argv: tuple[str, ...]) -> str | None:
+    """Why a word of ``argv`` built at run time could make it write (strict verify mode):
+    ``sed $opt``, ``*`` (a file named -i), the words xargs adds; not for the commands
+    that only read, nor after ``--`` or an interpreter's program."""
+    argv = unwrapped(argv)
+    command, args = name(argv), argv[1:]
+    if not command or command in READ_ONLY:
+        return None
     program_first = command in _PROGRAM_FIRST or python(command)
     for arg in args:
         if arg == "--" or (program_first and literal(arg) and not arg.startswith("-")):

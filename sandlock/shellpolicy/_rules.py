@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ._code import Code, Finding, Script, assigned, examine, special_file
-from ._mutations import creates_content, mutation
+from ._mutations import creates_content, mutation, runtime_option
 from ._parse import Command, parse
 from ._sed import sed_effects
 from ._words import Word, literal, shown, substitutions
@@ -66,14 +66,19 @@ def _decide(line: str, *, verify: bool, strict: bool) -> Decision:
     _read(line, found, strict, depth=0, origin="")
     if strict:
         _scripts_the_line_wrote(found)
-    if verify and "mutation" not in found.refusals:
+    if verify:
         for command in found.commands:
-            reason = mutation(command.argv, strict=strict)
+            reason = mutation(command.argv)
             if reason is not None:
                 found.refuse("mutation", f"verify mode: {reason}; a verification must not "
                              "change files or the repository")
-                break
+                continue
+            built = runtime_option(command.argv) if strict else None
+            if built is not None:
+                found.refuse("runtime", f"verify mode: {built}")
     code = next((code for code in _ORDER if code in found.refusals), None)
+    if verify and code == "runtime" and "mutation" in found.refusals:
+        code = "mutation"  # a writer is the plainer reason than how its words are built
     return ALLOWED if code is None else Decision(False, found.refusals[code], code)
 
 

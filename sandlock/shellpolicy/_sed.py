@@ -57,8 +57,9 @@ def sed_effects(args: tuple[str, ...]) -> SedEffects:
         scripts.append(operands[0])
     for script in scripts:
         if not getattr(script, "literal", True):
-            effects.unreadable = f"the sed script {script} is built when the line runs"
-        _scan(script, effects)
+            effects.unreadable = "the sed script is built when the line runs"
+        else:
+            _scan(script, effects)
     return effects
 
 
