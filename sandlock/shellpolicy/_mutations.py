@@ -19,7 +19,7 @@ from ._options import operands, option_values
 from ._sed import sed_effects
 from ._tools import tool_change
 from ._words import literal, may_be_option, shown
-from ._wrappers import name, python, unwrapped
+from ._wrappers import layers, name, python, unwrapped
 
 # Commands that write wherever they point; their last operand is usually the target.
 _ALWAYS = frozenset({
@@ -28,7 +28,7 @@ _ALWAYS = frozenset({
     "patch", "install", "mktemp", "rename", "split", "csplit", "zip", "virtualenv", "venv",
     "vi", "vim", "nvim", "view", "ex", "ed", "red", "nano", "pico", "emacs", "emacsclient",
     "micro", "kak", "hx", "helix", "joe", "jed", "mcedit", "ne", "vis", "gedit",
-    "pyupgrade", "add-trailing-comma", "pre-commit", "git-filter-repo", "sponge",
+    "pyupgrade", "add-trailing-comma", "pre-commit", "git-filter-repo", "sponge", "sudoedit",
 })
 # Writers that only move or mark what exists: they cannot make a script the line runs.
 _NO_CONTENT = frozenset({"rm", "rmdir", "unlink", "mkdir", "mkfifo", "mknod", "touch",
@@ -76,13 +76,32 @@ _AWK_WRITES = re.compile(r"\b(print|printf)\b[^;{}]*?(>|\|)|\bsystem\s*\(|\|\s*&
 
 
 def mutation(argv: tuple[str, ...]) -> str | None:
-    """Why the command ``argv`` (after its wrappers) changes files, or None."""
+    """Why the command ``argv`` (or one of its wrappers: ``strace -o FILE``) changes
+    files, or None."""
+    for layer in layers(argv)[:-1]:
+        reason = _wrapper_writes(name(layer), layer[1:])
+        if reason is not None:
+            return reason
     argv = unwrapped(argv)
     command, args = name(argv), argv[1:]
     if not command or command in READ_ONLY:
         return None
     reason = _known(command, args)
     return _by_convention(command, args) if reason is ... else reason
+
+
+def _wrapper_writes(wrapper: str, args: tuple[str, ...]) -> str | None:
+    """A wrapper's own output file: strace/ltrace -o, time -o, valgrind --log-file."""
+    outputs: list[str | None] = []
+    for index, arg in enumerate(args):
+        if arg == "--" or not arg.startswith("-"):
+            break
+        spelled, equals, value = arg.partition("=")
+        if (wrapper in ("strace", "ltrace", "time") and spelled in ("-o", "--output")) or (
+                wrapper == "valgrind" and spelled in ("--log-file", "--xml-file")):
+            outputs.append(value if equals else (args[index + 1] if index + 1 < len(args) else None))
+    outputs = [output for output in outputs if output not in _DISCARDED]
+    return _writes(f"{wrapper} -o", outputs) if outputs else None
 
 
 def creates_content(argv: tuple[str, ...]) -> bool:
@@ -302,6 +321,8 @@ _CHECKS = {"dd": _dd, "sed": _sed, "perl": _in_place, "ruby": _in_place, "find":
                args, "C", "efFmP", ("--compile",)) else None,
            "rg": lambda command, args: "rg --pre runs a program on every file" if any(
                arg.startswith("--pre") and not arg.startswith("--pre-glob") for arg in args) else None,
+           "script": lambda command, args: None if "/dev/null" in args else
+           f"{command} writes a typescript file",
            "zipfile": _python_archive, "tarfile": _python_archive, "json.tool": _second_operand,
            **{tool: _formatter for tool in _FORMATTERS},
            **{tool: _rewrites for tool in _REWRITE_UNLESS_CHECKING}}

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._code import Code, Finding, Script, assigned, examine, special_file
+from ._code import assigned, examine
+from ._programs import Code, Finding, Script, special_file
 from ._mutations import creates_content, mutation, runtime_option
 from ._parse import Command, parse
 from ._sed import sed_effects
 from ._words import Word, literal, shown, substitutions
-from ._wrappers import layers, name, run_by_find
+from ._wrappers import layers, name, run_by_find, unwrapped
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def _read(text: str, found: _Line, strict: bool, depth: int, origin: str) -> Non
     while queue:
         command = queue.pop(0)
         chain = layers(command.argv)
-        found.commands.append(Command(chain[-1], command.stdin, command.assignments))
+        found.commands.append(command)  # as written: verify reads its wrappers too
         queue += [Command(run) for run in run_by_find(command.argv) if run]
         _command(command, chain, found, strict, origin, code)
     for hidden in parsed.hidden:
@@ -165,7 +166,7 @@ def _scripts_the_line_wrote(found: _Line) -> None:
     writer = next((command for command in found.commands if creates_content(command.argv)), None)
     if writer is not None:
         found.refuse("runtime", f"runs {shown(found.files[0])} on a line that writes files "
-                     f"({shown(' '.join(writer.argv[:3]))}): the script may be what the line wrote; "
+                     f"({shown(' '.join(unwrapped(writer.argv)[:3]))}): the script may be what the line wrote; "
                      "write it first, in its own command")
 
 
