@@ -194,6 +194,49 @@ def test_what_vet_approves_bash_runs_without_breaking_a_rule(lab):
     assert not broken, broken[:3]
 
 
+# Random lines of bash's tokens, quoting and separators around a cd or a write: where
+# tree-sitter's grammar and bash read a line differently, vet must not be the one fooled.
+RANDOM_LINES = 2000
+CD_TOKENS = ["c", "d", "cd", " ", " ", " ", "'", '"', "\\", "\n", ";", "&", "|", "(", ")", "{",
+             "}", "$", "`", "#", "<", ">", "=", "x", "..", "$'", "\\\n", "\\x63", "e", ",",
+             "*", "?", "[", "]", "!", "~", "-", "\t", "2", "<<", "<<<", "EOF", "$(", "${",
+             "((", "))", "==", "=~"]
+WRITE_TOKENS = ["rm", "r", "m", " a.txt", " ", " ", " ", "'", '"', "\\", "\n", ";", "&", "|",
+                "(", ")", "{", "}", "$", "`", "#", "<", ">", ">>", "=", "x", "../outside/f", "$'",
+                "\\\n", "sed", " -i", " s/a/b/", "-", "i", "*", "~", "$(", "echo", "tee", "<<<",
+                "bash", " -c", "eval", "1", "2", "&>", "git", " tag t", "touch", "<>", "=="]
+
+
+def random_lines(tokens: list[str], seed: int, needle: str) -> list[str]:
+    generator = random.Random(seed)
+    lines: set[str] = set()
+    while len(lines) < RANDOM_LINES:
+        line = "".join(generator.choice(tokens) for _ in range(generator.randint(2, 12)))
+        if needle in line.replace("\\", "").replace("'", "").replace('"', "") or \
+                generator.random() < 0.1:
+            lines.add(line)
+    return sorted(lines)
+
+
+def test_random_lines_vet_approves_break_no_rule(lab):
+    """And the control: of the lines vet refuses for a cd, a redirect or a write, a good
+    part does change directory or the workspace when run: the lines are attacks."""
+    directory, template, shim = lab
+    cds = random_lines(CD_TOKENS, SEED, "cd")
+    writes = random_lines(WRITE_TOKENS, SEED + 1, "")
+    baseline = [line for line in cds if shellpolicy.decide(line).allowed]
+    verify = [line for line in writes if shellpolicy.decide_verify(line).allowed]
+    refused = [line for line in cds if shellpolicy.decide(line).code == "cd"][:100] + \
+        [line for line in writes if shellpolicy.decide_verify(line).code in ("mutation", "redirect")][:100]
+    outcomes = run_cases(baseline + verify + refused, template, shim)
+    broken = [(line, outcome) for line, outcome in zip(baseline + verify, outcomes)
+              if outcome.chdirs or outcome.outside or (line in verify and outcome.changed)]
+    assert not broken, broken[:3]
+    seen = sum(bool(outcome.chdirs or outcome.changed or outcome.outside)
+               for outcome in outcomes[len(baseline) + len(verify):])
+    assert seen > 20, seen
+
+
 def test_the_constructs_and_spellings_really_run_their_target(lab):
     """The control: unvetted, each construct around a plain target, and each spelling
     of a target, does what the rule forbids, so the corpus's approvals mean something."""

@@ -16,8 +16,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ._reread import heredoc, heredoc_quoted, lines_apart, without_continuations
-from ._words import Piece, Word, expanded_words, joined, pieces, quoted_code, single_word
+from ._reread import (comments_in_words, escaped_blanks, heredoc, heredoc_quoted, lines_apart,
+                      skipped, without_continuations)
+from ._words import (Piece, Word, expanded_words, joined, locale_dollar, pieces, quoted_code,
+                     single_word)
 
 # Redirection operators that write (or may create) their target file. ">&" is
 # bash's other spelling of "&>" unless its target is a descriptor (2) or "-".
@@ -29,9 +31,9 @@ _WORDLIKE = frozenset({"word", "string", "raw_string", "ansi_c_string", "transla
 _INSIDE_WORD = frozenset({"concatenation", "string", "translated_string", "command_name"})
 _JOINABLE = _WORDLIKE | {"command_name", "simple_expansion", "expansion", "command_substitution",
                          "process_substitution", "arithmetic_expansion", "brace_expression",
-                         "variable_name"}
+                         "variable_name", "regex"}
 _BACKQUOTED_ESCAPE = re.compile(r"\\([$`\\])")
-_ESCAPES_ONLY = re.compile(rb"(?:\\[^\n])*")
+_GAP = re.compile(r"(\s+)|\\(.)", re.DOTALL)  # between children: spaces, skipped escapes
 # Words bash reads as syntax where a command starts: the grammar making one a command
 # means it read the line otherwise than bash does (``coproc X { cd /; }``).
 _RESERVED = frozenset({"{", "}", "then", "fi", "do", "done", "esac", "elif", "else", "in",
@@ -80,6 +82,8 @@ class _Found:
     assignments: list[tuple[str, Word]] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Words the grammar put in a statement's redirections, by the command they belong to.
+    spilled: dict[tuple[int, int], list[list[Piece]]] = field(default_factory=dict)
 
 
 def parse(line: str, *, depth: int = 0) -> Parsed:
@@ -88,11 +92,14 @@ def parse(line: str, *, depth: int = 0) -> Parsed:
 
     source = line.encode()
     tree = parser().parse(source)
-    for reread in (without_continuations, lines_apart):
+    for reread in (without_continuations, lines_apart, escaped_blanks, comments_in_words):
         changed = reread(source, tree.root_node)
         if changed != source:
             source, tree = changed, parser().parse(changed)
     found = _Found()
+    lost = skipped(source, tree.root_node)
+    if lost is not None:
+        found.errors.append(f"the grammar skips text bash reads at byte {lost + 1}")
     if depth > _NESTING:
         found.errors.append(f"substitutions nested more than {_NESTING} deep cannot be checked")
     else:
@@ -118,6 +125,7 @@ def _walk(root: object, source: bytes, found: _Found, depth: int) -> None:
         if kind == "redirected_statement":
             body = node.child_by_field_name("body")
             inner = _redirected_input(node, source) or stdin
+            _spill(node, body, source, found)
             stack += [(child, inner if child == body else stdin, level + 1)
                       for child in reversed(children)]
             continue
@@ -133,6 +141,19 @@ def _walk(root: object, source: bytes, found: _Found, depth: int) -> None:
                           level + 1))
 
 
+def _spill(statement: object, body: object | None, source: bytes, found: _Found) -> None:
+    """Words after a redirection's target are the command's (``sed > /dev/null -i f`` is
+    ``sed -i f``): the grammar puts them in the redirection."""
+    words = [group for child in statement.children_by_field_name("redirect")
+             for group in _redirect_parts(child, source)[1]]
+    if not words:
+        return
+    if body is None or body.type != "command":
+        found.errors.append("words after the redirection of a compound command")
+    else:
+        found.spilled[(body.start_byte, body.end_byte)] = words
+
+
 def _after_pipe(child: object) -> bool:
     previous = child.prev_sibling
     return child.is_named and previous is not None and previous.type in ("|", "|&")
@@ -142,9 +163,12 @@ def _record(node: object, source: bytes, found: _Found, stdin: Input | None) -> 
     kind = node.type
     parent = node.parent
     if kind == "command":
-        command = _simple(node, source, stdin)
+        command = _simple(node, source, stdin, spilled=found.spilled.get((node.start_byte, node.end_byte), []))
         if command is not None:
             found.commands.append(command)
+        if _ends_inside(node, source):
+            found.errors.append("a newline inside a command as the grammar reads it (after "
+                                "== or =~): bash ends the command there")
         name = node.child_by_field_name("name")
         if name is not None and name.named_child_count == 1 and name.named_children[0].type == "word":
             text = source[name.start_byte:name.end_byte].decode(errors="replace")
@@ -167,37 +191,42 @@ def _record(node: object, source: bytes, found: _Found, stdin: Input | None) -> 
             found.hidden.append(code)
 
 
-def _simple(node: object, source: bytes, stdin: Input | None, keyword: str = "") -> Command | None:
-    """A simple command (or a declaration: ``keyword`` is declare, export...). Children
-    that touch, or are apart by escaped characters only, are one word for bash: the
-    grammar splits ``'c'\\d`` (which is ``cd``) in two, drops the ``\\ `` of ``'r'\\ x``,
-    and ``x='a'\\b`` is an assignment only."""
+def _simple(node: object, source: bytes, stdin: Input | None, keyword: str = "",
+            spilled: list[list[Piece]] = ()) -> Command | None:
+    """A simple command (or a declaration: ``keyword`` is declare, export...), its words
+    as bash splits them: children that touch are one word (the grammar splits ``'c'\\d``,
+    which is ``cd``, in two; ``x='a'\\b`` is an assignment only), and the escapes it
+    skips between them (``\\ ``) are characters of a word."""
     argv: list[list[Piece]] = []
     assignments: list[tuple[str, list[Piece]]] = []
     herestring: list[Piece] | None = None
-    current: list[Piece] | None = None
-    end = -1
-    for child in node.named_children:
-        gap = source[end:child.start_byte] if current is not None else b" "
-        if child.type in _JOINABLE and _ESCAPES_ONLY.fullmatch(gap):
-            current += _escaped(gap) + pieces(child, source)
-            end = child.end_byte
+    current: list[Piece] | None = None  # the word a touching child or escape continues
+    children = node.children[1:] if keyword else node.children  # past declare, export...
+    end = node.children[0].end_byte if keyword else node.start_byte
+    for child in children:
+        current = _between(source[end:child.start_byte], current, argv)
+        end = child.end_byte
+        if child.type in _JOINABLE or not child.is_named:
+            if current is None:
+                current = []
+                argv.append(current)
+            current += [] if locale_dollar(child) else pieces(child, source)
             continue
-        end, current = child.end_byte, None
-        if child.type == "herestring_redirect":
-            herestring = current = [p for value in child.named_children[:1] for p in pieces(value, source)]
-        elif child.type == "file_redirect":
-            stdin = _file_input(child, source) or stdin
+        current = None
+        if child.type in ("herestring_redirect", "file_redirect"):
+            target, extra = _redirect_parts(child, source)
+            argv += extra
+            if child.type == "herestring_redirect":
+                herestring = list(target or [])
+            else:
+                stdin = _file_input(child, source) or stdin
         elif child.type == "variable_assignment":
             name = child.child_by_field_name("name")
             value = child.child_by_field_name("value")
             current = pieces(value, source) if value is not None else []
             assignments.append((_node_text(name, source) if name else "", current))
-        elif child.type in _JOINABLE:
-            current = pieces(child, source)
-            argv.append(current)
     words = [Word(keyword)] if keyword else []
-    words += [word for group in argv for word in expanded_words(group)]
+    words += [word for group in [*argv, *spilled] for word in expanded_words(group)]
     if not words:
         return None
     if herestring is not None:
@@ -206,8 +235,26 @@ def _simple(node: object, source: bytes, stdin: Input | None, keyword: str = "")
                                              for name, value in assignments))
 
 
-def _escaped(gap: bytes) -> list[Piece]:
-    return [(char, False, False) for char in gap.decode(errors="replace")[1::2]]
+def _ends_inside(node: object, source: bytes) -> bool:
+    """Whether an unquoted newline lies between two parts of a simple command: bash ends
+    the command there, the grammar read on (``echo ==<newline>cd /``)."""
+    children = node.children
+    return any(b"\n" in source[before.end_byte:after.start_byte]
+               for before, after in zip(children, children[1:]))
+
+
+def _between(gap: bytes, current: list[Piece] | None, argv: list[list[Piece]]) -> list[Piece] | None:
+    """Read the text between two children (spaces, and escapes the grammar skipped):
+    the word the next child continues, if it touches one."""
+    for match in _GAP.finditer(gap.decode(errors="replace")):
+        if match.group(1) is not None:  # whitespace ends a word
+            current = None
+            continue
+        if current is None:
+            current = []
+            argv.append(current)
+        current.append((match.group(2), False, False))
+    return current
 
 
 def _node_text(node: object, source: bytes) -> str:
@@ -255,20 +302,43 @@ def _file_input(node: object, source: bytes) -> Input | None:
     operator = next((c.type for c in node.children if not c.is_named), "")
     if _descriptor(node, source) not in ("", "0") or operator not in ("<", "<&"):
         return None
-    destination = node.child_by_field_name("destination")
-    if operator == "<&" or destination is None:
+    parts = _redirect_parts(node, source)[0]
+    if operator == "<&" or parts is None:
         return Input("file")
-    return Input("file", single_word(destination, source))
+    return Input("file", joined(parts))
+
+
+def _redirect_parts(node: object, source: bytes) -> tuple[list[Piece] | None, list[list[Piece]]]:
+    """A redirection's target (a here-string's text; none for a heredoc or ``>&-``), and
+    the words after it, which bash gives the command."""
+    groups: list[list[Piece]] = []
+    current, end = None, None
+    for child in node.named_children:
+        if child.type not in _JOINABLE or child.type == "file_descriptor":
+            current, end = None, child.end_byte
+            continue
+        current = _between(source[end:child.start_byte], current, groups) if end is not None else None
+        if current is None:
+            current = []
+            groups.append(current)
+        current += pieces(child, source)
+        end = child.end_byte
+    operator = next((c.type for c in node.children if not c.is_named), "")
+    if node.type == "heredoc_redirect" or operator.endswith("-") or not groups:
+        return None, groups
+    return groups[0], groups[1:]
 
 
 def _redirect_target(node: object, source: bytes) -> str | None:
     """The file an output redirection writes; None for input, descriptor duplication
     (2>&1, >&-) and /dev/null."""
     operator = next((c.type for c in node.children if not c.is_named), "")
-    destination = node.child_by_field_name("destination")
-    if destination is None or operator not in _OUTPUT_OPERATORS:
+    if operator not in _OUTPUT_OPERATORS:
         return None
-    target = single_word(destination, source)
+    parts = _redirect_parts(node, source)[0]
+    if parts is None:
+        return "?"  # a target the grammar did not read: a file for all vet knows
+    target = joined(parts)
     if operator == ">&" and (target.isdigit() or target == "-"):
         return None
     return None if target in _NOT_FILES else str(target)
@@ -279,8 +349,8 @@ def _read_write_target(node: object, source: bytes) -> str | None:
     not know the operator and reads ``<`` then an error."""
     if not _read_write(node):
         return None
-    destination = node.child_by_field_name("destination")
-    return str(single_word(destination, source)) if destination is not None else "?"
+    parts = _redirect_parts(node, source)[0]
+    return str(joined(parts)) if parts is not None else "?"
 
 
 def _read_write(node: object) -> bool:

@@ -16,6 +16,8 @@ SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "
 # Shell options that make bash run text it was not given as code: history expansion
 # (!:1* re-runs words of an earlier line), -k (NAME=value anywhere sets the variable).
 _SET_OPTIONS = {"H": "history expansion", "k": "keyword assignments"}
+# For a shell's own command line: -i makes it interactive (aliases, history expansion).
+_SHELL_OPTIONS = {**_SET_OPTIONS, "i": "interactive mode (aliases, history expansion)"}
 _SET_NAMES = {"history": "history expansion", "histexpand": "history expansion",
               "keyword": "keyword assignments"}
 FOREIGN_SHELLS = frozenset({"csh", "tcsh", "nu", "elvish", "xonsh", "pwsh", "rc", "es", "oil",
@@ -73,7 +75,7 @@ def special_file(path: str) -> bool:
 
 def shell(command: str, args: tuple[str, ...], stdin: Input | None, code: Code) -> None:
     """A shell's program: -c STRING, a script file, or its standard input."""
-    expands = set_option(leading_options(args))
+    expands = set_option(leading_options(args), _SHELL_OPTIONS)
     if expands and command != "fish":
         code.findings.append(Finding("opaque", f"{command} turns on {expands}, which runs text "
                                      "vet reads as data"))
@@ -168,17 +170,19 @@ def leading_options(args: tuple[str, ...]) -> tuple[str, ...]:
     return args[:end]
 
 
-def set_option(args: tuple[str, ...]) -> str | None:
+def set_option(args: tuple[str, ...], letters: dict[str, str] = _SET_OPTIONS) -> str | None:
     """The option of set (or of a shell's command line) that makes bash run text."""
     for index, arg in enumerate(args):
         if arg in ("-o", "+o") or arg.startswith("--"):
             value = args[index + 1] if index + 1 < len(args) else ""
             if arg == "-o" and value in _SET_NAMES:
                 return _SET_NAMES[value]
+            if arg == "--interactive" and "i" in letters:
+                return letters["i"]
         elif arg.startswith("-"):
             for letter in arg[1:]:
-                if letter in _SET_OPTIONS:
-                    return _SET_OPTIONS[letter]
+                if letter in letters:
+                    return letters[letter]
         elif not literal(arg):
             return "options built when the line runs"
     return None

@@ -61,7 +61,8 @@ def pieces(node: object, source: bytes) -> list[Piece]:
     text = source[node.start_byte:node.end_byte].decode(errors="replace")
     kind = node.type
     if kind in ("command_name", "concatenation"):
-        return [piece for child in node.children for piece in pieces(child, source)]
+        return [piece for child in node.children if not locale_dollar(child)
+                for piece in pieces(child, source)]
     if kind in ("word", "number", "variable_name"):
         return _unquoted(text)
     if kind == "raw_string":
@@ -70,9 +71,21 @@ def pieces(node: object, source: bytes) -> list[Piece]:
         return [(decode_ansi_c(text[2:-1]), False, False)]
     if kind in ("string", "translated_string"):
         return _double_quoted(node, source)
-    if kind == "brace_expression":  # {1..3}: unquoted characters
-        return [(char, True, False) for char in text]
+    if kind in ("brace_expression", "regex"):  # {1..3} (\\{1..3} is no expansion), =~ x
+        return _unquoted(text)
+    if not node.is_named:  # a token the grammar cut out of a word (=~, \\$): its text
+        return _unquoted(text)
     return [(text, False, True)]  # an expansion, a substitution, or what is not known
+
+
+def locale_dollar(node: object) -> bool:
+    """The ``$`` of ``$"..."`` (bash's translated string: the text of the string), which
+    the grammar reads as a token of its own inside a word."""
+    following = node.next_sibling
+    while following is not None and following.type == "concatenation":
+        following = following.children[0] if following.children else None
+    return node.text == b"$" and following is not None and following.type == "string" and \
+        following.start_byte == node.end_byte
 
 
 def expanded_words(parts: list[Piece]) -> list[Word]:
