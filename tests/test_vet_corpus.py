@@ -196,7 +196,7 @@ def test_what_vet_approves_bash_runs_without_breaking_a_rule(lab):
 
 # Random lines of bash's tokens, quoting and separators around a cd or a write: where
 # tree-sitter's grammar and bash read a line differently, vet must not be the one fooled.
-RANDOM_LINES = 2000
+RANDOM_LINES = 1500
 CD_TOKENS = ["c", "d", "cd", " ", " ", " ", "'", '"', "\\", "\n", ";", "&", "|", "(", ")", "{",
              "}", "$", "`", "#", "<", ">", "=", "x", "..", "$'", "\\\n", "\\x63", "e", ",",
              "*", "?", "[", "]", "!", "~", "-", "\t", "2", "<<", "<<<", "EOF", "$(", "${",
@@ -205,6 +205,13 @@ WRITE_TOKENS = ["rm", "r", "m", " a.txt", " ", " ", " ", "'", '"', "\\", "\n", "
                 "(", ")", "{", "}", "$", "`", "#", "<", ">", ">>", "=", "x", "../outside/f", "$'",
                 "\\\n", "sed", " -i", " s/a/b/", "-", "i", "*", "~", "$(", "echo", "tee", "<<<",
                 "bash", " -c", "eval", "1", "2", "&>", "git", " tag t", "touch", "<>", "=="]
+CONSTRUCT_TOKENS = ["cd ..", "cd", " ..", "c", "d", " ", " ", "\n", ";", ";;", "&", "|", "(", ")",
+                    "{ ", " }", "case x in ", "x) ", " esac", "if ", " then ", " fi", "for i in 1",
+                    " do ", " done", "while ", "function f ", "f() ", "coproc ", "trap ", " EXIT",
+                    "eval ", "'", '"', "\\", "$(", "`", "<<E\n", "\nE\n", "<<'E'\n", "<<<", "$((",
+                    "))", "[[ ", " ]]", "((", "#", "bash -c ", "echo ", " > ../outside/f", ">",
+                    "$'", "\\x63", "alias a=", "a", "x=", "$x", "${", "}", "select s in a",
+                    "time ", "!", "-", "--", "exec ", "builtin ", "command "]
 
 
 def random_lines(tokens: list[str], seed: int, needle: str) -> list[str]:
@@ -222,12 +229,14 @@ def test_random_lines_vet_approves_break_no_rule(lab):
     """And the control: of the lines vet refuses for a cd, a redirect or a write, a good
     part does change directory or the workspace when run: the lines are attacks."""
     directory, template, shim = lab
-    cds = random_lines(CD_TOKENS, SEED, "cd")
+    cds = random_lines(CD_TOKENS, SEED, "cd") + random_lines(CONSTRUCT_TOKENS, SEED + 2, "")
     writes = random_lines(WRITE_TOKENS, SEED + 1, "")
-    baseline = [line for line in cds if shellpolicy.decide(line).allowed]
-    verify = [line for line in writes if shellpolicy.decide_verify(line).allowed]
-    refused = [line for line in cds if shellpolicy.decide(line).code == "cd"][:100] + \
-        [line for line in writes if shellpolicy.decide_verify(line).code in ("mutation", "redirect")][:100]
+    codes = {line: shellpolicy.decide(line).code for line in cds}
+    codes.update({line: shellpolicy.decide_verify(line).code for line in writes})
+    baseline = [line for line in cds if codes[line] is None]
+    verify = [line for line in writes if codes[line] is None]
+    refused = [line for line in cds if codes[line] == "cd"][:100] + \
+        [line for line in writes if codes[line] in ("mutation", "redirect")][:100]
     outcomes = run_cases(baseline + verify + refused, template, shim)
     broken = [(line, outcome) for line, outcome in zip(baseline + verify, outcomes)
               if outcome.chdirs or outcome.outside or (line in verify and outcome.changed)]

@@ -181,6 +181,8 @@ def _record(node: object, source: bytes, found: _Found, stdin: Input | None) -> 
             found.commands.append(command)
     elif kind == "variable_assignment" and parent.type not in ("command", "declaration_command"):
         found.assignments += _assignments(parent, source, only=node)
+    elif kind == "heredoc_redirect" and not _heredoc_delimited(node):
+        found.errors.append("a heredoc the grammar reads otherwise than bash (its delimiter)")
     elif kind == "file_redirect":
         target = _redirect_target(node, source) or _read_write_target(node, source)
         if target is not None:
@@ -217,7 +219,7 @@ def _simple(node: object, source: bytes, stdin: Input | None, keyword: str = "",
             target, extra = _redirect_parts(child, source)
             argv += extra
             if child.type == "herestring_redirect":
-                herestring = list(target or [])
+                herestring = current = list(target or [])  # touching words continue it
             else:
                 stdin = _file_input(child, source) or stdin
         elif child.type == "variable_assignment":
@@ -306,6 +308,15 @@ def _file_input(node: object, source: bytes) -> Input | None:
     if operator == "<&" or parts is None:
         return Input("file")
     return Input("file", joined(parts))
+
+
+def _heredoc_delimited(node: object) -> bool:
+    """Whether the heredoc ends at its own delimiter, as bash reads it (``--<<E`` made
+    the grammar take a later line for part of the heredoc's end)."""
+    start = next((c.text for c in node.children if c.type == "heredoc_start"), b"")
+    end = next((c.text for c in node.children if c.type == "heredoc_end"), None)
+    delimiter = re.sub(rb"\\(.)|['\"]", lambda m: m.group(1) or b"", start)
+    return b"<" not in start and (end is None or end == delimiter)
 
 
 def _redirect_parts(node: object, source: bytes) -> tuple[list[Piece] | None, list[list[Piece]]]:

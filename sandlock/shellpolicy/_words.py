@@ -74,7 +74,7 @@ def pieces(node: object, source: bytes) -> list[Piece]:
     if kind in ("brace_expression", "regex"):  # {1..3} (\\{1..3} is no expansion), =~ x
         return _unquoted(text)
     if not node.is_named:  # a token the grammar cut out of a word (=~, \\$): its text
-        return _unquoted(text)
+        return [(text, False, True)] if text == "$" else _unquoted(text)  # $ may expand
     return [(text, False, True)]  # an expansion, a substitution, or what is not known
 
 
