@@ -251,15 +251,6 @@ def test_policy_test_requests_and_endpoints():
 
 # --- `sandlock vet` --------------------------------------------------------------------------
 
-# The shellpolicy helper's branch fixes these (issue "Input that holds", `sandlock vet`):
-# sandlock.shellpolicy walks the parse tree recursively (a RecursionError some 300 levels
-# or 1000 list items down), and encodes the command strictly (a command line that is
-# not UTF-8 reaches it with surrogates). Remove the marks once it is merged.
-THEIRS = (RecursionError, UnicodeEncodeError)
-_SHELLPOLICY = pytest.mark.xfail(raises=THEIRS, strict=False,
-                                 reason="sandlock.shellpolicy: the shellpolicy helper's fix")
-
-
 def _verdict(command: str, *flags: str) -> None:
     code, out, err = judged(["vet", *flags, "--", command])
     assert code in (0, 1) and err == "", (command, code, err)
@@ -268,32 +259,22 @@ def _verdict(command: str, *flags: str) -> None:
 
 
 def test_vet_commands():
-    """Every mutant gets a verdict. Those that fail only in sandlock.shellpolicy's
-    known places (THEIRS) make the test an expected failure until that fix is merged;
-    anything else fails it."""
+    """Every mutant, strict and --verify --json, gets one line of verdict."""
     judged(["vet", "--", VET_SEEDS[0]], budget=10)
-    theirs = []
     for flags, command in [*(((), command) for command in
                              [*VET_SEEDS, *mutants(VET_SEEDS, 250, salt="vet", nests=VET_NESTS)]),
                            *((("--verify", "--json"), command) for command in
                              mutants(VET_SEEDS, 50, salt="vet --verify --json", nests=VET_NESTS))]:
-        try:
-            _verdict(command, *flags)
-        except THEIRS as exc:
-            theirs.append((type(exc).__name__, command))
-    if theirs:
-        pytest.xfail(f"{len(theirs)} commands hit sandlock.shellpolicy's known failures "
-                     f"(the shellpolicy helper's fix), the first: {theirs[0][0]} on "
-                     f"{theirs[0][1][:80]!r}")
+        _verdict(command, *flags)
 
 
 @pytest.mark.parametrize("command", [
-    pytest.param("$(" * 400 + "x" + ")" * 400, marks=_SHELLPOLICY, id="$( x400"),
-    pytest.param('"$(' * 300 + "x" + ')"' * 300, marks=_SHELLPOLICY, id='"$( x300'),
-    pytest.param("cat " + "<(" * 600 + "x" + ")" * 600, marks=_SHELLPOLICY, id="<( x600"),
-    pytest.param(" && ".join(["true"] * 1000), marks=_SHELLPOLICY, id="&& x1000"),
-    pytest.param(" || ".join(["true"] * 1000), marks=_SHELLPOLICY, id="|| x1000"),
-    pytest.param("echo \udcff\udca2", marks=_SHELLPOLICY, id="not UTF-8"),
+    pytest.param("$(" * 400 + "x" + ")" * 400, id="$( x400"),
+    pytest.param('"$(' * 300 + "x" + ')"' * 300, id='"$( x300'),
+    pytest.param("cat " + "<(" * 600 + "x" + ")" * 600, id="<( x600"),
+    pytest.param(" && ".join(["true"] * 1000), id="&& x1000"),
+    pytest.param(" || ".join(["true"] * 1000), id="|| x1000"),
+    pytest.param("echo \udcff\udca2", id="not UTF-8"),
     pytest.param("(" * 600 + "x" + ")" * 600, id="( x600"),
     pytest.param("{ " * 600 + "x; " + "} " * 600, id="{ x600"),
     pytest.param(" ; ".join(["true"] * 3000), id="; x3000"),

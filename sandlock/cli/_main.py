@@ -106,7 +106,7 @@ def _vet(args: Namespace) -> int:
     from .. import shellpolicy
 
     decide = shellpolicy.decide_verify if args.verify else shellpolicy.decide
-    decision = decide(" ".join(words))
+    decision = decide(" ".join(words), permissive=args.permissive)
     if args.json:
         import json
 

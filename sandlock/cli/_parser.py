@@ -155,12 +155,16 @@ def _build(wanted: str | None) -> argparse.ArgumentParser:
 
 def _add_vet_parser(commands: argparse._SubParsersAction) -> None:
     vet = commands.add_parser(
-        "vet", help=COMMANDS["vet"], usage="sandlock vet [--verify] [--json] -- 'COMMAND'",
+        "vet", help=COMMANDS["vet"],
+        usage="sandlock vet [--verify] [--permissive] [--json] -- 'COMMAND'",
         description="Decide whether an agent's bash command may run (docs/vet.md): a first "
         "pass, not a boundary. Exit status: 0 allowed, 1 refused (the reason on stdout), "
         "2 for invalid options.")
     vet.add_argument("--verify", action="store_true",
                      help="verify mode: also refuse commands that change files or the repository")
+    vet.add_argument("--permissive", action="store_true",
+                     help="read code built when the line runs ($CMD, bash -c \"$x\") as written "
+                     "instead of refusing it")
     vet.add_argument("--json", action="store_true",
                      help='print {"allowed": ..., "code": ..., "reason": ...}')
     vet.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND")
