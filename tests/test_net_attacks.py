@@ -1081,10 +1081,10 @@ def test_abstract_unix_socket_of_an_outside_listener():
 
 def _context(*rules: str, bind: str | None = None):
     from sandlock.net._judge import OwnListeners, RunContext
-    from sandlock.net._netpolicy import NetPolicy
-    from sandlock.net._ports import parse_ports
-    from sandlock.net._spec import parse_allow
-    from sandlock.net._pins import PinTable
+    from sandlock.netrules._netpolicy import NetPolicy
+    from sandlock.netrules._ports import parse_ports
+    from sandlock.netrules._spec import parse_allow
+    from sandlock.netrules._pins import PinTable
 
     policy = NetPolicy(allow=tuple(map(parse_allow, rules)), bind_ports=parse_ports(bind) if bind else None)
     return RunContext(policy, PinTable(), OwnListeners(), ipc_scoped=True)

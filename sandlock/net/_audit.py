@@ -6,7 +6,7 @@ import sys
 import threading
 from io import TextIOBase
 
-from ._netpolicy import Verdict
+from ..netrules import Verdict
 from ._sockaddr import SockAddress, describe, printable
 
 TYPE_CHECKING = False

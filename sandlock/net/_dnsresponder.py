@@ -46,9 +46,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, Union
 
+    from ..netrules import IPAddress, PinTable
     from ._dnsmessage import FullQuery
     from ._dnswire import SimpleQuery
-    from ._pins import IPAddress, PinTable
 
     Query = Union[SimpleQuery, FullQuery]
 

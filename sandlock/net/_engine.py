@@ -16,6 +16,7 @@ import threading
 from functools import partial
 
 from ..kernel import native_arch
+from ..netrules import NetPolicy, PinTable, canonical_address, parse_allow, parse_deny, parse_ports, resolved_names
 from ..proxy import HttpRules
 from . import _execute
 from ._audit import Audit
@@ -24,12 +25,8 @@ from ._execute import ConfinedWorker
 from ._judge import ABSTRACT_SCOPE, OwnListeners, RunContext, unparked
 from ._materialize import Socket
 from ._nests import NestRefused
-from ._netpolicy import NetPolicy, canonical_address
-from ._pins import PinTable
-from ._ports import parse_ports
 from ._services import Services
 from ._sockaddr import InetAddress, SockAddress, UnixAddress, inet
-from ._spec import parse_allow, parse_deny, resolved_names
 from ._supervisor import Supervisor
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
@@ -39,6 +36,7 @@ if TYPE_CHECKING:
 
     from .._auditlog import AuditLog
     from ..kernel import Listener, Notification
+    from ..netrules import PortSet
     from ..policy import Policy
     from ._http import HttpRun
     from ._execute import Outcome
@@ -47,7 +45,6 @@ if TYPE_CHECKING:
     from ._materialize import Request
     from ._nesting import NestingService
     from ._udpsink import UdpSink
-    from ._ports import PortSet
     from ._review import NetworkCall
 
 DNS_START_TIMEOUT = 30.0  # pinning is bounded by the resolver's lifetime, far below this

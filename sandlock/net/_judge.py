@@ -12,12 +12,10 @@ import errno
 import os
 
 from .._record import field, record, replace
+from ..netrules import Endpoint, NetPolicy, PinTable, Verdict, canonical_address, rules_admit, unmapped
 from ._materialize import Message, Socket
-from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address, rules_admit
 from ._ownsockets import SandboxSockets
-from ._pins import PinTable
 from ._sockaddr import AF_NETLINK, InetAddress, OtherAddress, SockAddress, UnixAddress
-from ._spec import unmapped
 
 
 @record(frozen=False)

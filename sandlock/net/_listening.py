@@ -18,10 +18,10 @@ import errno
 import os
 import threading
 
+from ..netrules import Verdict, canonical_address
 from ._execute import connect as _connect
 from ._execute import disconnect, local_port
 from ._judge import LISTENER_TAKEN_REASON, OWN_LISTENER_REASON, Decision
-from ._netpolicy import Verdict, canonical_address
 from ._sockaddr import InetAddress
 
 TYPE_CHECKING = False

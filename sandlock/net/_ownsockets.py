@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeVar
 
-    from ._netpolicy import NetPolicy
+    from ..netrules import NetPolicy
 
     T = TypeVar("T")
 

@@ -7,11 +7,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..netrules import NetPolicy
     from ._binder import PathBind
     from ._execute import ConfinedWorker, Outcome
     from ._judge import Decision
     from ._materialize import Request, Socket
-    from ._netpolicy import NetPolicy
     from ._sockaddr import InetAddress, SockAddress, UnixAddress
 
 

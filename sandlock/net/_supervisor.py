@@ -27,6 +27,7 @@ from ..kernel import (
     Notification,
     open_pidfd,
 )
+from ..netrules import Verdict
 from . import _execute, _sending
 from ._audit import Audit
 from ._execute import Deferred, Outcome
@@ -46,7 +47,6 @@ from ._materialize import (
     materialize,
 )
 from ._nests import Nests
-from ._netpolicy import Verdict
 from ._payload import HeldBytes, passes_memfd
 from ._services import Services
 from ._sockaddr import AF_UNIX, SockAddress, UnixAddress

@@ -23,18 +23,17 @@ from urllib.parse import urlsplit
 
 from .._grammar import words
 from .._record import record
-from ..net import (
+from ..net import DnsSettings, compile_policy
+from ..netrules import (
     DEFAULT_PROTOCOLS,
     ICMP,
     TCP,
-    DnsSettings,
     Endpoint,
     IPAddress,
     NetPolicy,
     NetRule,
     PinTable,
     Verdict,
-    compile_policy,
     parse_allow,
 )
 from ..proxy._rules import INSPECT, PASS, REFUSE

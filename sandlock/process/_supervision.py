@@ -98,7 +98,7 @@ class Supervision:
         # Decided before the fork: the command waits while take_listener runs.
         self._pins_at_start = False
         if policy.net_allow_specs or policy.has_http_rules:  # (only then: an import)
-            from ..net import pins_at_start
+            from ..netrules import pins_at_start
 
             self._pins_at_start = pins_at_start(policy)
         self._memfd_nr = _memfd_number() if self.wants_scratch else -1  # (see MEMFD_CALL)
