@@ -17,8 +17,8 @@ import dns.rdataclass
 import dns.rdatatype
 import pytest
 
-from sandlock.net import _dnsmessage, _dnswire
-from sandlock.net._dnswire import (
+from sandlock.dns import _dnsmessage, _dnswire
+from sandlock.dns._dnswire import (
     FORMERR,
     NOERROR,
     NXDOMAIN,

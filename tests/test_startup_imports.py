@@ -89,7 +89,7 @@ def test_a_default_run_imports_nothing_it_does_not_need(tmp_path):
 # resolver's files are read then (_hostsfile.SystemFiles: before the command could
 # change them; the module needs neither ipaddress nor the engine).
 NETWORK_GRAMMAR = {"sandlock.netrules._spec", "sandlock.netrules._inet", "sandlock.netrules._ports",
-                   "sandlock.net", "sandlock.net._hostsfile",
+                   "sandlock.dns", "sandlock.dns._hostsfile",
                    "sandlock._grammar"}  # (ports are numbers: the one grammar of them, ~0.1 ms)
 
 

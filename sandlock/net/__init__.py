@@ -14,9 +14,7 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._binder import serve as serve_binds
-    from ._dns import DnsSettings
     from ._engine import Network, compile_policy
-    from ._hostsfile import SystemFiles
     from ._http import HttpRun
     from ._judge import ABSTRACT_SCOPE, NESTING_NAME
     from ._review import NetworkCall
@@ -26,12 +24,10 @@ if TYPE_CHECKING:
 # each module is imported on first use, so importing the package costs nothing
 _EXPORTS = {
     "ABSTRACT_SCOPE": "_judge",
-    "DnsSettings": "_dns",
     "HttpRun": "_http",
     "NESTING_NAME": "_judge",
     "Network": "_engine",
     "NetworkCall": "_review",
-    "SystemFiles": "_hostsfile",
     "compile_policy": "_engine",
     "serve_binds": "_binder:serve",
 }

@@ -35,12 +35,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from .._auditlog import AuditLog
+    from ..dns import SystemFiles
     from ..kernel import Listener, Notification
     from ..netrules import PortSet
     from ..policy import Policy
     from ._http import HttpRun
     from ._execute import Outcome
-    from ._hostsfile import SystemFiles
     from ._judge import Decision
     from ._materialize import Request
     from ._nesting import NestingService
@@ -310,8 +310,7 @@ class Network(Services):
     def _pin_names(self) -> None:
         """Pin the policy's names (on the pinning thread). Names given with --resolve
         need nothing more: no resolver, no dnspython."""
-        from ._dns import DnsSettings, Upstream, pin_at_start
-        from ._hostsfile import HostsFile, SystemFiles
+        from ..dns import DnsSettings, HostsFile, SystemFiles, Upstream, pin_at_start
 
         settings = DnsSettings.from_policy(self._policy)
         names = self._rules.hostnames()
@@ -336,7 +335,7 @@ class Network(Services):
         with self._responder_lock:
             if self._responder is not None or self._dns_setup is None:
                 return  # up already, or pinning failed: lookups fail
-            from ._dnsresponder import DnsResponder
+            from ..dns import DnsResponder
 
             settings, upstream, hosts = self._dns_setup
             reason = "no --net-allow or --http-allow rule" if self._rules.http else "no --net-allow rule"

@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 
 from .._grammar import words
 from .._record import record
-from ..net import DnsSettings, compile_policy
+from ..dns import DnsSettings
+from ..net import compile_policy
 from ..netrules import (
     DEFAULT_PROTOCOLS,
     ICMP,

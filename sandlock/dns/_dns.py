@@ -6,7 +6,7 @@ module holds the rules shared by both: which answers may be pinned (``pinnable``
 how upstream servers are asked (``Upstream``) and the start-up pass (``pin_at_start``).
 
 dnspython costs tens of milliseconds to import, so it is imported only where a
-resolver is actually built: ``import sandlock._dns`` stays cheap, and a run whose
+resolver is actually built: ``import sandlock.dns._dns`` stays cheap, and a run whose
 names all come from ``--resolve`` never imports it.
 """
 
