@@ -1,4 +1,4 @@
-"""The rule grammar reads addresses with the C library's inet_pton (``net._inet``), so
+"""The rule grammar reads addresses with the C library's inet_pton (``netrules._inet``), so
 that policy checks before the command starts do without the ipaddress module; the
 engine compares ipaddress objects. Both must read every text alike: a text one accepts
 and the other refuses, or reads as another address, would make a checked policy mean

@@ -13,7 +13,6 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from ._binder import serve as serve_binds
     from ._engine import Network, compile_policy
     from ._http import HttpRun
     from ._judge import ABSTRACT_SCOPE, NESTING_NAME
@@ -29,7 +28,6 @@ _EXPORTS = {
     "Network": "_engine",
     "NetworkCall": "_review",
     "compile_policy": "_engine",
-    "serve_binds": "_binder:serve",
 }
 
 __all__ = sorted(_EXPORTS)

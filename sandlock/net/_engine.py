@@ -16,17 +16,25 @@ import threading
 from functools import partial
 
 from ..kernel import native_arch
+from ..netcall import (
+    Binder,
+    ConfinedWorker,
+    InetAddress,
+    PathBind,
+    SockAddress,
+    Socket,
+    UnixAddress,
+    become_the_command,
+    execute,
+    inet,
+    perform,
+)
 from ..netrules import NetPolicy, PinTable, canonical_address, parse_allow, parse_deny, parse_ports, resolved_names
 from ..proxy import HttpRules
-from . import _execute
 from ._audit import Audit
-from ._binder import Binder, PathBind, become_the_command, perform
-from ._execute import ConfinedWorker
 from ._judge import ABSTRACT_SCOPE, OwnListeners, RunContext, unparked
-from ._materialize import Socket
 from ._nests import NestRefused
 from ._services import Services
-from ._sockaddr import InetAddress, SockAddress, UnixAddress, inet
 from ._supervisor import Supervisor
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
@@ -37,12 +45,11 @@ if TYPE_CHECKING:
     from .._auditlog import AuditLog
     from ..dns import SystemFiles
     from ..kernel import Listener, Notification
+    from ..netcall import Outcome, Request
     from ..netrules import PortSet
     from ..policy import Policy
     from ._http import HttpRun
-    from ._execute import Outcome
     from ._judge import Decision
-    from ._materialize import Request
     from ._nesting import NestingService
     from ._udpsink import UdpSink
     from ._review import NetworkCall
@@ -234,7 +241,7 @@ class Network(Services):
         proxy = self._http.proxy
         if proxy is None:  # the run is ending
             return errno.ECONNREFUSED
-        local = _execute.local_address_for_redirect(sock)
+        local = execute.local_address_for_redirect(sock)
         if isinstance(local, int):
             return local
         listener = proxy.address_for(local[0])

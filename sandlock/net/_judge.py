@@ -12,10 +12,9 @@ import errno
 import os
 
 from .._record import field, record, replace
+from ..netcall import AF_NETLINK, InetAddress, Message, OtherAddress, SockAddress, Socket, UnixAddress
 from ..netrules import Endpoint, NetPolicy, PinTable, Verdict, canonical_address, rules_admit, unmapped
-from ._materialize import Message, Socket
 from ._ownsockets import SandboxSockets
-from ._sockaddr import AF_NETLINK, InetAddress, OtherAddress, SockAddress, UnixAddress
 
 
 @record(frozen=False)

@@ -40,10 +40,9 @@ import threading
 import time
 
 from ..kernel import tasks
+from ..netcall import InetAddress, Refused, UnixAddress
 from ..netrules import Endpoint, NetPolicy, Verdict, canonical_address
 from ._judge import TO_NESTING, Decision
-from ._materialize import Refused
-from ._sockaddr import InetAddress, UnixAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import errno
 
 from .._record import record
+from ..netcall import InetAddress
 from ..netrules import Verdict
 from ._judge import Decision
-from ._sockaddr import InetAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

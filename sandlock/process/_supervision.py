@@ -87,7 +87,7 @@ class Supervision:
         # The confined worker restricts itself with the command's ruleset, later.
         ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         # In namespaces, socket files are bound by a thread of the sandbox's init, on
-        # this channel (net._binder); ``binder_fd`` is init's end, for the launch.
+        # this channel (netcall._binder); ``binder_fd`` is init's end, for the launch.
         ours, self.binder_fd = seqpacket_pair() if confinement.isolation else (None, -1)
         self._network = NetworkSlot(policy, ruleset_fd, audit, quiet, http,
                                     self._runtime.review_network if self._runtime else None,
