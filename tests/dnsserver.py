@@ -24,7 +24,7 @@ import dns.rcode
 import dns.rdatatype
 import dns.rrset
 
-from sandlock.net._dnsresponder import _receive  # read exactly n bytes (TCP framing)
+from sandlock.dns._dnsresponder import _receive  # read exactly n bytes (TCP framing)
 
 TTL = 300
 

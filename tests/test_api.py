@@ -199,7 +199,7 @@ def test_runs_leak_no_descriptors():
 
 
 def test_confined_worker_hands_back_exceptions():
-    from sandlock.net._execute import ConfinedWorker
+    from sandlock.netcall._execute import ConfinedWorker
 
     worker = ConfinedWorker(None)
     try:

@@ -24,11 +24,11 @@ import dns.rrset
 import pytest
 
 from dnsserver import FakeDns
-from sandlock.net import _dns
+from sandlock.dns import _dns
 from sandlock import Policy
-from sandlock.net._dns import DnsSettings, Upstream, pin_at_start, pinnable
-from sandlock.net._dnsresponder import MAX_QUERY, DnsResponder
-from sandlock.net._pins import PinTable
+from sandlock.dns._dns import DnsSettings, Upstream, pin_at_start, pinnable
+from sandlock.dns._dnsresponder import MAX_QUERY, DnsResponder
+from sandlock.netrules._pins import PinTable
 
 ZONE = {
     "api.example.com": ["203.0.113.7", "2001:db8::7"],

@@ -1,4 +1,4 @@
-"""The DNS responder's fast path (net/_dnswire) against dnspython (net/_dnsmessage):
+"""The DNS responder's fast path (dns/_dnswire) against dnspython (dns/_dnsmessage):
 whatever the fast path reads, dnspython reads the same way, and the answers it writes
 are the messages dnspython writes. What it does not read goes to dnspython."""
 
@@ -17,8 +17,8 @@ import dns.rdataclass
 import dns.rdatatype
 import pytest
 
-from sandlock.net import _dnsmessage, _dnswire
-from sandlock.net._dnswire import (
+from sandlock.dns import _dnsmessage, _dnswire
+from sandlock.dns._dnswire import (
     FORMERR,
     NOERROR,
     NXDOMAIN,

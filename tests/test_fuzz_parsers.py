@@ -142,7 +142,7 @@ def test_a_timeout_past_the_bound_is_refused_before_anything_starts():
 # --- the grammars themselves, as options, files and the API share them -------------------
 
 def _parsers() -> dict[str, tuple[object, list[str]]]:
-    from sandlock import limits, net, proxy
+    from sandlock import limits, netrules, proxy
     from sandlock._grammar import decimal, whole
     from sandlock.policy import parse_endpoint, parse_request
 
@@ -151,11 +151,11 @@ def _parsers() -> dict[str, tuple[object, list[str]]]:
         "cpu list": (limits.parse_cpu_list, ["0", "0-1", "0,1"]),
         "whole number": (whole, ["0", "42", "9223372036854775807"]),
         "number": (decimal, ["30", "2.5", ".5"]),
-        "ports": (net.parse_ports, ["22,443", "8000-8100", "*"]),
-        "net rule": (net.read_allow, RULES["--net-allow"]),
-        "net deny": (net.read_deny, RULES["--net-deny"]),
-        "resolve": (net.read_resolve, RULES["--resolve"]),
-        "dns server": (net.read_dns_server, RULES["--dns-server"]),
+        "ports": (netrules.parse_ports, ["22,443", "8000-8100", "*"]),
+        "net rule": (netrules.read_allow, RULES["--net-allow"]),
+        "net deny": (netrules.read_deny, RULES["--net-deny"]),
+        "resolve": (netrules.read_resolve, RULES["--resolve"]),
+        "dns server": (netrules.read_dns_server, RULES["--dns-server"]),
         "http rule": (proxy.parse_rule, RULES["--http-allow"]),
         "auth rule": (proxy.parse_auth_rule, RULES["--http-auth"]),
         "request": (parse_request, ["GET https://api.github.com/repos/x/y",

@@ -1,4 +1,4 @@
-"""The rule grammar reads addresses with the C library's inet_pton (``net._inet``), so
+"""The rule grammar reads addresses with the C library's inet_pton (``netrules._inet``), so
 that policy checks before the command starts do without the ipaddress module; the
 engine compares ipaddress objects. Both must read every text alike: a text one accepts
 and the other refuses, or reads as another address, would make a checked policy mean
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from sandlock.net._inet import read_inet, read_network, to_address, to_network
+from sandlock.netrules._inet import read_inet, read_network, to_address, to_network
 
 _PARTS_V4 = ["0", "1", "01", "00", "255", "256", "1000", "0x1", "", " 1", "1 ", "-1", "٣", "1e1"]
 _PARTS_V6 = ["0", "1", "ffff", "FFFF", "10000", "0001", "00001", "g", "", "1.2.3.4", "1.2.3.04",

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import SANDLOCK, sandlock, users
 from dnsserver import FakeDns
-from sandlock.net._hostsfile import AFTER_DNS, FIRST, UNUSED, HostsFile, hosts_order
+from sandlock.dns._hostsfile import AFTER_DNS, FIRST, UNUSED, HostsFile, hosts_order
 
 PY = sys.executable
 IP = ip_address

@@ -1081,17 +1081,17 @@ def test_abstract_unix_socket_of_an_outside_listener():
 
 def _context(*rules: str, bind: str | None = None):
     from sandlock.net._judge import OwnListeners, RunContext
-    from sandlock.net._netpolicy import NetPolicy
-    from sandlock.net._ports import parse_ports
-    from sandlock.net._spec import parse_allow
-    from sandlock.net._pins import PinTable
+    from sandlock.netrules._netpolicy import NetPolicy
+    from sandlock.netrules._ports import parse_ports
+    from sandlock.netrules._spec import parse_allow
+    from sandlock.netrules._pins import PinTable
 
     policy = NetPolicy(allow=tuple(map(parse_allow, rules)), bind_ports=parse_ports(bind) if bind else None)
     return RunContext(policy, PinTable(), OwnListeners(), ipc_scoped=True)
 
 
 def _socket(family=socket.AF_INET, kind=socket.SOCK_DGRAM):
-    from sandlock.net._materialize import Socket
+    from sandlock.netcall._materialize import Socket
 
     return Socket(-1, family, kind, 0, False)
 
@@ -1106,7 +1106,7 @@ def test_verdict_connects_where_it_looked(family, destination, target):
     from ipaddress import ip_address
 
     from sandlock.net._judge import judge_destination
-    from sandlock.net._sockaddr import InetAddress
+    from sandlock.netcall._sockaddr import InetAddress
 
     decision = judge_destination(_socket(family), InetAddress(family, ip_address(destination), 8080),
                                  _context("127.0.0.1:8080", "[::1]:8080"))
@@ -1115,8 +1115,8 @@ def test_verdict_connects_where_it_looked(family, destination, target):
 
 def test_verdict_on_af_unspec_depends_on_the_call():
     from sandlock.net._judge import judge_destination, judge_message
-    from sandlock.net._materialize import Message
-    from sandlock.net._sockaddr import OtherAddress
+    from sandlock.netcall._materialize import Message
+    from sandlock.netcall._sockaddr import OtherAddress
 
     unspec = OtherAddress(0, bytes(16))
     ctx = _context("*", bind="*")
@@ -1131,8 +1131,8 @@ def test_verdict_refuses_source_routing_ancillary_data(kind):
     from ipaddress import ip_address
 
     from sandlock.net._judge import judge_message
-    from sandlock.net._materialize import Message
-    from sandlock.net._sockaddr import InetAddress
+    from sandlock.netcall._materialize import Message
+    from sandlock.netcall._sockaddr import InetAddress
 
     destination = InetAddress(socket.AF_INET, ip_address(ALLOWED), 9)
     routed = Message(destination, (b"x",), control_kinds=((1, 2), kind))
@@ -1151,7 +1151,7 @@ def test_remembered_verdicts_follow_new_pins_and_listeners():
     from ipaddress import ip_address
 
     from sandlock.net._judge import judge_destination
-    from sandlock.net._sockaddr import InetAddress
+    from sandlock.netcall._sockaddr import InetAddress
 
     ctx = _context("api.example.test:443", "127.0.0.1:5353")
     api = InetAddress(socket.AF_INET, ip_address("192.0.2.7"), 443)

@@ -7,7 +7,7 @@ from ipaddress import ip_address
 
 import pytest
 
-from sandlock.net._netpolicy import (
+from sandlock.netrules._netpolicy import (
     DNS_REDIRECT_REASON,
     EPHEMERAL_BIND_REASON,
     ICMP_BIND_REASON,
@@ -16,9 +16,9 @@ from sandlock.net._netpolicy import (
     Verdict,
     canonical_address,
 )
-from sandlock.net._ports import ALL_PORTS, parse_ports
-from sandlock.net._spec import parse_allow, parse_deny
-from sandlock.net._pins import PinTable
+from sandlock.netrules._ports import ALL_PORTS, parse_ports
+from sandlock.netrules._spec import parse_allow, parse_deny
+from sandlock.netrules._pins import PinTable
 
 GITHUB = "140.82.112.3"
 MIRROR_ONLY = "140.82.112.9"

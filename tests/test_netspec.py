@@ -7,7 +7,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_network
 
 import pytest
 
-from sandlock.net._spec import (
+from sandlock.netrules._spec import (
     ALL_PORTS,
     DnsServer,
     NetRule,

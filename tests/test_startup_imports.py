@@ -33,7 +33,7 @@ ALLOWED = {
     "sandlock.process._supervision", "sandlock.process._sandbox", "sandlock.process._terminal",
     "sandlock.process._inputs",  # (split from _sandbox: the checks of argv, fds, environment)
     "sandlock.process._networkslot",  # (split from _supervision: the engine, built when needed)
-    "sandlock.net",  # the package only: the engine is built after the command execs
+    "sandlock.netrules",  # the package only: its grammar is for runs with network rules
 }
 # Never loaded by a default run, not even after exec (TLS, the proxy, policy files,
 # DNS, vetting...).
@@ -88,8 +88,8 @@ def test_a_default_run_imports_nothing_it_does_not_need(tmp_path):
 # engine, with ipaddress, is built after exec when --resolve pins every name), and the
 # resolver's files are read then (_hostsfile.SystemFiles: before the command could
 # change them; the module needs neither ipaddress nor the engine).
-NETWORK_GRAMMAR = {"sandlock.net._spec", "sandlock.net._inet", "sandlock.net._ports",
-                   "sandlock.net._hostsfile",
+NETWORK_GRAMMAR = {"sandlock.netrules._spec", "sandlock.netrules._inet", "sandlock.netrules._ports",
+                   "sandlock.dns", "sandlock.dns._hostsfile",
                    "sandlock._grammar"}  # (ports are numbers: the one grammar of them, ~0.1 ms)
 
 

@@ -1,7 +1,7 @@
 """sandlock's own memory does not grow with what the command sends: a send that waits
 for a peer that never reads holds none of its bytes in the supervisor, a datagram too
 large for its socket is refused before it is copied, and what the supervisor does hold
-is bounded (net/_payload.py). Real confined processes; sandlock's RSS read from its
+is bounded (netcall/_payload.py). Real confined processes; sandlock's RSS read from its
 /proc/PID/status while the sends wait."""
 
 from __future__ import annotations

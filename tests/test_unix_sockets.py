@@ -181,10 +181,10 @@ def test_a_name_taken_during_the_operation_is_undone():
     socket is closed and a host socket takes its name just before sandlock connects.
     The check after the connect sees the socket gone: the connection is shut down
     before anything passes, the datagram association dissolved, the call fails."""
-    from sandlock.net._execute import connect
-    from sandlock.net._materialize import Socket
+    from sandlock.netcall._execute import connect
+    from sandlock.netcall._materialize import Socket
     from sandlock.net._ownsockets import SandboxSockets
-    from sandlock.net._sockaddr import UnixAddress
+    from sandlock.netcall._sockaddr import UnixAddress
 
     for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
         for race in (False, True):
@@ -371,7 +371,7 @@ def test_a_kernel_that_cannot_name_the_socket_is_said(capsys, monkeypatch):
     """Without unix_diag (CONFIG_UNIX_DIAG) nothing is known as the sandbox's: said
     once, and nothing is reached on a guess."""
     from sandlock.net import _ownsockets
-    from sandlock.net._sockaddr import UnixAddress
+    from sandlock.netcall._sockaddr import UnixAddress
 
     def refused(*args):
         raise OSError(errno.EPROTONOSUPPORT, "Protocol not supported")

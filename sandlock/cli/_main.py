@@ -239,7 +239,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
 def _note_portless_rules(rules: Sequence[str]) -> None:
     """A --net-allow HOST without ports opens every port of HOST, TCP and UDP, which a
     user meaning one service may not expect: said in one line (-q silences it)."""
-    from ..net import portless
+    from ..netrules import portless
 
     opened = [(text, *found) for text in rules if (found := portless(text))]
     if not opened:

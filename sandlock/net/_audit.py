@@ -6,8 +6,8 @@ import sys
 import threading
 from io import TextIOBase
 
-from ._netpolicy import Verdict
-from ._sockaddr import SockAddress, describe, printable
+from ..netcall import SockAddress, describe, printable
+from ..netrules import Verdict
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -16,20 +16,25 @@ import threading
 from functools import partial
 
 from ..kernel import native_arch
+from ..netcall import (
+    Binder,
+    ConfinedWorker,
+    InetAddress,
+    PathBind,
+    SockAddress,
+    Socket,
+    UnixAddress,
+    become_the_command,
+    execute,
+    inet,
+    perform,
+)
+from ..netrules import NetPolicy, PinTable, canonical_address, parse_allow, parse_deny, parse_ports, resolved_names
 from ..proxy import HttpRules
-from . import _execute
 from ._audit import Audit
-from ._binder import Binder, PathBind, become_the_command, perform
-from ._execute import ConfinedWorker
 from ._judge import ABSTRACT_SCOPE, OwnListeners, RunContext, unparked
-from ._materialize import Socket
 from ._nests import NestRefused
-from ._netpolicy import NetPolicy, canonical_address
-from ._pins import PinTable
-from ._ports import parse_ports
 from ._services import Services
-from ._sockaddr import InetAddress, SockAddress, UnixAddress, inet
-from ._spec import parse_allow, parse_deny, resolved_names
 from ._supervisor import Supervisor
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
@@ -38,16 +43,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from .._auditlog import AuditLog
+    from ..dns import SystemFiles
     from ..kernel import Listener, Notification
+    from ..netcall import Outcome, Request
+    from ..netrules import PortSet
     from ..policy import Policy
     from ._http import HttpRun
-    from ._execute import Outcome
-    from ._hostsfile import SystemFiles
     from ._judge import Decision
-    from ._materialize import Request
     from ._nesting import NestingService
     from ._udpsink import UdpSink
-    from ._ports import PortSet
     from ._review import NetworkCall
 
 DNS_START_TIMEOUT = 30.0  # pinning is bounded by the resolver's lifetime, far below this
@@ -237,7 +241,7 @@ class Network(Services):
         proxy = self._http.proxy
         if proxy is None:  # the run is ending
             return errno.ECONNREFUSED
-        local = _execute.local_address_for_redirect(sock)
+        local = execute.local_address_for_redirect(sock)
         if isinstance(local, int):
             return local
         listener = proxy.address_for(local[0])
@@ -313,8 +317,7 @@ class Network(Services):
     def _pin_names(self) -> None:
         """Pin the policy's names (on the pinning thread). Names given with --resolve
         need nothing more: no resolver, no dnspython."""
-        from ._dns import DnsSettings, Upstream, pin_at_start
-        from ._hostsfile import HostsFile, SystemFiles
+        from ..dns import DnsSettings, HostsFile, SystemFiles, Upstream, pin_at_start
 
         settings = DnsSettings.from_policy(self._policy)
         names = self._rules.hostnames()
@@ -339,7 +342,7 @@ class Network(Services):
         with self._responder_lock:
             if self._responder is not None or self._dns_setup is None:
                 return  # up already, or pinning failed: lookups fail
-            from ._dnsresponder import DnsResponder
+            from ..dns import DnsResponder
 
             settings, upstream, hosts = self._dns_setup
             reason = "no --net-allow or --http-allow rule" if self._rules.http else "no --net-allow rule"

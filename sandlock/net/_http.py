@@ -203,7 +203,7 @@ def _reachable_hosts(policy: Policy, rules: HttpRules) -> list[str]:
     TLS server name never is."""
     if policy.net_deny:
         return ["*"]
-    from ._spec import parse_allow
+    from ..netrules import parse_allow
 
     hosts = {rule.host for rule in rules.allow}
     for spec in policy.net_allow_specs:

@@ -12,12 +12,9 @@ import errno
 import os
 
 from .._record import field, record, replace
-from ._materialize import Message, Socket
-from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address, rules_admit
+from ..netcall import AF_NETLINK, InetAddress, Message, OtherAddress, SockAddress, Socket, UnixAddress
+from ..netrules import Endpoint, NetPolicy, PinTable, Verdict, canonical_address, rules_admit, unmapped
 from ._ownsockets import SandboxSockets
-from ._pins import PinTable
-from ._sockaddr import AF_NETLINK, InetAddress, OtherAddress, SockAddress, UnixAddress
-from ._spec import unmapped
 
 
 @record(frozen=False)

@@ -18,18 +18,16 @@ import errno
 import os
 import threading
 
-from ._execute import connect as _connect
-from ._execute import disconnect, local_port
+from ..netcall import InetAddress, disconnect, local_port
+from ..netcall import connect as _connect
+from ..netrules import Verdict, canonical_address
 from ._judge import LISTENER_TAKEN_REASON, OWN_LISTENER_REASON, Decision
-from ._netpolicy import Verdict, canonical_address
-from ._sockaddr import InetAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._execute import Deferred, Outcome
-    from ._materialize import Request, Socket
+    from ..netcall import Deferred, Outcome, Request, Socket
 
 MAX_PORTS = 1024  # ports remembered at once; the oldest are asked about first when full
 

@@ -29,7 +29,7 @@ import stat
 import tempfile
 import threading
 
-from ._sockaddr import UnixAddress
+from ..netcall import UnixAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -40,17 +40,16 @@ import threading
 import time
 
 from ..kernel import tasks
+from ..netcall import InetAddress, Refused, UnixAddress
+from ..netrules import Endpoint, NetPolicy, Verdict, canonical_address
 from ._judge import TO_NESTING, Decision
-from ._materialize import Refused
-from ._netpolicy import Endpoint, NetPolicy, Verdict, canonical_address
-from ._sockaddr import InetAddress, UnixAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..netrules import PinTable
     from ._ownsockets import SandboxSockets
-    from ._pins import PinTable
 
 PROBE_TIMEOUT = 10.0  # seconds: a paused sandbox holds its nested residents too
 MAX_NESTS = 64  # each is asked about every thread's first call: a bound on that cost

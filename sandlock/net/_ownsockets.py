@@ -10,16 +10,14 @@ import threading
 
 from .._record import record, replace
 from ..kernel import unix_socket_file, unix_socket_name
-from ._execute import Deferred, Outcome, disconnect
-from ._materialize import Socket
-from ._sockaddr import SockAddress, UnixAddress
+from ..netcall import Deferred, Outcome, SockAddress, Socket, UnixAddress, disconnect
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeVar
 
-    from ._netpolicy import NetPolicy
+    from ..netrules import NetPolicy
 
     T = TypeVar("T")
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 import errno
 
 from .._record import record
+from ..netcall import InetAddress
+from ..netrules import Verdict
 from ._judge import Decision
-from ._netpolicy import Verdict
-from ._sockaddr import InetAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._spec import IPAddress
+    from ..netrules import IPAddress
 
 
 @record

@@ -7,12 +7,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._binder import PathBind
-    from ._execute import ConfinedWorker, Outcome
+    from ..netcall import ConfinedWorker, InetAddress, Outcome, PathBind, Request, SockAddress, Socket, UnixAddress
+    from ..netrules import NetPolicy
     from ._judge import Decision
-    from ._materialize import Request, Socket
-    from ._netpolicy import NetPolicy
-    from ._sockaddr import InetAddress, SockAddress, UnixAddress
 
 
 class Services:

@@ -27,9 +27,25 @@ from ..kernel import (
     Notification,
     open_pidfd,
 )
-from . import _execute, _sending
+from ..netcall import (
+    AF_UNIX,
+    Deferred,
+    HeldBytes,
+    Message,
+    Outcome,
+    PidfdCache,
+    Refused,
+    Request,
+    SockAddress,
+    UnixAddress,
+    WorkerPool,
+    execute,
+    materialize,
+    passes_memfd,
+    sending,
+)
+from ..netrules import Verdict
 from ._audit import Audit
-from ._execute import Deferred, Outcome
 from ._judge import (
     OWN_LISTENER_REASON,
     OWN_SOCKET,
@@ -39,19 +55,9 @@ from ._judge import (
     judge_listen,
 )
 from ._listening import SandboxListeners
-from ._materialize import (
-    Message,
-    Refused,
-    Request,
-    materialize,
-)
 from ._nests import Nests
-from ._netpolicy import Verdict
-from ._payload import HeldBytes, passes_memfd
 from ._services import Services
-from ._sockaddr import AF_UNIX, SockAddress, UnixAddress
 from ._verdicts import Verdicts
-from ._workers import PidfdCache, WorkerPool
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -231,7 +237,7 @@ class Supervisor:
         if decision.parked:  # a denied UDP connect: to the sink, said at its first datagram
             return self._services.park(request, decision, self._verdicts.record)
         if syscall == "listen":
-            outcome = _execute.listen(request.socket, request.flags)
+            outcome = execute.listen(request.socket, request.flags)
             if not outcome[1] and decision.protocol == "tcp":
                 self.listening.add(request.socket)  # reachable from inside, on loopback
             return outcome
@@ -242,20 +248,20 @@ class Supervisor:
             # under the command's own rules.
             if decision.protocol in _AS_THE_COMMAND or isinstance(decision.target, UnixAddress):
                 return self._bind_as_the_command(request, decision.target)
-            return _execute.bind(request.socket, decision.target)
+            return execute.bind(request.socket, decision.target)
         target = self._target(request, decision)
         if target is None:
             return -1, errno.ECONNREFUSED
         if isinstance(target, int):
             return -1, target
         if decision.protocol == "netlink":  # a datagram socket: never Deferred
-            return self._services.confined_worker().call(lambda: _execute.connect(request.socket, target))
+            return self._services.confined_worker().call(lambda: execute.connect(request.socket, target))
         if request.socket.family == AF_UNIX:
             return self._on_unix(request, target, decision,
-                                 lambda: _execute.connect(request.socket, target))
+                                 lambda: execute.connect(request.socket, target))
         if decision.verdict.reason == OWN_LISTENER_REASON:  # (asked of the kernel again)
             return self.listening.connect(request, target, self._verdicts.record)
-        return _execute.connect(request.socket, target)  # may be Deferred
+        return execute.connect(request.socket, target)  # may be Deferred
 
     def _bind_path(self, request: Request) -> Outcome:
         """A socket file, bound by the binder as the command would bind it (in its mount
@@ -275,7 +281,7 @@ class Supervisor:
                 os.close(ruleset)
         if error:
             return -1, error
-        self._context.own_sockets.add_file(_execute.socket_inode(request.socket))
+        self._context.own_sockets.add_file(execute.socket_inode(request.socket))
         return 0, 0
 
     def _bind_as_the_command(self, request: Request, address: SockAddress) -> Outcome:
@@ -284,7 +290,7 @@ class Supervisor:
         An abstract name, or one the kernel chooses (autobind), is bound here: the name
         it got is then asked of the kernel, with the socket's identity."""
         sock = request.socket
-        outcome = self._services.confined_worker().call(lambda: _execute.bind(sock, address))
+        outcome = self._services.confined_worker().call(lambda: execute.bind(sock, address))
         if not outcome[1] and isinstance(address, UnixAddress) and sock.family == AF_UNIX:
             self._context.own_sockets.add_abstract(sock.fd, request.nested)
         return outcome
@@ -327,7 +333,7 @@ class Supervisor:
         return sent, 0
 
     def _sent(self, request: Request, index: int, outcome: Outcome, *, late: bool = False) -> Outcome:
-        return _sending.sent(self._listener, request, index, outcome, late=late)
+        return sending.sent(self._listener, request, index, outcome, late=late)
 
     def _send_one(self, request: Request, message: Message, decision: Decision) -> Outcome | Deferred:
         if not decision.allowed:
@@ -343,11 +349,11 @@ class Supervisor:
             message = replace(message, destination=decision.target)
         if decision.protocol == "netlink":  # see _AS_THE_COMMAND
             return self._services.confined_worker().call(
-                lambda: _sending.send_blocking(request, message, self.held))
+                lambda: sending.send_blocking(request, message, self.held))
         if request.socket.family == AF_UNIX and message.destination is not None:
             return self._on_unix(request, message.destination, decision,
-                                 lambda: _sending.send(request.socket, message, request.flags, self.held))
-        return _sending.send(request.socket, message, request.flags, self.held)
+                                 lambda: sending.send(request.socket, message, request.flags, self.held))
+        return sending.send(request.socket, message, request.flags, self.held)
 
     def _target(self, request: Request, decision: Decision) -> SockAddress | int | None:
         """Where to connect/send: the destination, the DNS responder (None: down) or

@@ -25,18 +25,15 @@ import select
 import socket
 import threading
 
-from . import _execute
+from ..netcall import execute, inet
 from ._judge import unparked
-from ._sockaddr import inet
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._execute import Outcome
+    from ..netcall import InetAddress, Outcome, Request, SockAddress
     from ._judge import Decision
-    from ._materialize import Request
-    from ._sockaddr import InetAddress, SockAddress
 
     Record = Callable[[Request, SockAddress, Decision], None]
 
@@ -72,7 +69,7 @@ class UdpSink:
         sock, destination = request.socket, request.address
         denial = unparked(decision)
         target = self._target(sock.family, destination)
-        if target is None or _execute.connect(sock, target)[1]:
+        if target is None or execute.connect(sock, target)[1]:
             record(request, destination, denial)
             return -1, denial.error
         try:

@@ -6,22 +6,21 @@ policy_fn's word, a denied UDP connect parked) and the audit record it leaves.""
 from __future__ import annotations
 
 from .._record import replace
+from ..netcall import InetAddress
 from ._judge import judge_destination, judge_message, named, park
 from ._nests import narrowed
 from ._review import reviewed
-from ._sockaddr import InetAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..netcall import Message, Request, SockAddress
     from ._audit import Audit
     from ._judge import Decision, RunContext
     from ._listening import SandboxListeners
-    from ._materialize import Message, Request
     from ._review import NetworkCall
     from ._services import Services
-    from ._sockaddr import SockAddress
 
 
 class Verdicts:

@@ -23,18 +23,18 @@ from urllib.parse import urlsplit
 
 from .._grammar import words
 from .._record import record
-from ..net import (
+from ..dns import DnsSettings
+from ..net import compile_policy
+from ..netrules import (
     DEFAULT_PROTOCOLS,
     ICMP,
     TCP,
-    DnsSettings,
     Endpoint,
     IPAddress,
     NetPolicy,
     NetRule,
     PinTable,
     Verdict,
-    compile_policy,
     parse_allow,
 )
 from ..proxy._rules import INSPECT, PASS, REFUSE

@@ -143,19 +143,19 @@ def waivers(name: str, value: object) -> tuple[str, ...]:
 
 
 def specs(parse_name: str) -> object:
-    """A normaliser checking each spec with ``net.<parse_name>`` (kept as written)."""
+    """A normaliser checking each spec with ``netrules.<parse_name>`` (kept as written)."""
 
     def normalise(name: str, value: object) -> tuple[str, ...]:
         given = strings(name, value)
         if not given:
             return given
-        from .. import net  # its grammar: only imported by runs with network options
+        from .. import netrules  # its grammar: only imported by runs with network options
         from .._grammar import BLANKS
 
         # Spaces and tabs only: str.strip() would drop U+2028 too, and "\u2028*" became "*".
         specs = tuple(dict.fromkeys(s.strip(BLANKS) for s in given))
 
-        each_parses(name, specs, getattr(net, parse_name))
+        each_parses(name, specs, getattr(netrules, parse_name))
         return specs
 
     return normalise
@@ -292,10 +292,10 @@ def hosts(name: str, value: object) -> tuple[str, ...]:
     """Hosts reached on every port (--net-allow-host): a name or an address, no scheme,
     no ports, not '*'."""
     checked = specs("read_allow")(name, value)
-    from .. import net
+    from .. import netrules
 
     for host in checked:
-        rule = net.read_allow(host)
+        rule = netrules.read_allow(host)
         if "://" in host or rule.any_host or not rule.ports.all:
             raise PolicyError(name, f"{host!r}: expected a host name or address alone "
                               "(ports and schemes go in --net-allow)")

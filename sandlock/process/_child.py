@@ -65,7 +65,7 @@ class ChildSpec:
     probe_fd: int = -1
     no_terminal: bool = False  # --max-output: no terminal to write to (leave_the_terminal)
     # In the sandbox's namespaces: init's end of the channel on which sandlock asks its
-    # binder for the command's pathname binds (net._binder).
+    # binder for the command's pathname binds (netcall._binder).
     binder_fd: int = -1
 
 

@@ -99,7 +99,7 @@ def _check(policy: Policy, applied: frozenset[str] = APPLIED, enclosed: bool = F
 
 
 def _tcp_rules(policy: Policy) -> TcpRules:
-    from ..net import TCP, parse_allow, parse_ports
+    from ..netrules import TCP, parse_allow, parse_ports
 
     allowed = [parse_ports(ports) for ports in policy.net_connect]
     for spec in policy.net_allow:

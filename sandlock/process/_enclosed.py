@@ -105,7 +105,7 @@ def launch_enclosed(sandbox: Sandbox, argv: list[str], function: Callable[[int],
 
 def _register(policy: Policy, network: str, ruleset: int) -> socket.socket | None:
     """The enclosing supervisor told the run's network rules (net._nesting), and the
-    Landlock ruleset its command's socket files are bound under (net._binder); returns
+    Landlock ruleset its command's socket files are bound under (netcall._binder); returns
     the keeper's end of the socket its questions will come on (None: not registered).
 
     A run with the sandbox's network registers for its socket files alone, where its

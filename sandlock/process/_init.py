@@ -62,11 +62,11 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
 
 def _binder(channel: int, ruleset: int) -> None:
     """A thread of init, in the sandbox's namespaces and outside the command's domain,
-    which binds the command's sockets to paths for sandlock (``net._binder``): idle, and
+    which binds the command's sockets to paths for sandlock (``netcall._binder``): idle, and
     nothing loaded, until the first request."""
     try:
         select.select([channel], [], [])
-        from ..net import serve_binds
+        from ..netcall import serve_binds
     except BaseException:  # noqa: BLE001 - nothing may be printed in the sandbox
         os.close(channel)  # sandlock's request then fails (EACCES), never waits
         return

@@ -37,7 +37,7 @@ class NetworkSlot:
         # The resolver's files, read now, before the command exists to change them.
         self._system = None
         if policy.net_allow_specs or policy.net_deny or policy.has_http_rules:
-            from ..net import SystemFiles
+            from ..dns import SystemFiles
 
             self._system = SystemFiles.read()
         self.keeper = 0  # its pid (the engine counts the sandbox's seccomp filters on it)

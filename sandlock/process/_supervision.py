@@ -87,7 +87,7 @@ class Supervision:
         # The confined worker restricts itself with the command's ruleset, later.
         ruleset_fd = os.dup(confinement.ruleset.fileno()) if confinement.ruleset else None
         # In namespaces, socket files are bound by a thread of the sandbox's init, on
-        # this channel (net._binder); ``binder_fd`` is init's end, for the launch.
+        # this channel (netcall._binder); ``binder_fd`` is init's end, for the launch.
         ours, self.binder_fd = seqpacket_pair() if confinement.isolation else (None, -1)
         self._network = NetworkSlot(policy, ruleset_fd, audit, quiet, http,
                                     self._runtime.review_network if self._runtime else None,
@@ -98,7 +98,7 @@ class Supervision:
         # Decided before the fork: the command waits while take_listener runs.
         self._pins_at_start = False
         if policy.net_allow_specs or policy.has_http_rules:  # (only then: an import)
-            from ..net import pins_at_start
+            from ..netrules import pins_at_start
 
             self._pins_at_start = pins_at_start(policy)
         self._memfd_nr = _memfd_number() if self.wants_scratch else -1  # (see MEMFD_CALL)

@@ -11,7 +11,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ..net import NetRule, NetworkCall
+    from ..net import NetworkCall
+    from ..netrules import NetRule
 
 
 class LiveRules:
@@ -84,7 +85,7 @@ class LiveRules:
 
 
 def _admit(rules: tuple[NetRule, ...], call: NetworkCall) -> bool:
-    from ..net import Endpoint, rules_admit
+    from ..netrules import Endpoint, rules_admit
 
     if not rules:
         return False
@@ -95,7 +96,7 @@ def _admit(rules: tuple[NetRule, ...], call: NetworkCall) -> bool:
 
 
 def _rules(endpoints: Iterable[str], method: str) -> tuple[NetRule, ...]:
-    from ..net import parse_allow
+    from ..netrules import parse_allow
 
     if isinstance(endpoints, str):
         raise TypeError(f"{method}: expected a list of endpoints, got the string {endpoints!r}")

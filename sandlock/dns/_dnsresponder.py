@@ -24,7 +24,7 @@ its ~45 ms import is not on a command's first lookup); others by dnspython
 (``_dnsmessage``). Both go through the same decision (``_decide``).
 
 ``policy`` is any object with ``admits_name(name: str) -> bool`` and
-``admits_address(address: IPv4Address | IPv6Address, name: str) -> bool`` (``_netpolicy.NetPolicy``
+``admits_address(address: IPv4Address | IPv6Address, name: str) -> bool`` (``netrules.NetPolicy``
 in sandlock; a duck type so that the two modules do not depend on each other).
 """
 
@@ -46,9 +46,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, Union
 
+    from ..netrules import IPAddress, PinTable
     from ._dnsmessage import FullQuery
     from ._dnswire import SimpleQuery
-    from ._pins import IPAddress, PinTable
 
     Query = Union[SimpleQuery, FullQuery]
 

@@ -20,7 +20,7 @@ from ._dnswire import AAAA, FORMERR, NOTIMP, RESPONSE_PAYLOAD, TTL, A, hostname,
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ._pins import IPAddress
+    from ..netrules import IPAddress
 
 _RDATA = {A: dns.rdtypes.IN.A.A, AAAA: dns.rdtypes.IN.AAAA.AAAA}
 

@@ -16,7 +16,7 @@ from .._record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ._pins import IPAddress
+    from ..netrules import IPAddress
 
 # RFC 1035 / 6891 / 9460 numbers (dnspython's enums hold the same values).
 A, PTR, AAAA, OPT, SVCB, HTTPS = 1, 12, 28, 41, 64, 65

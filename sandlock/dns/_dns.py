@@ -6,7 +6,7 @@ module holds the rules shared by both: which answers may be pinned (``pinnable``
 how upstream servers are asked (``Upstream``) and the start-up pass (``pin_at_start``).
 
 dnspython costs tens of milliseconds to import, so it is imported only where a
-resolver is actually built: ``import sandlock._dns`` stays cheap, and a run whose
+resolver is actually built: ``import sandlock.dns._dns`` stays cheap, and a run whose
 names all come from ``--resolve`` never imports it.
 """
 
@@ -18,9 +18,8 @@ from collections.abc import Iterable
 from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
 
 from .._record import record
+from ..netrules import IPAddress, PinTable, normalise_name, parse_dns_server, parse_resolve, unmapped
 from ._hostsfile import UNUSED, HostsFile
-from ._pins import IPAddress, PinTable, normalise_name
-from ._spec import parse_dns_server, parse_resolve, unmapped
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms to import; checkers honour this spelling
 if TYPE_CHECKING:

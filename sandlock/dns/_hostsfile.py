@@ -24,11 +24,11 @@ from __future__ import annotations
 import os
 
 from .._record import record
-from ._spec import is_localhost, normalise_name
+from ..netrules import is_localhost, normalise_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ._pins import IPAddress
+    from ..netrules import IPAddress
 
 HOSTS = "/etc/hosts"
 NSSWITCH = "/etc/nsswitch.conf"

@@ -30,7 +30,7 @@ from ._sockaddr import SockAddress, UnixAddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ._netpolicy import NetPolicy
+    from ..netrules import NetPolicy
 
 SOCKADDR_MAX = 128  # sizeof(struct sockaddr_storage): the kernel refuses longer (EINVAL)
 IOV_MAX = 1024  # UIO_MAXIOV
