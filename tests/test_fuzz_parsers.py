@@ -39,6 +39,9 @@ from fuzzing import (
 from sandlock._errors import PolicyError, SandlockError, error_line
 
 BUDGET = 0.2  # CPU seconds per input, in process (a hang or a quadratic step: seconds)
+# vet parses the whole line with tree-sitter: ~0.12 s for a pipeline of 2,000 commands
+# (24 KB), the largest the mutants make; a quadratic step there takes seconds.
+VET_BUDGET = 0.6
 PER_OPTION = 100
 
 
@@ -252,7 +255,7 @@ def test_policy_test_requests_and_endpoints():
 # --- `sandlock vet` --------------------------------------------------------------------------
 
 def _verdict(command: str, *flags: str) -> None:
-    code, out, err = judged(["vet", *flags, "--", command])
+    code, out, err = judged(["vet", *flags, "--", command], budget=VET_BUDGET)
     assert code in (0, 1) and err == "", (command, code, err)
     assert out.count("\n") == 1 and out[:-1].isprintable(), (command, out)
     assert out.startswith("{" if flags else ("allowed" if code == 0 else "refused ("))

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ._reread import (comments_in_words, escaped_blanks, heredoc, heredoc_quoted, lines_apart,
-                      skipped, without_continuations)
+from ._reread import (bracket_depth, comments_in_words, escaped_blanks, first_error, heredoc,
+                      heredoc_quoted, lines_apart, read_write, skipped, without_continuations)
 from ._words import (Piece, Word, expanded_words, joined, locale_dollar, pieces, quoted_code,
                      single_word)
 
@@ -40,7 +40,6 @@ _RESERVED = frozenset({"{", "}", "then", "fi", "do", "done", "esac", "elif", "el
                        "if", "while", "until", "for", "case", "select", "function", "[[",
                        "]]", "!"})
 _NESTING = 8  # heredocs holding backquotes holding heredocs...: deeper is refused
-_BRACKET = re.compile(rb"[()]")
 _DEPTH = 300  # levels of the tree (a substitution is three): deeper is refused, not walked
 
 
@@ -92,7 +91,7 @@ def parse(line: str, *, depth: int = 0) -> Parsed:
     from ._grammar import parser  # tree-sitter: imported on first use only
 
     source = line.encode()
-    if _bracket_depth(source) > _DEPTH:  # refused by the walk anyway: spare the grammar's
+    if bracket_depth(source) > _DEPTH:  # refused by the walk anyway: spare the grammar's
         # error recovery, which grows faster than the line
         return Parsed((), (), f"nested more than {_DEPTH} levels deep: too deep to check")
     tree = parser().parse(source)
@@ -100,7 +99,7 @@ def parse(line: str, *, depth: int = 0) -> Parsed:
         changed = reread(source, tree.root_node)
         if changed != source:
             source, tree = changed, parser().parse(changed)
-    error = _first_error(tree.root_node)
+    error = first_error(tree.root_node)
     if error is not None:  # the verdict: nothing the walk finds outranks it
         return Parsed((), (), error)
     found = _Found()
@@ -113,15 +112,6 @@ def parse(line: str, *, depth: int = 0) -> Parsed:
         _walk(tree.root_node, source, found, depth)
     return Parsed(tuple(found.commands), tuple(found.writes), next(iter(found.errors), None),
                   tuple(found.assignments), tuple(found.hidden))
-
-
-def _bracket_depth(source: bytes) -> int:
-    """How deep ( and ) nest, quotes not minded: more than _DEPTH is no command to check."""
-    depth = deepest = 0
-    for match in _BRACKET.finditer(source):
-        depth += 1 if match[0] == b"(" else -1
-        deepest = max(deepest, depth)
-    return deepest
 
 
 def _walk(root: object, source: bytes, found: _Found, depth: int) -> None:
@@ -375,16 +365,10 @@ def _redirect_target(node: object, source: bytes) -> str | None:
 def _read_write_target(node: object, source: bytes) -> str | None:
     """``<> FILE`` opens FILE for reading and writing (creating it); the grammar does
     not know the operator and reads ``<`` then an error."""
-    if not _read_write(node):
+    if not read_write(node):
         return None
     parts = _redirect_parts(node, source)[0]
     return str(joined(parts)) if parts is not None else "?"
-
-
-def _read_write(node: object) -> bool:
-    kinds = [child.type for child in node.children]
-    return "<" in kinds and kinds[kinds.index("<") + 1:kinds.index("<") + 2] == ["ERROR"] and \
-        node.children[kinds.index("<") + 1].text == b">"
 
 
 def _merge(found: _Found, inner: Parsed) -> None:
@@ -394,20 +378,3 @@ def _merge(found: _Found, inner: Parsed) -> None:
     found.hidden += inner.hidden
     if inner.syntax_error:
         found.errors.append(inner.syntax_error)
-
-
-def _first_error(node: object) -> str | None:
-    if not node.has_error:
-        return None
-    queue, skipped = [node], False
-    for current in queue:  # breadth first: the outermost error
-        if current.type == "command_substitution" and current.text.startswith(b"`") or \
-                current.type == "file_redirect" and _read_write(current):
-            # `...` is read again once bash's backslashes are removed (_walk); <> is
-            # bash's, read as a write
-            skipped = True
-            continue
-        if current.type == "ERROR" or current.is_missing:
-            return f"not valid bash at column {current.start_point[1] + 1}"
-        queue += current.children
-    return None if skipped else "not valid bash"

@@ -12,6 +12,7 @@ import re
 from ._words import Piece, Word, joined
 
 _HEREDOC_ESCAPE = re.compile(r"\\([$`\\\n])")
+_BRACKET = re.compile(rb"[()]")
 
 
 def lines_apart(source: bytes, root: object) -> bytes:
@@ -192,3 +193,38 @@ def _heredoc_text(text: str, backquoted: list[str]) -> list[Piece]:
 
 def _strip_tabs(text: str) -> str:
     return "\n".join(line.lstrip("\t") for line in text.split("\n"))
+
+
+def bracket_depth(source: bytes) -> int:
+    """How deep ( and ) nest, quotes not minded (a nest deeper than the walk goes is
+    refused before the grammar's error recovery, which grows faster than the line)."""
+    depth = deepest = 0
+    for match in _BRACKET.finditer(source):
+        depth += 1 if match[0] == b"(" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def read_write(node: object) -> bool:
+    """A redirection ``<>``, which the grammar reads as ``<`` then an error."""
+    kinds = [child.type for child in node.children]
+    return "<" in kinds and kinds[kinds.index("<") + 1:kinds.index("<") + 2] == ["ERROR"] and \
+        node.children[kinds.index("<") + 1].text == b">"
+
+
+def first_error(node: object) -> str | None:
+    """Where the grammar found the line not to be bash (the outermost place), if it did."""
+    if not node.has_error:
+        return None
+    queue, skipped = [node], False
+    for current in queue:  # breadth first: the outermost error
+        if current.type == "command_substitution" and current.text.startswith(b"`") or \
+                current.type == "file_redirect" and read_write(current):
+            # `...` is read again once bash's backslashes are removed (_walk); <> is
+            # bash's, read as a write
+            skipped = True
+            continue
+        if current.type == "ERROR" or current.is_missing:
+            return f"not valid bash at column {current.start_point[1] + 1}"
+        queue += current.children
+    return None if skipped else "not valid bash"
