@@ -37,7 +37,7 @@ _TIMED_RUN = r"""
 import os, sys, time
 T0 = time.perf_counter()
 import sandlock.process._process as process
-import sandlock.process._sandbox as sandbox
+import sandlock.api._sandbox as sandbox
 import sandlock.process._supervision as supervision
 marks = {}
 def timed(owner, name, label):

@@ -15,39 +15,29 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
     from .policy import Policy
-    from .process import (
-        CallError,
-        CallResult,
-        Pipeline,
-        PipelineResult,
-        Result,
-        Sandbox,
-        SandboxedProcess,
-        Stage,
-        TimeoutExpired,
-        confine,
-    )
+    from .api import CallError, CallResult, Pipeline, PipelineResult, Result, Sandbox, Stage, confine
+    from .process import SandboxedProcess, TimeoutExpired
     from .runtime import Context, Event
 
 _EXPORTS = {
-    "CallError": "process",
-    "CallResult": "process",
+    "CallError": "api",
+    "CallResult": "api",
     "Context": "runtime",
     "Event": "runtime",
     "PolicyError": "_errors",
     "SandlockError": "_errors",
     "SetupError": "_errors",
     "Policy": "policy",
-    "Pipeline": "process",
-    "PipelineResult": "process",
-    "Result": "process",
-    "Sandbox": "process",
+    "Pipeline": "api",
+    "PipelineResult": "api",
+    "Result": "api",
+    "Sandbox": "api",
     "SandboxedProcess": "process",
-    "Stage": "process",
+    "Stage": "api",
     "TimeoutExpired": "process",
-    # Its own module, not "process": the names of one module are resolved together, and
+    # Its own module, not "api": the names of one module are resolved together, and
     # `from sandlock import Sandbox` must not load what confine() alone needs.
-    "confine": "process._confine_self:confine",
+    "confine": "api._confine_self:confine",
 }
 
 __all__ = [

@@ -281,7 +281,7 @@ def test_the_filter_never_asks_for_a_listener(tree, policy):
     from sandlock import Policy
     from sandlock.confinement import SelfConfinement
     from sandlock.kernel import filter_actions, seccomp
-    from sandlock.process._confine_self import _check
+    from sandlock.api._confine_self import _check
 
     policy = Policy(fs_readable=[tree["readable"]], **policy)
     confinement = SelfConfinement.prepare(policy, _check(policy))
@@ -478,7 +478,7 @@ def test_the_public_name_is_the_function_whatever_was_imported_first():
             "from sandlock import confine\n"
             "import sys\n"
             "print(callable(sandlock.confine), confine is sandlock.confine, "
-            "'sandlock.process._confine_self' in sys.modules)")
+            "'sandlock.api._confine_self' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "True", "True"]
     code = ("import sys, sandlock\n"

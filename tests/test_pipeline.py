@@ -287,7 +287,7 @@ def test_bad_arguments_name_themselves():
 def test_importing_sandlock_does_not_load_pipelines():
     code = ("import sys; from sandlock import Policy, Sandbox, Result\n"
             "Sandbox(Policy()).run(['true'])\n"
-            "print('sandlock.process._pipeline' in sys.modules)")
+            "print('sandlock.api._pipeline' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=tempfile.gettempdir(), check=True)
     assert done.stdout == "False\n"

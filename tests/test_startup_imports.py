@@ -30,7 +30,8 @@ ALLOWED = {
     "sandlock.confinement._grants",  # (split from _confinement: the paths a policy grants)
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
-    "sandlock.process._supervision", "sandlock.process._sandbox", "sandlock.process._terminal",
+    "sandlock.process._supervision", "sandlock.process._terminal",
+    "sandlock.api", "sandlock.api._sandbox",  # the embedding API: Sandbox is what a run launches
     "sandlock.process._inputs",  # (split from _sandbox: the checks of argv, fds, environment)
     "sandlock.process._networkslot",  # (split from _supervision: the engine, built when needed)
     "sandlock.netrules",  # the package only: its grammar is for runs with network rules
@@ -42,7 +43,7 @@ NEVER = {
     "asyncio", "ssl", "tempfile", "logging", "tomllib", "importlib.metadata",
     "mitmproxy", "cryptography", "dns", "tree_sitter",
     "sandlock.ca", "sandlock.shellpolicy", "sandlock.proxy._launcher",
-    "sandlock.process._confine_self", "sandlock.confinement._static",  # sandlock.confine() alone
+    "sandlock.api._confine_self", "sandlock.confinement._static",  # sandlock.confine() alone
     "sandlock.cow", "sandlock.process._cow", "sandlock.cli._workspace",  # --workdir runs only
     "sandlock._hostfile",  # runs that write a file of their own (--audit, --http-ca-out...)
 }

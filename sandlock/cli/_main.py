@@ -176,7 +176,8 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
              dry_run: bool = False, policy_files: tuple[str, ...] = ()) -> int:
     """Run ``command`` under ``policy`` in the foreground; its exit status.
     ``policy_files``: those it was read from (read-only in the sandbox)."""
-    from ..process import Sandbox, TimeoutExpired
+    from ..api import Sandbox
+    from ..process import TimeoutExpired
 
     # sandlock holds the supervisor (and later the proxy's secrets): not readable or
     # writable through /proc/PID/mem, environ or fd by anything of the same user.

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from ..confinement import SCRATCH
 from ..policy import Policy
-from ..process import Result, Sandbox
+from ..api import Result, Sandbox
 from . import _probes as probes
 
 PY = sys.executable

@@ -1,7 +1,7 @@
 """The run's network confinement: compiled policy, pinned DNS, responder, supervisor, audit.
 
 Built on a thread once the command has handed over its seccomp listener and exec'd
-(see process._sandbox._NetworkLauncher); the kernel holds the command's network calls until the
+(see api._sandbox._NetworkLauncher); the kernel holds the command's network calls until the
 supervisor reads them. DNS costs nothing until it is needed: names in the policy are pinned in the
 background as soon as the command starts (its first IP destination waits for them);
 otherwise the responder starts on the command's first DNS query.

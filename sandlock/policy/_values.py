@@ -16,7 +16,7 @@ from .._errors import PolicyError
 # Where select() and Condition.wait() still count (time.monotonic() + this stays exact to
 # the microsecond); beyond it, -t 1e10 passed validation and made run fail after starting
 # the command. Code polling with a remaining time in milliseconds (a C int: 24.8 days)
-# clamps it (process._pipeline).
+# clamps it (api._pipeline).
 MAX_TIMEOUT = 1_000_000_000
 MAX_PROCESSES = 1 << 22  # the kernel's PID_MAX_LIMIT: no more processes can exist at once
 

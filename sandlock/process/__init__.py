@@ -1,10 +1,10 @@
-"""The process side of a run: ``Sandbox`` forks the keeper (the subreaper that kills
-and reaps the whole sandbox), which forks the command, whose side applies the
-confinement and execs; terminal handoff and job control; output capture. And
-``confine``, which confines the calling process itself (no fork, no supervisor).
+"""The launch path of a run: the keeper (the subreaper that kills and reaps the whole
+sandbox) is forked, which forks the command, whose side applies the confinement and
+execs; the supervision loop that answers the kernel's notifications; terminal handoff
+and job control; output capture; the copy-on-write workspace of a run.
 
-Internal to sandlock (not public API); ``sandlock.Sandbox`` and friends are the
-public names.
+Internal to sandlock (not public API); ``sandlock.Sandbox`` and friends (sandlock.api)
+are the public names.
 """
 
 from __future__ import annotations
@@ -13,28 +13,36 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from ._call import CallError, CallResult
     from ._capture import Capture
-    from ._confine_self import confine
-    from ._pipeline import Pipeline, PipelineResult, Stage
-    from ._process import SandboxedProcess, TimeoutExpired
-    from ._sandbox import Result, Sandbox
+    from ._child import ChildSpec, exec_argv
+    from ._cow import CowRun, WorkspaceOutcome
+    from ._inputs import (check_argv, check_pass_fds, check_timeout, child_environment,
+                          inherited_ignored_signals)
+    from ._process import SandboxedProcess, TimeoutExpired, describe_start_error, spawn
+    from ._supervision import Supervision
+    from ._terminal import Foreground
+    from ._vouching import answer
 
-# name -> the private module defining it (``module:attribute`` when renamed here,
-# ``module:`` for the module itself);
-# each module is imported on first use, so importing the package costs nothing
+# name -> the private module defining it; each module is imported on first use, so
+# importing the package costs nothing
 _EXPORTS = {
-    "CallError": "_call",
-    "CallResult": "_call",
     "Capture": "_capture",
-    "confine": "_confine_self",
-    "Pipeline": "_pipeline",
-    "PipelineResult": "_pipeline",
-    "Result": "_sandbox",
-    "Sandbox": "_sandbox",
+    "ChildSpec": "_child",
+    "CowRun": "_cow",
+    "Foreground": "_terminal",
     "SandboxedProcess": "_process",
-    "Stage": "_pipeline",
+    "Supervision": "_supervision",
     "TimeoutExpired": "_process",
+    "WorkspaceOutcome": "_cow",
+    "answer": "_vouching",
+    "check_argv": "_inputs",
+    "check_pass_fds": "_inputs",
+    "check_timeout": "_inputs",
+    "child_environment": "_inputs",
+    "describe_start_error": "_process",
+    "exec_argv": "_child",
+    "inherited_ignored_signals": "_inputs",
+    "spawn": "_process",
 }
 
 __all__ = sorted(_EXPORTS)

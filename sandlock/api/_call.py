@@ -20,14 +20,14 @@ import traceback  # imported before the fork: the function's side imports nothin
 
 from .._errors import EXIT_TIMEOUT
 from .._record import record
-from ._inputs import check_timeout
+from ..process import check_timeout
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Protocol, TextIO
 
-    from ._process import SandboxedProcess
+    from ..process import SandboxedProcess
     from ._sandbox import Sandbox
 
     class Waitable(Protocol):
@@ -93,7 +93,7 @@ def call_in(sandbox: Sandbox, start: Callable[[int, int, int], Waitable],
     """Start a function's process with ``start(stdout, stderr, result)`` (descriptors
     it must pass on), collect what it prints and returns, wait for it (at most
     ``timeout``, else the policy's)."""
-    from ._capture import Capture
+    from ..process import Capture
     from ._sandbox import wait_or_kill
 
     timeout = sandbox.policy.timeout if timeout is None else timeout

@@ -10,17 +10,8 @@ from .._record import DataclassView, record
 from ..confinement import Confinement
 from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
 from ..policy import Policy
-from ._child import ChildSpec
-from ._inputs import (
-    check_argv,
-    check_pass_fds,
-    check_timeout,
-    child_environment,
-    inherited_ignored_signals,
-)
-from ._process import SandboxedProcess, TimeoutExpired, spawn
-from ._supervision import Supervision
-from ._terminal import Foreground
+from ..process import (ChildSpec, Foreground, SandboxedProcess, Supervision, TimeoutExpired, check_argv,
+                       check_pass_fds, check_timeout, child_environment, inherited_ignored_signals, spawn)
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -30,8 +21,8 @@ if TYPE_CHECKING:
     from ..limits import KernelLimits
     from ..net import HttpRun
     from ..runtime import Context, Event
+    from ..process import CowRun, WorkspaceOutcome
     from ._call import CallResult
-    from ._cow import CowRun, WorkspaceOutcome
     from ._handles import Clone, LiveProcess
     from ._live import LiveSandbox
     from ._nested import NestedSandbox
@@ -301,7 +292,7 @@ class Sandbox:
 
     def _run(self, argv: Sequence[str], timeout: float | None, input: bytes | None,
              capture_output: bool, pass_fds: Sequence[int], *, dry_run: bool = False) -> Result:
-        from ._capture import Capture  # threads: only paid for by callers who capture
+        from ..process import Capture  # threads: only paid for by callers who capture
         timeout = self.policy.timeout if timeout is None else check_timeout(timeout)
         limit = self.policy.max_output
         # Not captured but limited: passed on to sandlock's own stdout and stderr.
@@ -333,7 +324,7 @@ def start_workspace(policy: Policy, dry_run: bool, audit: AuditLog | None) -> Co
     """The run's copy-on-write workspace, if it has a workdir."""
     if policy.workdir is None:
         return None  # sandlock.cow is never imported by other runs
-    from ._cow import CowRun
+    from ..process import CowRun
 
     return CowRun(policy, dry_run=dry_run, audit=audit)
 

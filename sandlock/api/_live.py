@@ -19,15 +19,15 @@ import time
 
 from .._errors import EXIT_SETUP, EXIT_TIMEOUT, SetupError
 from ._handles import Clone, LiveProcess
-from ._process import describe_start_error
+from ..process import describe_start_error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ._call import CallResult
-    from ._cow import WorkspaceOutcome
-    from ._process import SandboxedProcess
+    from ..process import WorkspaceOutcome
+    from ..process import SandboxedProcess
     from ._sandbox import Sandbox
 
 _CREDENTIALS = struct.calcsize("3i")

@@ -58,15 +58,15 @@ class NestedSandbox:
 
     def exec(self, argv: Sequence[str], *, stdin: int | None = None, stdout: int | None = None,
              stderr: int | None = None, pass_fds: Sequence[int] = ()) -> LiveProcess:
-        from ._inputs import check_argv, check_pass_fds
+        from ..process import check_argv, check_pass_fds
 
         return self._live.exec(check_argv(argv), (stdin, stdout, stderr), check_pass_fds(pass_fds))
 
     def run(self, argv: Sequence[str], timeout: float | None = None, *, input: bytes | None = None,
             capture_output: bool = True) -> Result:
         """As ``Sandbox.run``; what the command leaves in its process group ends with it."""
-        from ._capture import Capture
-        from ._inputs import check_timeout
+        from ..process import Capture
+        from ..process import check_timeout
         from ._sandbox import Result, wait_or_kill
 
         timeout = self.policy.timeout if timeout is None else check_timeout(timeout)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import _signal
 import os
 
-from ._process import TimeoutExpired
+from ..process import TimeoutExpired
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -19,15 +19,15 @@ from contextlib import ExitStack
 
 from .._errors import EXIT_TIMEOUT
 from .._record import DataclassView, record
-from ._capture import Capture
-from ._inputs import check_argv, check_timeout
+from ..process import Capture
+from ..process import check_argv, check_timeout
 from ._sandbox import Sandbox
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ._process import SandboxedProcess
+    from ..process import SandboxedProcess
 
 _POLL_MOST = (1 << 31) - 1  # poll()'s timeout: milliseconds in a C int
 

@@ -19,9 +19,9 @@ import os
 
 from .._errors import PolicyError, SetupError
 from ..confinement import EnclosedConfinement
-from ._child import ChildSpec
-from ._process import spawn
-from ._terminal import Foreground
+from ..process import ChildSpec
+from ..process import spawn
+from ..process import Foreground
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..policy import Policy
-    from ._process import SandboxedProcess
+    from ..process import SandboxedProcess
     from ._sandbox import Sandbox
 
 _PROBED: list[bool] = []  # the answer, once per process
@@ -64,7 +64,7 @@ def launch_enclosed(sandbox: Sandbox, argv: list[str], function: Callable[[int],
                     stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
                     foreground: bool, resident: bool) -> SandboxedProcess:
     from ._confine_self import enclosed_confinement
-    from ._inputs import child_environment, inherited_ignored_signals
+    from ..process import child_environment, inherited_ignored_signals
     from ._sandbox import finish_launch, kernel_limits, open_audit
 
     if resident:

@@ -33,8 +33,8 @@ from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
 from ..confinement import apply_static, neutral_layer
 from ..kernel import close_on_exec_from, exited_children, landlock
 from ._call import Runner, flush_streams, fresh_stdin, standard_streams
-from ._child import exec_argv
-from ._vouching import answer
+from ..process import exec_argv
+from ..process import answer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

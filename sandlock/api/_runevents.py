@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .._auditlog import AuditLog
-    from ._process import SandboxedProcess
+    from ..process import SandboxedProcess
     from ._sandbox import Sandbox
 
 
@@ -44,7 +44,7 @@ def start_report(sandbox: Sandbox, argv: Sequence[str], process: SandboxedProces
     grant that would let it start (unless quiet); without a capture (``stderr`` None),
     on sandlock's own stderr."""
     from ..confinement import failure_notes
-    from ._inputs import child_environment
+    from ..process import child_environment
 
     policy = sandbox.policy
     lines = [f"sandlock: {process.start_error}"]
