@@ -15,13 +15,22 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
     from .policy import Policy
-    from .api import CallError, CallResult, Pipeline, PipelineResult, Result, Sandbox, Stage, confine
+    from .api import (CallError, CallResult, Change, ExitReason, ExitStatus, Pipeline, PipelineResult,
+                      Result, Sandbox, Stage, confine)
+    from .limits import Size as ByteSize
     from .process import SandboxedProcess, TimeoutExpired
     from .runtime import Context, Event
+    from .runtime import Event as SyscallEvent
 
 _EXPORTS = {
     "CallError": "api",
     "CallResult": "api",
+    "Change": "api",
+    "ExitReason": "api",
+    "ExitStatus": "api",
+    # Upstream Sandlock's names for ours (docs/api.md, "Coming from upstream Sandlock").
+    "ByteSize": "limits:Size",
+    "SyscallEvent": "runtime:Event",
     "Context": "runtime",
     "Event": "runtime",
     "PolicyError": "_errors",
@@ -41,10 +50,14 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ByteSize",
     "CallError",
     "CallResult",
+    "Change",
     "Context",
     "Event",
+    "ExitReason",
+    "ExitStatus",
     "Pipeline",
     "PipelineResult",
     "Policy",
@@ -55,6 +68,7 @@ __all__ = [
     "SandlockError",
     "SetupError",
     "Stage",
+    "SyscallEvent",
     "TimeoutExpired",
     "confine",
 ]

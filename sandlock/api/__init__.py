@@ -15,17 +15,21 @@ if TYPE_CHECKING:
     from ._call import CallError, CallResult
     from ._confine_self import confine
     from ._pipeline import Pipeline, PipelineResult, Stage
-    from ._sandbox import Result, Sandbox
+    from ._result import Change, ExitReason, ExitStatus, Result
+    from ._sandbox import Sandbox
 
 # name -> the private module defining it; each module is imported on first use, so
 # importing the package costs nothing
 _EXPORTS = {
     "CallError": "_call",
     "CallResult": "_call",
+    "Change": "_result",
+    "ExitReason": "_result",
+    "ExitStatus": "_result",
     "confine": "_confine_self",
     "Pipeline": "_pipeline",
     "PipelineResult": "_pipeline",
-    "Result": "_sandbox",
+    "Result": "_result",
     "Sandbox": "_sandbox",
     "Stage": "_pipeline",
 }

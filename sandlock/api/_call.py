@@ -204,13 +204,18 @@ def _stream(fd: int, mode: str, buffering: int = -1,
 
 
 def _error_message(exc: BaseException, context: str = "") -> bytes:
+    return pickle.dumps(error_outcome(exc, context))
+
+
+def error_outcome(exc: BaseException, context: str = "") -> tuple[str, str, str, str]:
+    """("error", type, message, traceback) of what a function raised."""
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     message = f"{context}: {exc}" if context else str(exc)
     # From the function's own frame on: the runner's is not the caller's business.
     frames = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
     text = "".join(traceback.format_exception(type(exc), exc, frames or exc.__traceback__))
-    return pickle.dumps(("error", name, message, text))
+    return ("error", name, message, text)
 
 
 def result_of(payload: bytes, code: int, stdout: bytes | None, stderr: bytes | None,

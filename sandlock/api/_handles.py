@@ -7,6 +7,7 @@ import _signal
 import os
 
 from ..process import TimeoutExpired
+from ._result import ExitStatus
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,11 +34,12 @@ class LiveProcess:
         """The sandbox's audit log, if it keeps one."""
         return self._live.audit
 
-    def wait(self, timeout: float | None = None) -> int:
-        """Its exit code (128+N for signal N); TimeoutExpired if it runs on."""
+    def wait(self, timeout: float | None = None) -> ExitStatus:
+        """Its exit code (128+N for signal N), which also says ``success`` and
+        ``reason`` (upstream's words); TimeoutExpired if it runs on."""
         if not self._live.wait_until(lambda: self.returncode is not None, timeout):
             raise TimeoutExpired
-        return self.returncode
+        return ExitStatus(self.returncode)
 
     def send_signal(self, sig: int) -> None:
         """``sig`` to its process group (what it started, unless they moved away).

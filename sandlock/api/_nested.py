@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from ._call import CallResult
     from ._handles import LiveProcess
-    from ._sandbox import Result
+    from ._result import Result
 
 READER_END_TIMEOUT = 5.0  # seconds, for the reader to see a killed resident's socket close
 
@@ -67,7 +67,8 @@ class NestedSandbox:
         """As ``Sandbox.run``; what the command leaves in its process group ends with it."""
         from ..process import Capture
         from ..process import check_timeout
-        from ._sandbox import Result, wait_or_kill
+        from ._result import Result
+        from ._sandbox import wait_or_kill
 
         timeout = self.policy.timeout if timeout is None else check_timeout(timeout)
         with Capture(input, capture_output) as capture:

@@ -19,8 +19,7 @@ from contextlib import ExitStack
 
 from .._errors import EXIT_TIMEOUT
 from .._record import DataclassView, record
-from ..process import Capture
-from ..process import check_argv, check_timeout
+from ..process import Capture, check_argv, check_timeout
 from ._sandbox import Sandbox
 
 TYPE_CHECKING = False
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..process import SandboxedProcess
+    from ._result import Result
 
 _POLL_MOST = (1 << 31) - 1  # poll()'s timeout: milliseconds in a C int
 
@@ -50,6 +50,15 @@ class Stage:
     def __or__(self, other: object) -> Pipeline:
         stages = _stages_of(other)
         return NotImplemented if stages is None else Pipeline((self, *stages))
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """(upstream's name for ``argv``)"""
+        return self.argv
+
+    def run(self, timeout: float | None = None, *, input: bytes | None = None) -> Result:
+        """This stage alone: ``sandbox.run(argv)``."""
+        return self.sandbox.run(self.argv, timeout, input=input)
 
 
 @record
@@ -119,6 +128,15 @@ class PipelineResult:
     def success(self) -> bool:
         """Every stage exited 0 (as with ``set -o pipefail``)."""
         return all(code == 0 for code in self.exit_codes)
+
+    @property
+    def error(self) -> str | None:
+        """What went wrong other than an exit status, as upstream says it: a stage
+        killed for time, or the first stage that could not start and why."""
+        if self.timed_out:
+            return "Pipeline timed out"
+        return next((f"stage {index + 1}: {error}" for index, error in enumerate(self.start_errors)
+                     if error), None)
 
 
 def _stages_of(operand: object) -> tuple[Stage, ...] | None:

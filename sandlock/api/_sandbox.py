@@ -6,12 +6,12 @@ import os
 import sys
 
 from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
-from .._record import DataclassView, record
 from ..confinement import Confinement
 from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
 from ..policy import Policy
 from ..process import (ChildSpec, Foreground, SandboxedProcess, Supervision, TimeoutExpired, check_argv,
                        check_pass_fds, check_timeout, child_environment, inherited_ignored_signals, spawn)
+from ._result import Result
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -29,31 +29,6 @@ if TYPE_CHECKING:
     from ._pipeline import Stage
 
 
-@record
-class Result:
-    """How a sandboxed command ended."""
-
-    exit_code: int  # shell convention: 128+N for signal N, 124 on timeout
-    stdout: bytes | None
-    stderr: bytes | None
-    timed_out: bool = False
-    start_error: str | None = None  # why the command could not be started, if it could not
-    # With a workdir: what became of its copy-on-write workspace (action, changes, id).
-    workspace: WorkspaceOutcome | None = None
-    __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
-
-    @property
-    def changes(self) -> tuple[tuple[str, str], ...]:
-        """The run's changes to its workdir, (kind, path): A added, M modified, D
-        deleted, paths relative to the workdir (directories end with "/")."""
-        return self.workspace.changes if self.workspace is not None else ()
-
-    @property
-    def signal(self) -> int | None:
-        """The signal that ended the command, if one did (not counting a timeout kill)."""
-        return self.exit_code - 128 if self.exit_code > 128 and not self.timed_out else None
-
-
 class Sandbox:
     """Runs commands and functions under one Policy; ``with Sandbox(...) as sb:`` keeps
     one sandbox running for the block (``exec``, ``call``, ``fork``, ``pause``, ...)."""
@@ -64,11 +39,13 @@ class Sandbox:
                  work: Callable[[], object] | None = None, *, audit: str | None = None,
                  quiet: bool = False, dangerously_allow_full_access: bool = False,
                  policy_fn: Callable[[Event, Context], object] | None = None,
-                 **fields: object) -> None:
+                 init_fn: Callable[[], object] | None = None,
+                 work_fn: Callable[[int], object] | None = None, **fields: object) -> None:
         """``policy``: a Policy, or the name of a profile to load (``Sandbox("build")``);
         ``fields``: Policy fields, on top of it (``Sandbox(fs_readable=["/usr"])``).
         ``init``, ``work``: for COW clones (``fork``): ``init()`` runs once in the
-        sandbox, each clone runs ``work()``.
+        sandbox, each clone runs ``work()``; ``init_fn``, ``work_fn``: the same as
+        upstream spells them, ``work_fn(clone_id)`` given the clone's number.
         ``audit``: a file receiving one JSON line per network decision and limit hit.
         ``quiet``: no notices on stderr (denials, DNS warnings).
         ``dangerously_allow_full_access``: the consent a policy in mode full-access needs
@@ -81,9 +58,17 @@ class Sandbox:
             self.policy_files, policy = (profile_path(policy),), load_profile(policy)
         if policy is not None and not isinstance(policy, Policy):
             raise TypeError(f"policy: expected a Policy or a profile name, got {type(policy).__name__}")
-        for name, value in (("init", init), ("work", work), ("policy_fn", policy_fn)):
+        for name, value in (("init", init), ("work", work), ("policy_fn", policy_fn),
+                            ("init_fn", init_fn), ("work_fn", work_fn)):
             if value is not None and not callable(value):
                 raise TypeError(f"{name}: expected a callable, got {type(value).__name__}")
+        if (init and init_fn) or (work and work_fn):
+            raise TypeError("init/work and init_fn/work_fn are two spellings of one thing: give one")
+        if work_fn is not None:
+            from ._fork import numbered
+
+            work = numbered(work_fn)
+        init = init or init_fn
         policy = policy if policy is not None else Policy()
         self.policy = policy.replace(**fields) if fields else policy
         self.init, self.work = init, work
@@ -118,10 +103,23 @@ class Sandbox:
 
     def fork(self, n: int) -> list[Clone]:
         """``n`` copy-on-write clones of the sandbox's process that ran ``init()``, each
-        running ``work()`` with CLONE_ID 0..n-1 in its environment."""
+        running ``work()`` with CLONE_ID 0..n-1 in its environment. In a block, they
+        run on as it goes on; outside one (upstream's way), the sandbox runs for them
+        alone: they have ended, their output gathered, when it returns (a ForkResult)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise TypeError(f"n: expected a number of clones (an int >= 0), got {n!r}")
+        if self._live is None:
+            from ._fork import fork_apart
+
+            return fork_apart(self, n)
         return self._running("fork").fork(n)
+
+    def reduce(self, argv: Sequence[str], clones: Sequence[Clone], timeout: float | None = None) -> Result:
+        """Run ``argv`` with what ``clones`` wrote to their stdout as its input, clone
+        by clone in their order (upstream's map-reduce: ``reducer.reduce(argv, clones)``)."""
+        from ._fork import gathered
+
+        return self.run(argv, timeout, input=gathered(clones))
 
     def pause(self) -> None:
         """Stop every process of the running sandbox (none runs until ``resume``)."""
@@ -324,7 +322,7 @@ def start_workspace(policy: Policy, dry_run: bool, audit: AuditLog | None) -> Co
     """The run's copy-on-write workspace, if it has a workdir."""
     if policy.workdir is None:
         return None  # sandlock.cow is never imported by other runs
-    from ..process import CowRun
+    from ..process import CowRun, WorkspaceOutcome
 
     return CowRun(policy, dry_run=dry_run, audit=audit)
 

@@ -91,6 +91,10 @@ def _run(args: Namespace) -> int:
 
         sys.stdout.write(dumps(policy, comments=_widening_notes(policy)))
         return 0
+    if args.no_supervisor:
+        from ._unsupervised import exec_confined
+
+        return exec_confined(policy, _command_of(args), args)
     return _execute(policy, _command_of(args), audit=args.audit, quiet=args.quiet,
                     pass_fds=args.pass_fds, full_access=args.dangerously_allow_full_access,
                     dry_run=args.dry_run, policy_files=_policy_files(args))

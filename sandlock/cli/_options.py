@@ -217,6 +217,9 @@ POLICY_OPTIONS = (
     _policy_option("workspace", "max_disk", metavar="SIZE",
                    help="the captured writes may take at most SIZE; past it, writes fail "
                    "with ENOSPC"),
+    _policy_option("workspace", "fs_storage", metavar="DIR",
+                   help="keep the captured writes in DIR instead of "
+                   "$XDG_STATE_HOME/sandlock/workspaces (`sandlock workspace --fs-storage DIR`)"),
 )
 
 # `run`'s own options, each with its value when not given.
@@ -239,6 +242,10 @@ RUN_OPTIONS = (
     (_option("workspace", "dry_run", "--dry-run", action="store_true",
              help="run, print what COMMAND changed in the workspace (--workdir, default "
              "the current directory) and discard it; nothing else is written either"), False),
+    (_option("process", "no_supervisor", "--no-supervisor", action="store_true",
+             help="apply the static layers (Landlock, seccomp, limits) to sandlock itself, "
+             "then exec COMMAND: nothing stays around it; what needs sandlock around the "
+             "command is refused"), False),
     (_option("process", "pass_fds", "--pass-fd", action="append", type=whole_number, metavar="N",
              help="let COMMAND inherit descriptor N (repeatable; every other one above 2 "
              "is closed)"), []),

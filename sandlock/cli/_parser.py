@@ -254,6 +254,8 @@ def _add_workspace_parser(commands: argparse._SubParsersAction) -> None:
         description="The workspaces of `run --workdir` that were kept (--on-exit keep, "
         "--on-error keep, conflicts, an interrupted run), in "
         "$XDG_STATE_HOME/sandlock/workspaces (docs/workspace.md).")
+    workspace.add_argument("--fs-storage", metavar="DIR", dest="fs_storage",
+                           help="the store the runs used with --fs-storage DIR")
     actions = workspace.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser,
                                        required=True)
     actions.add_parser("list", help="the workspaces, with their directory, state and changes")

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def main(args: Namespace) -> int:
-    root = workspace_store(os.environ, os.environ.get("HOME") or os.path.expanduser("~"))
+    root = args.fs_storage or workspace_store(os.environ, os.environ.get("HOME") or os.path.expanduser("~"))
     try:
         if args.action == "list":
             return _list(root)

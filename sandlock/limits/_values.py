@@ -30,6 +30,11 @@ class Size(int):
     def __repr__(self) -> str:
         return repr(str(self))
 
+    @classmethod
+    def parse(cls, value: object) -> Size:
+        """``Size.parse("512M")`` (upstream's ``ByteSize.parse``): ``parse_size``."""
+        return parse_size(value)
+
 
 def parse_size(value: object) -> Size:
     """``"512M"``, ``"1.5G"``, ``"64k"``, ``"100"`` or an int of bytes -> a Size from 1

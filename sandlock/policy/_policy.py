@@ -127,6 +127,9 @@ class Policy:
     on_exit: str = _flag("--on-exit", "workspace.on_exit", default="commit")
     on_error: str = _flag("--on-error", "workspace.on_error", default="abort")
     max_disk: Size | None = _flag("--max-disk", "workspace.max_disk", default=None)
+    # Where the workspace's captured writes are kept (upstream's name): a directory of
+    # the user's instead of $XDG_STATE_HOME/sandlock/workspaces; denied to the command.
+    fs_storage: str | None = _flag("--fs-storage", "workspace.storage", path=True, default=None)
 
     __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
 
@@ -166,7 +169,7 @@ class Policy:
 
     def _check_workspace(self) -> None:
         if self.workdir is None:
-            changed = [name for name in ("on_exit", "on_error", "max_disk")
+            changed = [name for name in ("on_exit", "on_error", "max_disk", "fs_storage")
                        if getattr(self, name) != FIELDS[name].default]
             if changed:
                 raise PolicyError(changed[0], f"{flag_of(changed[0])} is about the copy-on-write "
@@ -300,6 +303,7 @@ _CHECKS = {
     "on_exit": check.choice(WORKSPACE_ACTIONS),
     "on_error": check.choice(WORKSPACE_ACTIONS),
     "max_disk": check.size,
+    "fs_storage": check.directory,
 }
 
 

@@ -44,7 +44,7 @@ class CowRun:
         self.policy = policy
         self.dry_run = dry_run
         self.audit = audit
-        root = workspace_store(os.environ, home)
+        root = policy.fs_storage or workspace_store(os.environ, home)
         _check_directory(policy.workdir, root)
         self.max_disk = None if policy.max_disk is None else int(policy.max_disk)
         self.workspace = Workspace.create(root, policy.workdir, self.max_disk)

@@ -18,9 +18,10 @@ class Event:
     vfork, clone, or exit; ``category``: network or process; ``pid`` and
     ``parent_pid``: process ids as this program sees them (for a new process, ``pid``
     is the new one and ``parent_pid`` its creator). Network calls: ``ip``, ``port``
-    and ``host`` (the name the address was pinned for, if any). exec: ``argv``, what
-    will run, exactly, and ``path``, the file asked for (made absolute). ``denied``:
-    the static policy already refuses the call (the callback cannot change that).
+    and ``host`` (the name the address was pinned for, if any); ``port`` is 0 for
+    other calls (as upstream's ``SyscallEvent`` has it). exec: ``argv``, what will
+    run, exactly, and ``path``, the file asked for (made absolute). ``denied``: the
+    static policy already refuses the call (the callback cannot change that).
     """
 
     syscall: str
@@ -29,7 +30,7 @@ class Event:
     parent_pid: int = 0
     host: str | None = None
     ip: str | None = None
-    port: int | None = None
+    port: int = 0  # (0 where no port is concerned, as upstream has it)
     argv: tuple[str, ...] | None = None
     path: str | None = None
     denied: bool = False

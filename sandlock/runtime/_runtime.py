@@ -89,7 +89,7 @@ class RuntimePolicy:
         live_refusal = not call.denied and not self.rules.admits(pid, call)
         # (by position: every connect makes one, and keywords cost twice as much)
         event = Event(call.syscall, NETWORK, pid, parent, call.host, str(call.address),
-                      call.port, None, None, call.denied or live_refusal)
+                      call.port or 0, None, None, call.denied or live_refusal)
         answer = self._callback.ask(event)
         return errno.EACCES if live_refusal else answer.error
 
