@@ -187,3 +187,40 @@ def test_learn_keeps_the_base_policy(servers, tmp_path):
     assert shown.returncode == 1
     assert shown.stdout.splitlines()[0].startswith("ALLOW")
     assert shown.stdout.splitlines()[1].startswith("DENY")
+
+
+def test_learn_merge_grows_a_policy_file(servers, tmp_path):
+    """upstream's `learn --merge FILE`: a second command's needs are added to the file,
+    the first's stay; `run --policy FILE` hints at it after a failure."""
+    api, port, db = servers
+    policy = tmp_path / "grown.toml"
+    policy.write_text('description = "mine"\n[network]\nresolve = ["api.test=127.0.0.2", '
+                      f'"db.test=127.0.0.3"]\n[http]\nports = [{port}]\n')
+    fetch = f"curl -sS http://api.test:{port}/repos/o/a"
+    reach = f"{sys.executable} -c '{CONNECT}' db.test {db.port}"
+
+    denied = sandlock("run", "--policy", str(policy), "--", "sh", "-c", f"{fetch} -f")
+    assert denied.returncode != 0
+    hint = f"sandlock learn --merge {policy} -- sh -c "
+    assert f"sandlock: hint: if a denial caused this, `{hint}" in denied.stderr, denied.stderr
+
+    first = sandlock("learn", "--merge", str(policy), "--", "sh", "-c", fetch)
+    assert first.returncode == 0, first.stderr
+    second = sandlock("learn", "--merge", str(policy), "--", "sh", "-c", reach)
+    assert second.returncode == 0 and "connected" in second.stdout, second.stderr
+    text = policy.read_text()
+    assert '"GET api.test/repos/o/a"' in text and f'"tcp://db.test:{db.port}"' in text
+    assert "api.test=127.0.0.2" in text  # what the file held stays
+    both = sandlock("run", "--policy", str(policy), "--", "sh", "-c", f"{fetch} -f; {reach}")
+    assert both.returncode == 0 and "connected" in both.stdout, both.stderr
+    assert "hint" not in both.stderr
+
+    elsewhere = tmp_path / "copy.toml"
+    before = policy.read_text()
+    moved = sandlock("learn", "--merge", str(policy), "-o", str(elsewhere), "--", "true")
+    assert moved.returncode == 0 and policy.read_text() == before and elsewhere.exists()
+
+
+def test_learn_needs_somewhere_to_write():
+    result = sandlock("learn", "--", "true")
+    assert result.returncode == 2 and result.stderr.startswith("sandlock: error: learn: give -o FILE")

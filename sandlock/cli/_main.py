@@ -95,9 +95,18 @@ def _run(args: Namespace) -> int:
         from ._unsupervised import exec_confined
 
         return exec_confined(policy, _command_of(args), args)
-    return _execute(policy, _command_of(args), audit=args.audit, quiet=args.quiet,
+    command = _command_of(args)
+    code = _execute(policy, command, audit=args.audit, quiet=args.quiet,
                     pass_fds=args.pass_fds, full_access=args.dangerously_allow_full_access,
                     dry_run=args.dry_run, policy_files=_policy_files(args))
+    files = [value for kind, value in args.sources if kind == "file"]
+    if code != 0 and files and not args.quiet:  # (upstream's hint)
+        import shlex
+
+        print(visible(f"sandlock: hint: if a denial caused this, `sandlock learn --merge "
+                      f"{shlex.quote(files[-1])} -- {shlex.join(command)}` adds the network "
+                      "and HTTP access the command needs to that policy file"), file=sys.stderr)
+    return code
 
 
 def _vet(args: Namespace) -> int:
@@ -142,6 +151,11 @@ def _learn(args: Namespace) -> int:
 
     if args.collapse < 0:
         fail("--collapse: expected 0 or more")
+    if args.merge is not None:  # the file is the base policy, and where the result goes
+        args.sources = [("file", args.merge), *args.sources]
+        args.output = args.output or args.merge
+    elif args.output is None:
+        fail("learn: give -o FILE (a new policy) or --merge FILE (add to that policy file)")
     base = _policy_of(args)
     command = _command_of(args)
     try:  # before running, not after; held, so that nothing the command does moves it

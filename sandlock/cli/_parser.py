@@ -279,15 +279,18 @@ def _add_learn_parser(commands: argparse._SubParsersAction) -> None:
     learn = commands.add_parser(
         "learn",
         help=COMMANDS["learn"],
-        usage="sandlock learn -o FILE [--collapse N] [OPTIONS] -- COMMAND [ARG...]",
+        usage="sandlock learn (-o FILE | --merge FILE) [--collapse N] [OPTIONS] -- COMMAND [ARG...]",
         description="Run COMMAND confined as by `run`, but with every network destination "
         "allowed and every HTTP(S) request inspected and recorded; then write to FILE the "
         "smallest policy (the options and files given, plus what COMMAND did) that allows "
         "it again. Exit status: COMMAND's (see `run`). docs/policy.md, learn mode.",
     )
     groups = _add_policy_options(learn)
-    groups["files"].add_argument("-o", "--output", required=True, metavar="FILE",
+    groups["files"].add_argument("-o", "--output", metavar="FILE",
                                  help="where to write the learned policy (TOML)")
+    groups["files"].add_argument("--merge", metavar="FILE",
+                                 help="start from the policy file FILE and write it back with "
+                                 "what COMMAND needed added (-o FILE2 writes elsewhere)")
     groups["files"].add_argument("--collapse", type=_saying_why(whole_number), default=3,
                                  metavar="N",
                                  help="a path level with N or more siblings becomes '*' "
