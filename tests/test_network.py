@@ -20,6 +20,7 @@ import pytest
 
 from conftest import sandlock
 from dnsserver import FakeDns
+from httpservers import free_port_on
 
 PY = sys.executable
 
@@ -355,15 +356,16 @@ def test_any_host_rule_resolves_lazily_and_pins(web, names):
 
 
 def test_bind_needs_net_allow_bind():
+    port = free_port_on("127.0.0.1")  # (a fixed one may be taken by a concurrent run)
     server = (
         "import socket\n"
-        "s = socket.socket(); s.bind(('127.0.0.1', 18765)); s.listen(); print('listening')\n"
+        f"s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); print('listening')\n"
     )
     denied = sandlock("run", "--", PY, "-c", server)
     assert "Permission denied" in denied.stderr
-    assert "sandlock: denied bind on 127.0.0.1:18765 (no --net-allow-bind)" in denied.stderr
-    allowed = sandlock("run", "--net-allow-bind", "18765", "--", PY, "-c", server)
-    assert allowed.stdout.strip() == "listening"
+    assert f"sandlock: denied bind on 127.0.0.1:{port} (no --net-allow-bind)" in denied.stderr
+    allowed = sandlock("run", "--net-allow-bind", str(port), "--", PY, "-c", server)
+    assert allowed.stdout.strip() == "listening", allowed.stderr
 
 
 def test_unix_socket_needs_unix_allow(tmp_path):
