@@ -93,7 +93,7 @@ def _run(args: Namespace) -> int:
         return 0
     return _execute(policy, _command_of(args), audit=args.audit, quiet=args.quiet,
                     pass_fds=args.pass_fds, full_access=args.dangerously_allow_full_access,
-                    dry_run=args.dry_run, policy_files=_policy_files(args))
+                    dry_run=args.dry_run, policy_files=_policy_files(args), name=args.name)
 
 
 def _vet(args: Namespace) -> int:
@@ -173,9 +173,9 @@ def _learn(args: Namespace) -> int:
 
 def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bool,
              pass_fds: list[int] | tuple[int, ...] = (), full_access: bool = False,
-             dry_run: bool = False, policy_files: tuple[str, ...] = ()) -> int:
+             dry_run: bool = False, policy_files: tuple[str, ...] = (), name: str | None = None) -> int:
     """Run ``command`` under ``policy`` in the foreground; its exit status.
-    ``policy_files``: those it was read from (read-only in the sandbox)."""
+    ``policy_files``: those it was read from (read-only in the sandbox); ``name``: --name."""
     from ..process import Sandbox, TimeoutExpired
 
     # sandlock holds the supervisor (and later the proxy's secrets): not readable or
@@ -196,7 +196,11 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
             signal.signal(sig, forward)
     if policy.net_allow and not quiet:
         _note_portless_rules(policy.net_allow)
-    sandbox = Sandbox(policy, audit=audit, quiet=quiet, dangerously_allow_full_access=full_access)
+    try:
+        sandbox = Sandbox(policy, audit=audit, quiet=quiet, dangerously_allow_full_access=full_access,
+                          name=name)
+    except PolicyError as exc:
+        fail(_option_error(exc))
     sandbox.policy_files = policy_files
     relay = _output_relay(policy)
     try:
@@ -330,6 +334,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         from ._workspace import main as workspace
 
         return workspace(args)
+    if args.subcommand in ("ps", "inspect", "kill"):
+        from ._sandboxes import main as sandboxes
+
+        return sandboxes(args)
     if args.subcommand == "learn":
         return _learn(args)
     if args.subcommand == "policy":

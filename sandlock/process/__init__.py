@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._capture import Capture
     from ._confine_self import confine
     from ._pipeline import Pipeline, PipelineResult, Stage
+    from . import _registry as registry
     from ._process import SandboxedProcess, TimeoutExpired
     from ._sandbox import Result, Sandbox
 
@@ -28,6 +29,7 @@ _EXPORTS = {
     "CallResult": "_call",
     "Capture": "_capture",
     "confine": "_confine_self",
+    "registry": "_registry:",  # named sandboxes (`sandlock ps`, `inspect`, `kill`)
     "Pipeline": "_pipeline",
     "PipelineResult": "_pipeline",
     "Result": "_sandbox",

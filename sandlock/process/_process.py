@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from .._auditlog import AuditLog
     from ._cow import WorkspaceOutcome
+    from ._sandbox import Sandbox
     from ._watches import Watches
 
 
@@ -294,3 +295,27 @@ def _not_executable(path: str) -> bool:
 def _start_errno(report: bytes) -> int | None:
     error = _child.parse_error(report)
     return error[1] if error is not None and error[0] == "exec" else None  # type: ignore[return-value]
+
+
+def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
+    """Wait for the command; on timeout kill the tree. True if it timed out."""
+    try:
+        process.wait(timeout)
+        return False
+    except TimeoutExpired:
+        process.end_for_timeout(timeout)
+        return True
+
+
+def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
+                  audit: AuditLog | None) -> SandboxedProcess:
+    """The hooks every started process has: its audit log, a file size limit's notice."""
+    process.audit = audit
+    limit = sandbox.policy.max_file_size
+    if limit is not None:
+        from ._runevents import file_size_exceeded
+
+        process.on_exit(lambda: file_size_exceeded(process, limit))
+    if audit is not None and sandbox.policy.max_output is None:  # else: Capture.drop_notices
+        process.on_exit(audit.close)
+    return process
