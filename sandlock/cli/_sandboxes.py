@@ -4,13 +4,14 @@ sandboxes"). What a sandbox's name or command holds is printed escaped (``visibl
 one line per sandbox whatever they contain.
 
 Exit status: 0; 1 when no running sandbox has the NAME given (inspect, kill); 2 for
-invalid input (a NAME no sandbox could have, an unknown signal)."""
+invalid input (a NAME no sandbox could have, an unknown signal); 125 when the registry
+cannot be read (a directory that is not the user's alone)."""
 
 from __future__ import annotations
 
 import sys
 
-from .._errors import EXIT_USAGE, PolicyError, fail, visible
+from .._errors import EXIT_SETUP, EXIT_USAGE, PolicyError, fail, visible
 from ..process import registry
 
 TYPE_CHECKING = False
@@ -22,6 +23,15 @@ KILL_WAIT = 10.0  # seconds `kill` waits for a killed sandbox's last process
 
 
 def main(args: Namespace) -> int:
+    try:
+        return _command(args)
+    except OSError as exc:
+        fail(f"{args.subcommand}: the registry of named sandboxes, {registry.registry_path()}: "
+             f"{exc.strerror}", EXIT_SETUP)
+        return EXIT_SETUP
+
+
+def _command(args: Namespace) -> int:
     if args.subcommand == "ps":
         return _ps(args.json)
     entry = _running(args.name)
@@ -39,7 +49,7 @@ def _ps(as_json: bool) -> int:
                            "uptime": round(uptime, 3), "started": entry["started"],
                            "policy": entry["summary"]} for entry, uptime in entries]))
         return 0
-    rows = [(entry["name"], str(entry.pid), _duration(uptime), _command(entry["argv"]),
+    rows = [(entry["name"], str(entry.pid), _duration(uptime), _shown(entry["argv"]),
              entry["summary"]) for entry, uptime in entries]
     header = ("NAME", "PID", "UPTIME", "COMMAND", "POLICY")
     widths = [max(len(visible(row[i])) for row in (header, *rows)) for i in range(4)]
@@ -116,7 +126,7 @@ def _duration(seconds: float) -> str:
     return f"{whole // 86400}d{whole // 3600 % 24:02d}h"
 
 
-def _command(argv: list[str]) -> str:
+def _shown(argv: list[str]) -> str:
     import shlex
 
     text = shlex.join(argv)

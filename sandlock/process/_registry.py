@@ -170,7 +170,7 @@ class Directory:
             entry = json.loads(data)
         except ValueError:
             return None
-        return Entry(entry) if isinstance(entry, dict) and entry.get("name") == name else None
+        return Entry(entry) if _well_formed(entry, name) else None
 
     def write(self, entry: Entry) -> None:
         """``entry`` as its name's file, whole: a new file renamed over the name."""
@@ -197,6 +197,17 @@ class Directory:
             entry = self.read(name)
             if entry is None or not entry.live:
                 self.remove(name)
+
+
+def _well_formed(entry: object, name: str) -> bool:
+    """An entry as ``Registration`` writes them (anything else is not shown: ``ps`` never
+    fails on a file it did not write)."""
+    return isinstance(entry, dict) and entry.get("name") == name and \
+        isinstance(entry.get("argv"), list) and all(isinstance(arg, str) for arg in entry["argv"]) and \
+        type(entry.get("started")) in (int, float) and isinstance(entry.get("policy"), str) and \
+        isinstance(entry.get("summary"), str) and isinstance(entry.get("token"), str) and \
+        all(entry.get(key) is None or (isinstance(entry[key], list) and len(entry[key]) == 2)
+            for key in ("sandlock", "keeper", "command"))
 
 
 def _plain_file(info: os.stat_result) -> bool:
