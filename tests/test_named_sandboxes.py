@@ -439,7 +439,22 @@ def test_the_command_cannot_reach_the_registry_as_nobody(as_nobody):
         shutil.rmtree(control, ignore_errors=True)
 
 
-def test_sandlock_inside_a_sandbox_cannot_name_a_sandbox(runtime):
-    inner = sandlock("run", "--", *SANDLOCK, "run", "--name", "inner", "--", "true")
-    assert inner.returncode == 125
-    assert "--name: a sandbox in a sandbox cannot be named" in inner.stderr
+def test_sandlock_inside_a_sandbox_can_neither_name_list_nor_kill(runtime):
+    """Attack: a sandboxed command runs sandlock itself to register a name, list the
+    user's sandboxes and kill one. Control: the same `kill` from outside ends it."""
+    victim = start("outside", "sleep", "300")
+    try:
+        wait_listed("outside")
+        inner = sandlock("run", "--", *SANDLOCK, "run", "--name", "inner", "--", "true")
+        assert inner.returncode == 125
+        assert "--name: a sandbox in a sandbox cannot be named" in inner.stderr
+        listed = sandlock("run", "--", *SANDLOCK, "ps")
+        assert listed.returncode == 125 and "Permission denied" in listed.stderr
+        assert "outside" not in listed.stdout
+        killed = sandlock("run", "--", *SANDLOCK, "kill", "outside")
+        assert killed.returncode == 125 and "Permission denied" in killed.stderr
+        assert victim.poll() is None and [e["name"] for e in ps()] == ["outside"]
+        assert sandlock("kill", "outside").returncode == 0  # control
+        assert victim.wait(timeout=10) == 128 + signal.SIGKILL
+    finally:
+        stop(victim)

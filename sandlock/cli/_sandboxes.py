@@ -25,6 +25,11 @@ KILL_WAIT = 10.0  # seconds `kill` waits for a killed sandbox's last process
 def main(args: Namespace) -> int:
     try:
         return _command(args)
+    except BrokenPipeError:  # `sandlock ps | head -1`: the reader has all it wants
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return 0
     except OSError as exc:
         fail(f"{args.subcommand}: the registry of named sandboxes, {registry.registry_path()}: "
              f"{exc.strerror}", EXIT_SETUP)

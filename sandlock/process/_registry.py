@@ -148,7 +148,7 @@ class Directory:
 
     def names(self) -> list[str]:
         return [name[:-len(_SUFFIX)] for name in os.listdir(self.fd)
-                if name.endswith(_SUFFIX) and not name.startswith(".new-")]
+                if name.endswith(_SUFFIX)]
 
     def read(self, name: str) -> Entry | None:
         """The entry of ``name``; None if there is none or it is not one of the user's
