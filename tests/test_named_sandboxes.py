@@ -182,6 +182,10 @@ def test_the_name_is_the_hostname_inside_and_the_hosts_is_untouched(runtime):
     hidden = sandlock("run", "-r", "/usr", "-r", "/lib", "-r", "/lib64", "-r", "/bin",
                       "--name", "box-3", "--", "cat", "/etc/hostname")
     assert hidden.returncode != 0 and "Permission denied" in hidden.stderr
+    # Nor when the policy denies it inside a grant (control: the first run, which read it).
+    denied = sandlock("run", *READ, "--fs-deny", "/etc/hostname", "--name", "box-4", "--",
+                      "sh", "-c", "hostname; cat /etc/hostname")
+    assert denied.stdout == "box-4\n" and "Permission denied" in denied.stderr
 
 
 def test_the_api_names_a_run_and_a_block(runtime):
