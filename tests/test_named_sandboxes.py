@@ -462,3 +462,19 @@ def test_sandlock_inside_a_sandbox_can_neither_name_list_nor_kill(runtime):
         assert victim.wait(timeout=10) == 128 + signal.SIGKILL
     finally:
         stop(victim)
+
+
+def test_entries_are_json_whatever_the_name_and_command_hold():
+    """The registry writes its entries without the json module (a named run's start does
+    not import it): whatever a name or an argv holds reads back the same."""
+    import random
+
+    from sandlock.process._registry import _json
+
+    for _ in range(2000):
+        text = "".join(chr(random.choice((random.randrange(0, 128), random.randrange(128, 0x110000))))
+                       for _ in range(16))
+        entry = {"name": text, "argv": [text, "x"], "started": random.random() * 2e9,
+                 "command": [random.randrange(1, 2**22), random.randrange(2**40)], "keeper": None}
+        written = _json(entry)
+        assert written.isascii() and json.loads(written) == entry

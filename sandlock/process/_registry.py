@@ -150,20 +150,23 @@ class Directory:
         return [name[:-len(_SUFFIX)] for name in os.listdir(self.fd)
                 if name.endswith(_SUFFIX)]
 
-    def read(self, name: str) -> Entry | None:
-        """The entry of ``name``; None if there is none or it is not one of the user's
-        regular files holding an entry."""
+    def raw(self, name: str) -> bytes | None:
+        """The bytes of ``name``'s entry; None if there is none or it is not one of the
+        user's regular files."""
         try:
             fd = os.open(name + _SUFFIX, _READ, dir_fd=self.fd)
         except OSError:
             return None
         try:
-            info = os.fstat(fd)
-            if not _plain_file(info):
-                return None
-            data = os.read(fd, _MAX_ENTRY)
+            return os.read(fd, _MAX_ENTRY) if _plain_file(os.fstat(fd)) else None
         finally:
             os.close(fd)
+
+    def read(self, name: str) -> Entry | None:
+        """The entry of ``name``; None if there is none or it is not an entry."""
+        data = self.raw(name)
+        if data is None:
+            return None
         import json
 
         try:
@@ -172,18 +175,19 @@ class Directory:
             return None
         return Entry(entry) if _well_formed(entry, name) else None
 
-    def write(self, entry: Entry) -> None:
-        """``entry`` as its name's file, whole: a new file renamed over the name."""
-        import json
-
+    def write(self, entry: Entry) -> bytes:
+        """``entry`` as its name's file, whole (a new file renamed over the name); the
+        bytes written."""
+        data = _json(entry).encode()
         temporary = f".new-{os.urandom(6).hex()}"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=self.fd)
         try:
-            os.write(fd, json.dumps(entry).encode())
+            os.write(fd, data)
         finally:
             os.close(fd)
         os.rename(temporary, entry["name"] + _SUFFIX, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        return data
 
     def remove(self, name: str) -> None:
         try:
@@ -208,6 +212,33 @@ def _well_formed(entry: object, name: str) -> bool:
         isinstance(entry.get("summary"), str) and isinstance(entry.get("token"), str) and \
         all(entry.get(key) is None or (isinstance(entry[key], list) and len(entry[key]) == 2)
             for key in ("sandlock", "keeper", "command"))
+
+
+def _json(value: object) -> str:
+    """``value`` (an entry's: dicts, lists, strings, numbers, None) as JSON text, ASCII
+    only (what json.loads reads back into the same value): a named run's start does not
+    import json (and re with it)."""
+    if isinstance(value, str):
+        return '"' + "".join(_escaped(char) for char in value) + '"'
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_json, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_json(key)}: {_json(item)}" for key, item in value.items()) + "}"
+    raise TypeError(f"not an entry's value: {type(value).__name__}")
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if 0x20 <= code < 0x7F:
+        return "\\" + char if char in '"\\' else char
+    if code > 0xFFFF:  # a surrogate pair, as JSON spells characters beyond the BMP
+        code -= 0x10000
+        return "\\u%04x\\u%04x" % (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF))
+    return "\\u%04x" % code
 
 
 def _plain_file(info: os.stat_result) -> bool:
@@ -235,12 +266,11 @@ class Registration:
     """A named sandbox's entry, from before its launch (the name taken) to its end."""
 
     def __init__(self, name: str, policy: Policy, argv: Sequence[str]) -> None:
-        from ..policy import dumps
-
-        text = dumps(policy)
+        self.policy = policy  # (written once the command runs: not on its way to start)
         self.entry = Entry(name=name, uid=os.getuid(), sandlock=_identity(os.getpid()),
                            keeper=None, command=None, argv=list(argv), started=time.time(),
-                           policy=text, summary=summary(text), token=os.urandom(8).hex())
+                           policy="", summary="(starting)", token=os.urandom(8).hex())
+        self.written = b""
         try:
             self.directory = Directory(create=True)
         except OSError as exc:
@@ -252,7 +282,7 @@ class Registration:
                 if running is not None and running.live:
                     raise PolicyError("name", f"a sandbox named {name!r} is already running "
                                       f"(pid {running.pid}): names are unique per user")
-                self.directory.write(self.entry)
+                self.written = self.directory.write(self.entry)
         except BaseException:
             self.directory.close()
             raise
@@ -263,10 +293,14 @@ class Registration:
         if process.returncode is not None:
             self.release()
             return
-        self.entry.update(keeper=_identity(process.keeper_pid), command=_identity(process.pid))
+        from ..policy import dumps
+
+        text = dumps(self.policy)
+        self.entry.update(keeper=_identity(process.keeper_pid), command=_identity(process.pid),
+                          policy=text, summary=summary(text))
         with self.directory.locked():
             if self._ours():
-                self.directory.write(self.entry)
+                self.written = self.directory.write(self.entry)
         process.on_exit(self.release)
 
     def release(self) -> None:
@@ -282,8 +316,8 @@ class Registration:
     close = release  # (a launch that fails closes what it opened)
 
     def _ours(self) -> bool:
-        found = self.directory.read(self.entry["name"])
-        return found is not None and found.get("token") == self.entry["token"]
+        """The entry is (still) the one this run wrote last."""
+        return self.directory.raw(self.entry["name"]) == self.written
 
 
 def summary(policy_text: str) -> str:
