@@ -94,7 +94,7 @@ def call_in(sandbox: Sandbox, start: Callable[[int, int, int], Waitable],
     it must pass on), collect what it prints and returns, wait for it (at most
     ``timeout``, else the policy's)."""
     from ..process import Capture
-    from ._sandbox import wait_or_kill
+    from ..process import wait_or_kill
 
     timeout = sandbox.policy.timeout if timeout is None else timeout
     result_r, result_w = os.pipe()

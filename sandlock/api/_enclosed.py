@@ -65,7 +65,7 @@ def launch_enclosed(sandbox: Sandbox, argv: list[str], function: Callable[[int],
                     foreground: bool, resident: bool) -> SandboxedProcess:
     from ._confine_self import enclosed_confinement
     from ..process import child_environment, inherited_ignored_signals
-    from ._sandbox import finish_launch, kernel_limits, open_audit
+    from ._launching import finish_launch, kernel_limits, open_audit
 
     if resident:
         raise SetupError("a long-lived sandbox cannot start inside a sandbox (no namespaces or "

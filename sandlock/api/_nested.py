@@ -68,7 +68,7 @@ class NestedSandbox:
         from ..process import Capture
         from ..process import check_timeout
         from ._result import Result
-        from ._sandbox import wait_or_kill
+        from ..process import wait_or_kill
 
         timeout = self.policy.timeout if timeout is None else check_timeout(timeout)
         with Capture(input, capture_output) as capture:

@@ -10,18 +10,17 @@ from ..confinement import Confinement
 from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
 from ..policy import Policy
 from ..process import (ChildSpec, Foreground, SandboxedProcess, Supervision, TimeoutExpired, check_argv,
-                       check_pass_fds, check_timeout, child_environment, inherited_ignored_signals, spawn)
+                       check_pass_fds, check_timeout, child_environment, inherited_ignored_signals, spawn,
+                       wait_or_kill)
+from ._launching import finish_launch, kernel_limits, open_audit, start_http, start_workspace
 from ._result import Result
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from .._auditlog import AuditLog
-    from ..limits import KernelLimits
-    from ..net import HttpRun
+    from ..process import WorkspaceOutcome
     from ..runtime import Context, Event
-    from ..process import CowRun, WorkspaceOutcome
     from ._call import CallResult
     from ._handles import Clone, LiveProcess
     from ._live import LiveSandbox
@@ -40,7 +39,8 @@ class Sandbox:
                  quiet: bool = False, dangerously_allow_full_access: bool = False,
                  policy_fn: Callable[[Event, Context], object] | None = None,
                  init_fn: Callable[[], object] | None = None,
-                 work_fn: Callable[[int], object] | None = None, **fields: object) -> None:
+                 work_fn: Callable[[int], object] | None = None, name: str | None = None,
+                 **fields: object) -> None:
         """``policy``: a Policy, or the name of a profile to load (``Sandbox("build")``);
         ``fields``: Policy fields, on top of it (``Sandbox(fs_readable=["/usr"])``).
         ``init``, ``work``: for COW clones (``fork``): ``init()`` runs once in the
@@ -51,17 +51,19 @@ class Sandbox:
         ``dangerously_allow_full_access``: the consent a policy in mode full-access needs
         (it never comes from the policy itself, which someone else may have written).
         ``policy_fn(event, ctx)``: hears of the command's network calls, execs and
-        processes as they happen, may deny them and tighten the sandbox (docs/api.md)."""
+        processes as they happen, may deny them and tighten the sandbox (docs/api.md).
+        ``name``: the sandbox's name, its hostname and its entry in `sandlock ps` while it
+        runs (unique per user); without one, ``self.name`` is generated, and unregistered."""
         if isinstance(policy, str):
             from ..policy import load_profile, profile_path
 
             self.policy_files, policy = (profile_path(policy),), load_profile(policy)
         if policy is not None and not isinstance(policy, Policy):
             raise TypeError(f"policy: expected a Policy or a profile name, got {type(policy).__name__}")
-        for name, value in (("init", init), ("work", work), ("policy_fn", policy_fn),
+        for what, value in (("init", init), ("work", work), ("policy_fn", policy_fn),
                             ("init_fn", init_fn), ("work_fn", work_fn)):
             if value is not None and not callable(value):
-                raise TypeError(f"{name}: expected a callable, got {type(value).__name__}")
+                raise TypeError(f"{what}: expected a callable, got {type(value).__name__}")
         if (init and init_fn) or (work and work_fn):
             raise TypeError("init/work and init_fn/work_fn are two spellings of one thing: give one")
         if work_fn is not None:
@@ -74,6 +76,8 @@ class Sandbox:
         self.init, self.work = init, work
         self.policy_fn, self.full_access_allowed = policy_fn, dangerously_allow_full_access
         self.audit, self.quiet = audit, quiet
+        self.named = name is not None  # (only a name given is registered: docs/api.md)
+        self.name = _names().check_name(name) if self.named else f"sandbox-{os.getpid()}-{next(_COUNT)}"
         self.warnings: list[str] = []
         self._live: LiveSandbox | None = None
         # After a block with a workdir: what became of its copy-on-write workspace.
@@ -192,6 +196,8 @@ class Sandbox:
             from ._enclosed import enclosed, launch_enclosed
 
             if enclosed():  # sandlock itself in a sandbox: no namespaces, no listener
+                if self.named:  # (the registry is out of its reach: docs/usage.md)
+                    raise SetupError("--name: a sandbox in a sandbox cannot be named")
                 if self.policy_fn is not None:
                     raise SetupError("policy_fn needs a supervisor, which sandlock cannot "
                                      "make inside a sandbox")
@@ -207,20 +213,23 @@ class Sandbox:
             from ._runevents import record_full_access
 
             record_full_access(audit, argv)
-        cow = http = None
+        cow = http = registration = None
         try:
+            registration = self.named and _names().Registration(self.name, policy, argv)
             cow = start_workspace(policy, dry_run, audit)
-            http = _start_http(policy, env, cwd, audited=audit is not None)
+            http = start_http(policy, env, cwd, audited=audit is not None)
             # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
             # to --unix-allow, and listening to --net-allow-bind.
             confinement = Confinement.prepare(
                 policy, cwd, env, http.readable_paths if http else (), observed=self.policy_fn is not None,
                 overlay=cow and cow.overlay, dry_run=dry_run, policy_files=self.policy_files)
         except BaseException:
-            for resource in (http, cow, audit):
+            for resource in (http, cow, audit, registration or None):
                 if resource is not None:
                     resource.close()
             raise
+        if registration and confinement.isolation is not None:  # the name is its hostname
+            confinement.isolation.hostname = self.name.encode()
         self.warnings = confinement.warnings
         counted = policy.max_output is not None  # no terminal past it: leave_the_terminal
         terminal = Foreground.detect() if foreground and not counted else None
@@ -244,7 +253,7 @@ class Sandbox:
             process = spawn(supervision.prepared(spec), terminal, supervision.take_listener)
         except BaseException:
             supervision.close()
-            for resource in (cow, audit):
+            for resource in (cow, audit, registration or None):
                 if resource is not None:
                     resource.close()
             raise
@@ -256,6 +265,7 @@ class Sandbox:
         process.readable = http.readable_paths if http else ()  # (its CA bundle)
         process.on_exit(supervision.close)
         process.on_task_cap(supervision.task_cap_reached)
+        registration and registration.started(process)
         if (leftovers := confinement.leftovers(audit)) is not None:  # what it left for later
             process.on_exit(leftovers.check)
         if cow is not None:
@@ -318,71 +328,10 @@ class Sandbox:
         return Stage(self, argv)
 
 
-def start_workspace(policy: Policy, dry_run: bool, audit: AuditLog | None) -> CowRun | None:
-    """The run's copy-on-write workspace, if it has a workdir."""
-    if policy.workdir is None:
-        return None  # sandlock.cow is never imported by other runs
-    from ..process import CowRun, WorkspaceOutcome
-
-    return CowRun(policy, dry_run=dry_run, audit=audit)
+_COUNT = __import__("itertools").count(1)  # generated names: sandbox-PID-N (upstream's)
 
 
-def _start_http(policy: Policy, env: dict[str, str], cwd: str, *, audited: bool) -> HttpRun | None:
-    """The proxy for a run with HTTP rules (its trust variables go into ``env``); the
-    credentials' secrets are read here, once, and go to the proxy process only."""
-    secrets = None
-    if policy.credentials:  # (read even if no rule uses them: a missing one is an error)
-        from ..policy import check_sendable, read_secrets
+def _names():  # noqa: ANN202 - (the registry: imported by named sandboxes only)
+    from ..process import registry
 
-        secrets = read_secrets(policy.credentials)
-        check_sendable(policy.http_auth, secrets)
-    if not policy.has_http_rules:
-        return None  # the proxy package is never imported by other runs
-    from ..net import HttpRun
-
-    try:
-        http = HttpRun(policy, env, audited=audited, secrets=secrets, cwd=cwd)
-    except OSError as exc:
-        raise SetupError(f"the HTTP proxy could not start: {exc}") from None
-    env.update(http.env_updates)
-    return http
-
-
-def kernel_limits(policy: Policy) -> KernelLimits | None:
-    if not (policy.max_open_files or policy.max_file_size or policy.cpu_cores):
-        return None  # the limits package is not even imported
-    from ..limits import kernel_limits
-
-    return kernel_limits(policy)
-
-
-def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
-    """Wait for the command; on timeout kill the tree. True if it timed out."""
-    try:
-        process.wait(timeout)
-        return False
-    except TimeoutExpired:
-        process.end_for_timeout(timeout)
-        return True
-
-
-def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
-                  audit: AuditLog | None) -> SandboxedProcess:
-    """The hooks every started process has: its audit log, a file size limit's notice."""
-    process.audit = audit
-    limit = sandbox.policy.max_file_size
-    if limit is not None:
-        from ._runevents import file_size_exceeded
-
-        process.on_exit(lambda: file_size_exceeded(process, limit))
-    if audit is not None and sandbox.policy.max_output is None:  # else: Capture.drop_notices
-        process.on_exit(audit.close)
-    return process
-
-
-def open_audit(path: str | None) -> AuditLog | None:
-    if path is None:
-        return None  # not even imported
-    from .._auditlog import AuditLog
-
-    return AuditLog(path)
+    return registry

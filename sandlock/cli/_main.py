@@ -98,7 +98,7 @@ def _run(args: Namespace) -> int:
     command = _command_of(args)
     code = _execute(policy, command, audit=args.audit, quiet=args.quiet,
                     pass_fds=args.pass_fds, full_access=args.dangerously_allow_full_access,
-                    dry_run=args.dry_run, policy_files=_policy_files(args))
+                    dry_run=args.dry_run, policy_files=_policy_files(args), name=args.name)
     files = [value for kind, value in args.sources if kind == "file"]
     if code != 0 and files and not args.quiet:  # (upstream's hint)
         import shlex
@@ -191,9 +191,9 @@ def _learn(args: Namespace) -> int:
 
 def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bool,
              pass_fds: list[int] | tuple[int, ...] = (), full_access: bool = False,
-             dry_run: bool = False, policy_files: tuple[str, ...] = ()) -> int:
+             dry_run: bool = False, policy_files: tuple[str, ...] = (), name: str | None = None) -> int:
     """Run ``command`` under ``policy`` in the foreground; its exit status.
-    ``policy_files``: those it was read from (read-only in the sandbox)."""
+    ``policy_files``: those it was read from (read-only in the sandbox); ``name``: --name."""
     from ..api import Sandbox
     from ..process import TimeoutExpired
 
@@ -215,7 +215,11 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
             signal.signal(sig, forward)
     if policy.net_allow and not quiet:
         _note_portless_rules(policy.net_allow)
-    sandbox = Sandbox(policy, audit=audit, quiet=quiet, dangerously_allow_full_access=full_access)
+    try:
+        sandbox = Sandbox(policy, audit=audit, quiet=quiet, dangerously_allow_full_access=full_access,
+                          name=name)
+    except PolicyError as exc:
+        fail(_option_error(exc))
     sandbox.policy_files = policy_files
     relay = _output_relay(policy)
     try:
@@ -349,6 +353,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         from ._workspace import main as workspace
 
         return workspace(args)
+    if args.subcommand in ("ps", "inspect", "kill"):
+        from ._sandboxes import main as sandboxes
+
+        return sandboxes(args)
     if args.subcommand == "learn":
         return _learn(args)
     if args.subcommand == "policy":

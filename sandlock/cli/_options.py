@@ -231,6 +231,9 @@ RUN_OPTIONS = (
              help="append one JSON line per network decision to FILE, and per limit hit, "
              "workspace outcome, full-access run and policy_fn verdict (a regular file)"),
      None),
+    (_option("process", "name", "--name", metavar="NAME",
+             help="name the sandbox: its hostname, and its entry in `sandlock ps` while it "
+             "runs (unique per user; at most 64 bytes, no '/')"), None),
     (_option("process", "quiet", "-q", "--quiet", action="store_true",
              help="no notices on stderr"), False),
     (_option("process", "interactive", "-i", "--interactive", action="store_true",

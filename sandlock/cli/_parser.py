@@ -102,6 +102,9 @@ COMMANDS = {
     "policy": "test what a policy allows",
     "profile": "list, show or validate policy profiles",
     "workspace": "list kept copy-on-write workspaces; diff, commit or abort one",
+    "ps": "list your running named sandboxes (run --name)",
+    "inspect": "print a running named sandbox's policy",
+    "kill": "kill a running named sandbox and everything it started",
     "ca": "manage sandlock's persistent CA (init, show, export, install, uninstall)",
     "check": "show which kernel features sandlock can use",
     "selftest": "run real confined programs and check each protection",
@@ -138,7 +141,8 @@ def _build(wanted: str | None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=Parser)
     builders = {"run": _add_run_parser, "learn": _add_learn_parser,
                 "policy": _add_policy_parser, "profile": _add_profile_parser,
-                "vet": _add_vet_parser, "workspace": _add_workspace_parser}
+                "vet": _add_vet_parser, "workspace": _add_workspace_parser,
+                "ps": _add_ps_parser, "inspect": _add_inspect_parser, "kill": _add_kill_parser}
     if wanted not in COMMANDS:
         wanted = None  # build them all: --help, or argparse's error listing the choices
     for name, summary in COMMANDS.items():
@@ -246,6 +250,28 @@ def _add_profile_parser(commands: argparse._SubParsersAction) -> None:
     validate = actions.add_parser("validate", help="check policy files (exit 2 if any is "
                                   "invalid)")
     validate.add_argument("files", nargs="+", metavar="FILE")
+
+
+# ps, inspect, kill (docs/usage.md, "Named sandboxes"): exit status 1 when no running
+# sandbox has the NAME, 2 for invalid input.
+def _add_ps_parser(commands: argparse._SubParsersAction) -> None:
+    ps = commands.add_parser("ps", help=COMMANDS["ps"])
+    ps.add_argument("--json", action="store_true", help="one JSON array of the sandboxes")
+
+
+def _add_inspect_parser(commands: argparse._SubParsersAction) -> None:
+    inspect = commands.add_parser("inspect", help=COMMANDS["inspect"])
+    inspect.add_argument("name", metavar="NAME")
+    inspect.add_argument("--toml", action="store_true",
+                         help="as a policy file (which `sandlock run --policy` takes)")
+
+
+def _add_kill_parser(commands: argparse._SubParsersAction) -> None:
+    kill = commands.add_parser("kill", help=COMMANDS["kill"])
+    kill.add_argument("name", metavar="NAME")
+    kill.add_argument("-s", "--signal", default="KILL", metavar="SIG",
+                      help="the signal for the sandbox's command (default KILL: the whole "
+                      "sandbox ends at once; another ends it when the command exits)")
 
 
 def _add_workspace_parser(commands: argparse._SubParsersAction) -> None:

@@ -46,6 +46,9 @@ _SCRATCH_OPTIONS = b"mode=1777"  # as the directories they stand for (size: half
 _O_DIRECTORY_PATH = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 
+HOSTNAME_FILE = "/etc/hostname"
+
+
 class Overlay:
     """The copy-on-write workspace to mount: ``directory`` (absolute, real) seen
     through an overlay whose upper and work directories are in ``layer``; with
@@ -103,6 +106,10 @@ class Isolation:
         self.overlay = overlay
         self.masked = masked  # denied paths a grant encloses, covered by a mask
         self.layer_fd = -1  # (in init, after mount: the tmpfs layer of --max-disk)
+        # A named sandbox's name (set by the launch): its UTS namespace's hostname and
+        # its /etc/hostname. None: the host's, and no UTS namespace (nothing to pay).
+        self.hostname: bytes | None = None
+        self.rules: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
@@ -134,9 +141,11 @@ class Isolation:
                           and any(path != scratch and _within(path, scratch) for scratch in private)
                           and not any(_within(path, grant) for grant in restored))
         read_only, rewritable = _read_only(restored, writable, private) if restored else ((), ())
-        return cls(private, restored, protection,
-                   tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
-                   temporary, overlay, read_only, rewritable, scratch_size, masked)
+        isolation = cls(private, restored, protection,
+                        tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
+                        temporary, overlay, read_only, rewritable, scratch_size, masked)
+        isolation.rules = rules  # (for a named sandbox's /etc/hostname: ``mount``)
+        return isolation
 
     @staticmethod
     def enter_user_namespace() -> None:
@@ -144,15 +153,18 @@ class Isolation:
         which the PID namespace (``enter_pid_namespace``) and the mounts need."""
         mounts.enter_namespaces(mounts.CLONE_NEWUSER)
 
-    @staticmethod
-    def enter_pid_namespace() -> None:
+    def enter_pid_namespace(self) -> None:
         """The caller's next child is the first process of a new PID namespace, and the
         caller shares with it the new mount namespace that child fills (``mount``).
         Held by the caller (the keeper), the mount namespace is torn down when the
         keeper exits, after it has reported the command's end: that teardown waits for
         an RCU grace period (~3.5 ms), which init's exit would otherwise put between
-        the command's end and sandlock's."""
-        mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS)
+        the command's end and sandlock's. A named sandbox also gets a UTS namespace
+        whose hostname is its name (the keeper holds the capability to set it)."""
+        named = mounts.CLONE_NEWUTS if self.hostname is not None else 0
+        mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS | named)
+        if self.hostname is not None:
+            mounts.set_hostname(self.hostname)
 
     def mount(self, add_rule: Callable[[str, int], None], pids_below: int = 0) -> int:
         """In the first process of the PID namespace, in the mount namespace the keeper
@@ -181,7 +193,14 @@ class Isolation:
         for path in self.protection.read_only:
             mounts.bind(path, path)
             mounts.make_read_only(path)
-        _mount_proc(pids_below, self.masked, self.private)
+        if _mount_proc(pids_below, self.masked, self.private, self.hostname):
+            # Landlock skips the covered file when it walks up from the one bound over it:
+            # the rules that reached the host's /etc/hostname are given to the new one.
+            access = 0
+            for path, rights in self.rules:
+                access |= rights if _within(HOSTNAME_FILE, path) else 0
+            if access:
+                add_rule(HOSTNAME_FILE, access)
         for path, access in self.reanchored:
             try:
                 add_rule(path, access)
@@ -197,7 +216,8 @@ class Isolation:
             mounts.mount_tmpfs(scratch, options)
 
 
-def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ...]) -> None:
+def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ...],
+                hostname: bytes | None) -> bool:
     """The namespace's procfs, its kernel files masked by an empty file of mode 0, made
     in a tmpfs that the procfs then covers: nothing but the masks leads to it (a bind's
     source must be mounted in the namespace, so it is covered, not detached). The
@@ -205,10 +225,13 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ..
     is ``pids_below`` (if not 0), its sysctls read-only: nothing in a sandbox has to
     write one. A mask beneath a ``private`` scratch directory is mounted read-only: the
     write grant of that directory reaches it (Landlock looks up across mounts), and
-    nothing may change the mode or content all masks share."""
+    nothing may change the mode or content all masks share. A ``hostname`` is shown as
+    /etc/hostname the same way: a read-only file of that tmpfs bound over the host's
+    (which is never written; where the host has none, there is none): True if it is."""
     mounts.mount_tmpfs("/proc", b"mode=0700,size=4k")
     mask = os.open("/proc/mask", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0)
     os.mkdir("/proc/masks", 0)
+    shown = _hostname_file(hostname) if hostname is not None else -1
     directory_mask = os.open("/proc/masks", _O_DIRECTORY_PATH)
     mounts.mount_proc("/proc", pids_below)
     source = f"/proc/self/fd/{mask}"
@@ -226,6 +249,21 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ..
             mounts.make_read_only(path)
     os.close(mask)
     os.close(directory_mask)
+    if shown < 0:
+        return False
+    bound = os.path.isfile(HOSTNAME_FILE)
+    if bound:
+        mounts.bind(f"/proc/self/fd/{shown}", HOSTNAME_FILE)
+        mounts.make_read_only(HOSTNAME_FILE)
+    os.close(shown)
+    return bound
+
+
+def _hostname_file(hostname: bytes) -> int:
+    """/etc/hostname's content in the covered tmpfs, as a descriptor to bind from."""
+    fd = os.open("/proc/hostname", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    os.write(fd, hostname + b"\n")
+    return fd
 
 
 def _make_mount_point(path: str, directory: bool) -> None:

@@ -15,6 +15,7 @@ from ._libc import PR_GET_DUMPABLE, PR_SET_DUMPABLE, prctl, syscall
 from ._syscalls import nr
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 
@@ -56,6 +57,11 @@ def enter_namespaces(flags: int) -> None:
             _write("/proc/self/gid_map", b"%d %d 1" % (gid, gid))
         finally:
             prctl(PR_SET_DUMPABLE, dumpable)
+
+
+def set_hostname(name: bytes) -> None:
+    """The hostname of the caller's UTS namespace (``uname -n``, ``hostname``)."""
+    syscall(nr("sethostname"), name, len(name))
 
 
 # The switches that refuse unprivileged user namespaces: (sysctl, the refusing value).

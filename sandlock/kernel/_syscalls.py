@@ -59,6 +59,7 @@ _X86_64 = Arch(
         "swapon": 167,
         "swapoff": 168,
         "reboot": 169,
+        "sethostname": 170,
         "iopl": 172,
         "ioperm": 173,
         "init_module": 175,

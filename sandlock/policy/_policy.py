@@ -317,7 +317,7 @@ def _seconds_up_to(name: str, value: object, limit: float) -> float:
 
 
 # Errors about what is not a Policy field but a Sandbox setting or argument.
-_OTHER_FLAGS = {"audit": "--audit", "argv": "COMMAND", "pass_fds": "--pass-fd"}
+_OTHER_FLAGS = {"audit": "--audit", "argv": "COMMAND", "pass_fds": "--pass-fd", "name": "--name"}
 
 
 def flag_of(field_name: str) -> str:
