@@ -130,7 +130,9 @@ print(sorted(sandlock.__all__))
     assert result.stdout.strip() == str(sorted([
         "CallError", "CallResult", "Context", "Event", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Result",
         "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "TimeoutExpired",
-        "confine"]))
+        "confine",
+        # upstream Sandlock's value types for Policy fields (docs/api.md)
+        "BranchAction", "FsIsolation", "NotifAction", "NotifPolicy", "PathRule"]))
 
 
 def test_importing_a_package_imports_none_of_its_modules():

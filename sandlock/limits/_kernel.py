@@ -13,14 +13,16 @@ from .._record import record
 @record
 class KernelLimits:
     """``open_files``: RLIMIT_NOFILE; ``file_size``: RLIMIT_FSIZE (a write past it
-    fails with EFBIG and raises SIGXFSZ); ``cpus``: the CPUs the sandbox runs on."""
+    fails with EFBIG and raises SIGXFSZ); ``cpus``: the CPUs the sandbox runs on;
+    ``data``: RLIMIT_DATA of the commands it execs (--max-memory-mode refuse)."""
 
     open_files: int | None = None
     file_size: int | None = None
     cpus: tuple[int, ...] = ()
+    data: int | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.open_files or self.file_size or self.cpus)
+        return bool(self.open_files or self.file_size or self.cpus or self.data)
 
     def restrict_cpus(self) -> None:
         """In the command's process, before its seccomp filter (which then refuses
@@ -39,9 +41,26 @@ class KernelLimits:
             if self.file_size:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_size, self.file_size))
 
+    def limit_data(self) -> None:
+        """Right before exec, in a command's process only: a copy of sandlock's
+        interpreter (a function run, a long-lived sandbox's resident) may already hold
+        more than the limit, inherited from the host; a program exec'd starts at zero."""
+        if self.data:
+            limit_data(self.data)
+
+
+def limit_data(size: int) -> None:
+    """RLIMIT_DATA: brk, and private writable mappings (every heap), past ``size``
+    bytes fail with ENOMEM; soft and hard alike, so that the command cannot raise it."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_DATA, (size, size))
+
 
 def kernel_limits(policy: object) -> KernelLimits:
     """The per-process limits of a Policy."""
+    refuse = policy.max_memory_mode == "refuse"  # type: ignore[attr-defined]
     return KernelLimits(open_files=policy.max_open_files,  # type: ignore[attr-defined]
                         file_size=policy.max_file_size,  # type: ignore[attr-defined]
-                        cpus=policy.cpu_cores)  # type: ignore[attr-defined]
+                        cpus=policy.cpu_cores,  # type: ignore[attr-defined]
+                        data=int(policy.max_memory) if refuse else None)  # type: ignore[attr-defined]

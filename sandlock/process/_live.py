@@ -79,6 +79,9 @@ class LiveSandbox:
         self._paused = False
         self._closing: list[Callable[[], None]] = []
         self.first: LiveProcess | None = None  # the first exec'd: what wait() returns
+        # --max-memory-mode refuse: the RLIMIT_DATA of the commands exec'd (as updated)
+        policy = sandbox.policy
+        self._data = int(policy.max_memory) if policy.max_memory_mode == "refuse" else None
 
     @property
     def changed(self) -> threading.Condition:
@@ -98,7 +101,8 @@ class LiveSandbox:
         given += [(fd, fd) for fd in pass_fds]
         targets = [target for target, _ in given]
         process = LiveProcess(self, self._new_tokens(1)[0], argv[0])
-        self._request([process], ("exec", process.token, argv, targets), [fd for _, fd in given])
+        self._request([process], ("exec", process.token, argv, targets, self._data),
+                      [fd for _, fd in given])
         with self._changed:
             self.first = self.first or process
         self.wait_until(lambda: process.pid or process.returncode is not None, None)
@@ -139,6 +143,17 @@ class LiveSandbox:
         if not self._process.pauser.pause():
             raise RuntimeError("the sandbox's processes could not all be stopped within 2 s")
         self._paused = True
+
+    def update(self, changes: dict[str, object]) -> None:
+        from ..limits import checked_updates
+
+        self._check_open()
+        updates = checked_updates(self._sandbox.policy, changes)
+        if self._process.pauser is None:
+            raise RuntimeError("update() needs the sandbox's own PID namespace")
+        self._process.pauser.update(updates)
+        if "max_memory" in updates and self._data is not None:
+            self._data = int(updates["max_memory"])  # type: ignore[call-overload]
 
     def resume(self) -> None:
         if self._state == "ready" and self._paused:

@@ -121,8 +121,10 @@ class Resident:
                 os.close(fd)  # the forked process has its own copies
         return True
 
-    def _exec(self, token: int, argv: list[str], targets: list[int], *, fds: list[int]) -> None:
-        """Fork, place the descriptors sandlock sent at the numbers asked for, exec."""
+    def _exec(self, token: int, argv: list[str], targets: list[int], data: int | None, *,
+              fds: list[int]) -> None:
+        """Fork, place the descriptors sandlock sent at the numbers asked for, exec
+        (under RLIMIT_DATA ``data``, if given: --max-memory-mode refuse)."""
         if self._fork(token):
             return
         _place(dict(zip(targets, fds)))
@@ -130,6 +132,10 @@ class Resident:
         for target in targets:
             if target > 2:
                 os.set_inheritable(target, True)
+        if data is not None:
+            from ..limits import limit_data
+
+            limit_data(data)
         code = exec_argv(argv, dict(os.environ))
         self._say(b"fail %d %d" % (token, code))
         os._exit(EXIT_NOTFOUND if code in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOEXEC)
