@@ -152,9 +152,11 @@ class Watches:
                     scratch: tuple[int, ...]) -> None:
         def exceeded(used: int) -> None:
             self._kill()
+            now = memory.limit  # (sb.update() or policy_fn may have changed it since)
+            said, why = (shown, source) if now == limit else (_mib(now), "as lowered while it ran")
             # Said as it happens: the CLI and Sandbox.run alike.
-            self._hit("max_memory", shown, "kill", f"memory limit {shown} exceeded "
-                      f"({_mib(used)} in use): killed the sandbox ({source})", used=used)
+            self._hit("max_memory", said, "kill", f"memory limit {said} exceeded "
+                      f"({_mib(used)} in use): killed the sandbox ({why})", used=used)
 
         from ..limits import MEMORY_INTERVAL
 
