@@ -136,6 +136,12 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
                      f'[workspace]\ndir = "{work}"\non_error = "commit"'),
         "max_disk": (["--workdir", str(work), "--max-disk", "1G"],
                      f'[workspace]\ndir = "{work}"\nmax_disk = "1G"'),
+        "max_memory_mode": (["-m", "64M", "--max-memory-mode", "refuse"],
+                            '[limits]\nmax_memory = "64M"\nmax_memory_mode = "refuse"'),
+        "fs_isolation": (["--workdir", str(work), "--fs-isolation", "overlayfs"],
+                         f'[workspace]\ndir = "{work}"\nfs_isolation = "overlayfs"'),
+        "notif_policy": (["--notif-deny", "/proc/kcore", "--notif-deny", "/sys/fs/cgroup/"],
+                         '[confinement]\nnotif_policy = ["/proc/kcore", "/sys/fs/cgroup"]'),
     }
 
 
