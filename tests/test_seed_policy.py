@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, SANDLOCK, sandlock
+from conftest import PYTHON, SANDLOCK, sandlock, users
 from sandlock import (
     BranchAction,
     FsIsolation,
@@ -188,6 +188,57 @@ def test_update_in_refuse_mode_sets_the_data_limit_of_later_commands(tmp_path):
             sb.exec([SYSTEM_PYTHON, str(script)], stdout=file.fileno())
             assert sb.wait(timeout=30) == 0
     assert out.read_text() == "allocated\ncontinued\nMemoryError\ncontinued\n"
+
+
+# A command already running when the block updates the limit: it allocates once told to
+# ("go" appears), after raising its own soft limit as far as it may if asked ("grab").
+WAITER = textwrap.dedent("""\
+    import os, resource, sys, time
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.02)
+    if sys.argv[2] == "grab":
+        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+    try:
+        data = bytearray(200 * 1024 * 1024)
+        for i in range(0, len(data), 4096):
+            data[i] = 1
+        time.sleep(0.3)
+        print("allocated", flush=True)
+    except MemoryError:
+        print("MemoryError", flush=True)
+""")
+UPDATING = textwrap.dedent("""\
+    import os, sys
+    from sandlock import Policy, Sandbox
+    go, how, steps = os.path.abspath("go"), sys.argv[1], sys.argv[2:]
+    with Sandbox(Policy(max_memory="256M", max_memory_mode="refuse"), quiet=True) as sb:
+        sb.exec(["/usr/bin/python3", "waiter.py", go, how])
+        for size in steps:
+            sb.update(max_memory=size)
+        open(go, "w").close()
+        print("exit", sb.wait(timeout=30))
+""")
+
+
+@needs_system_python
+@users
+@pytest.mark.parametrize("how, steps, expected", [
+    ("take", ["128M"], "MemoryError\nexit 0\n"),  # tightened: refused at 128M
+    ("take", ["128M", "256M"], "allocated\nexit 0\n"),  # loosened back: allowed again
+    ("take", [], "allocated\nexit 0\n"),  # the control: within the starting 256M
+    # The attack: raise its own soft limit back after the tightening. It may (up to the
+    # starting hard limit), and the sandbox's watch then kills it at 128M.
+    ("grab", ["128M"], "exit 137\n"),
+])
+def test_update_relimits_a_running_command(world_tmp, as_nobody_or_self, how, steps, expected):
+    (world_tmp / "waiter.py").write_text(WAITER)
+    (world_tmp / "updating.py").write_text(UPDATING)
+    argv = [sys.executable, "updating.py", how, *steps]
+    if as_nobody_or_self is not None:
+        argv = as_nobody_or_self(argv)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=world_tmp)
+    assert done.stdout == expected, done.stderr
 
 
 # --- fs_isolation, BranchAction -----------------------------------------------------------

@@ -12,7 +12,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._cpu import CpuThrottle
     from ._freeze import freeze, thaw
-    from ._kernel import KernelLimits, kernel_limits, limit_data
+    from ._kernel import KernelLimits, kernel_limits, limit_data, relimit_data
     from ._memory import MemoryWatch
     from ._processes import ProcessGate
     from ._sockets import probe as probe_sockets
@@ -34,6 +34,7 @@ _EXPORTS = {
     "MemoryWatch": "_memory",
     "kernel_limits": "_kernel",
     "limit_data": "_kernel",
+    "relimit_data": "_kernel",
     "checked_updates": "_updates",
     "UPDATABLE": "_updates",
     "Size": "_values",

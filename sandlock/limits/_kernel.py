@@ -49,12 +49,13 @@ class KernelLimits:
             limit_data(self.data)
 
 
-def limit_data(size: int) -> None:
+def limit_data(size: int, ceiling: int | None = None) -> None:
     """RLIMIT_DATA: brk, and private writable mappings (every heap), past ``size``
-    bytes fail with ENOMEM; soft and hard alike, so that the command cannot raise it."""
+    bytes fail with ENOMEM. The hard limit is ``ceiling`` (default: ``size``): the
+    process can raise its own soft limit up to that, never past it."""
     import resource
 
-    resource.setrlimit(resource.RLIMIT_DATA, (size, size))
+    resource.setrlimit(resource.RLIMIT_DATA, (size, ceiling or size))
 
 
 def kernel_limits(policy: object) -> KernelLimits:
@@ -64,3 +65,45 @@ def kernel_limits(policy: object) -> KernelLimits:
                         file_size=policy.max_file_size,  # type: ignore[attr-defined]
                         cpus=policy.cpu_cores,  # type: ignore[attr-defined]
                         data=int(policy.max_memory) if refuse else None)  # type: ignore[attr-defined]
+
+
+def relimit_data(member: int, size: int) -> int:
+    """sb.update(max_memory=...) under --max-memory-mode refuse: the soft RLIMIT_DATA
+    ``size`` (at most the hard one, the starting limit) for every process of the PID
+    namespace of host pid ``member`` that holds a data limit (the commands exec'd and
+    what they started; not init, the resident or a function's process, copies of
+    sandlock's interpreter, which hold none). Only the soft limit: raising a hard one
+    takes CAP_SYS_RESOURCE, which sandlock may not have, so that a hard limit lowered
+    could not be loosened again. Listed again until no new one shows (a process
+    forked meanwhile copied its parent's old limit). Returns how many were set.
+    (Between the namespace check and prlimit a process may end; its pid is not
+    reused until the kernel has cycled through every other one.)"""
+    import resource
+
+    namespace = os.stat(f"/proc/{member}/ns/pid").st_ino
+    seen: set[int] = set()
+    limited = 0
+    while True:
+        found = [pid for pid in _host_pids() if pid not in seen and _in_namespace(pid, namespace)]
+        if not found:
+            return limited
+        seen.update(found)
+        for pid in found:
+            try:
+                hard = resource.prlimit(pid, resource.RLIMIT_DATA)[1]
+                if hard != resource.RLIM_INFINITY:
+                    resource.prlimit(pid, resource.RLIMIT_DATA, (min(size, hard), hard))
+                    limited += 1
+            except ProcessLookupError:
+                pass  # gone meanwhile
+
+
+def _host_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _in_namespace(pid: int, namespace: int) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino == namespace
+    except OSError:
+        return False

@@ -79,9 +79,13 @@ class LiveSandbox:
         self._paused = False
         self._closing: list[Callable[[], None]] = []
         self.first: LiveProcess | None = None  # the first exec'd: what wait() returns
-        # --max-memory-mode refuse: the RLIMIT_DATA of the commands exec'd (as updated)
-        policy = sandbox.policy
-        self._data = int(policy.max_memory) if policy.max_memory_mode == "refuse" else None
+        # --max-memory-mode refuse: RLIMIT_DATA (soft as updated, hard) of commands exec'd
+        policy, self._data = sandbox.policy, None
+        if policy.max_memory_mode == "refuse":
+            self._data = (int(policy.max_memory), int(policy.max_memory))
+        if self._data is not None:  # what the resident's forks need, loaded while readable
+            __import__("resource"), __import__("sandlock.limits._kernel")
+        self._execs = threading.Lock()  # an exec's pid is known before update() relimits
 
     @property
     def changed(self) -> threading.Condition:
@@ -101,11 +105,12 @@ class LiveSandbox:
         given += [(fd, fd) for fd in pass_fds]
         targets = [target for target, _ in given]
         process = LiveProcess(self, self._new_tokens(1)[0], argv[0])
-        self._request([process], ("exec", process.token, argv, targets, self._data),
-                      [fd for _, fd in given])
-        with self._changed:
-            self.first = self.first or process
-        self.wait_until(lambda: process.pid or process.returncode is not None, None)
+        with self._execs:
+            self._request([process], ("exec", process.token, argv, targets, self._data),
+                          [fd for _, fd in given])
+            with self._changed:
+                self.first = self.first or process
+            self.wait_until(lambda: process.pid or process.returncode is not None, None)
         return process
 
     def call(self, function: Callable[..., object], args: tuple, kwargs: dict,
@@ -145,15 +150,15 @@ class LiveSandbox:
         self._paused = True
 
     def update(self, changes: dict[str, object]) -> None:
-        from ..limits import checked_updates
-
-        self._check_open()
-        updates = checked_updates(self._sandbox.policy, changes)
-        if self._process.pauser is None:
-            raise RuntimeError("update() needs the sandbox's own PID namespace")
+        from ..limits import checked_updates, relimit_data
+        updates = checked_updates(self._sandbox.policy, changes)  # (paused or not)
+        if self._state != "ready" or self._process.pauser is None:
+            raise RuntimeError("update() needs a running sandbox in its own PID namespace")
         self._process.pauser.update(updates)
         if "max_memory" in updates and self._data is not None:
-            self._data = int(updates["max_memory"])  # type: ignore[call-overload]
+            with self._execs:  # those running, then later ones
+                self._data = (int(updates["max_memory"]), self._data[1])  # type: ignore[call-overload]
+                relimit_data(self._process.pid, self._data[0])
 
     def resume(self) -> None:
         if self._state == "ready" and self._paused:
