@@ -81,9 +81,8 @@ class LiveSandbox:
         self.first: LiveProcess | None = None  # the first exec'd: what wait() returns
         # --max-memory-mode refuse: RLIMIT_DATA (soft as updated, hard) of commands exec'd
         policy, self._data = sandbox.policy, None
-        if policy.max_memory_mode == "refuse":
+        if policy.max_memory_mode == "refuse":  # (what the resident's forks need, loaded now)
             self._data = (int(policy.max_memory), int(policy.max_memory))
-        if self._data is not None:  # what the resident's forks need, loaded while readable
             __import__("resource"), __import__("sandlock.limits._kernel")
         self._execs = threading.Lock()  # an exec's pid is known before update() relimits
 
