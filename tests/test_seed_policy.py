@@ -8,6 +8,7 @@ control that shows what happens without the confinement under test."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -263,6 +264,18 @@ def test_branchfs_is_refused_without_a_branchfs_mount(tmp_path):
     assert "is not on a BranchFS mount" in done.stderr and "Traceback" not in done.stderr
     with pytest.raises(PolicyError, match="BranchFS"):
         Policy(workdir=str(tmp_path), fs_isolation=FsIsolation.BRANCHFS)
+
+
+def test_branchfs_detection_reads_the_mount_that_holds_the_workdir(tmp_path):
+    """The control of the refusal's detection: in a mount namespace of its own, a
+    tmpfs mounted over the workdir is what the refusal names (not the disk under it)."""
+    if os.getuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs unshare(1), as root")
+    script = (f"mount -t tmpfs branchless {tmp_path} && exec {' '.join(SANDLOCK)} run "
+              f"--workdir {tmp_path} --fs-isolation branchfs -- true")
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 2 and "(it is on tmpfs)" in done.stderr, done.stderr
 
 
 # --- notif_policy -------------------------------------------------------------------------
