@@ -336,12 +336,14 @@ def _read_kernel(argv_prefix: list[str], cwd: Path) -> dict[str, object]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_a_grant_of_proc_and_sys_hides_the_kernels_files(tmp_path):
-    host = _read_kernel([], tmp_path)  # the control: the host shows them
+@users
+def test_a_grant_of_proc_and_sys_hides_the_kernels_files(world_tmp, as_nobody_or_self):
+    as_user = as_nobody_or_self or (lambda argv: argv)
+    host = _read_kernel(as_user([]), world_tmp)  # the control: the host shows them
     assert {host[path] for path in KERNEL_FILES} == {"read"}
     assert host["/sys/kernel"] and host["/sys/firmware"]
-    got = _read_kernel([*SANDLOCK, "run", "-r", "/proc", "-r", "/sys", "-r", "/usr", "-r",
+    got = _read_kernel([*as_user([]), *SANDLOCK, "run", "-r", "/proc", "-r", "/sys", "-r", "/usr", "-r",
                         "/lib", "-r", "/lib64", *(f"-r{path}" for path in PYTHON), "--"],
-                       tmp_path)
+                       world_tmp)
     assert {got[path] for path in KERNEL_FILES} == {"PermissionError"}, got
     assert got["/sys/kernel"] == got["/sys/firmware"] == "PermissionError"
