@@ -14,7 +14,7 @@ from ._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
-    from .policy import Policy
+    from .policy import BranchAction, FsIsolation, NotifAction, NotifPolicy, PathRule, Policy
     from .api import (CallError, CallResult, Change, ExitReason, ExitStatus, Pipeline, PipelineResult,
                       Result, Sandbox, Stage, confine)
     from .limits import Size as ByteSize
@@ -37,6 +37,13 @@ _EXPORTS = {
     "SandlockError": "_errors",
     "SetupError": "_errors",
     "Policy": "policy",
+    # upstream Sandlock's value types for Policy fields (their own module: only a
+    # program naming one loads enum)
+    "BranchAction": "policy._upstream:BranchAction",
+    "FsIsolation": "policy._upstream:FsIsolation",
+    "NotifAction": "policy._upstream:NotifAction",
+    "NotifPolicy": "policy._upstream:NotifPolicy",
+    "PathRule": "policy._upstream:PathRule",
     "Pipeline": "api",
     "PipelineResult": "api",
     "Result": "api",
@@ -51,6 +58,7 @@ _EXPORTS = {
 
 __all__ = [
     "ByteSize",
+    "BranchAction",
     "CallError",
     "CallResult",
     "Change",
@@ -58,6 +66,10 @@ __all__ = [
     "Event",
     "ExitReason",
     "ExitStatus",
+    "FsIsolation",
+    "NotifAction",
+    "NotifPolicy",
+    "PathRule",
     "Pipeline",
     "PipelineResult",
     "Policy",

@@ -130,7 +130,9 @@ print(sorted(sandlock.__all__))
     assert result.stdout.strip() == str(sorted([
         "ByteSize", "CallError", "CallResult", "Change", "Context", "Event", "ExitReason", "ExitStatus", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Result",
         "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "SyscallEvent", "TimeoutExpired",
-        "confine"]))
+        "confine",
+        # upstream Sandlock's value types for Policy fields (docs/api.md)
+        "BranchAction", "FsIsolation", "NotifAction", "NotifPolicy", "PathRule"]))
 
 
 def test_importing_a_package_imports_none_of_its_modules():

@@ -136,6 +136,14 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
                      f'[workspace]\ndir = "{work}"\non_error = "commit"'),
         "max_disk": (["--workdir", str(work), "--max-disk", "1G"],
                      f'[workspace]\ndir = "{work}"\nmax_disk = "1G"'),
+        "max_memory_mode": (["-m", "64M", "--max-memory-mode", "refuse"],
+                            '[limits]\nmax_memory = "64M"\nmax_memory_mode = "refuse"'),
+        "fs_storage": (["--workdir", str(work), "--fs-storage", "/var/tmp"],
+                       f'[workspace]\ndir = "{work}"\nstorage = "/var/tmp"'),
+        "fs_isolation": (["--workdir", str(work), "--fs-isolation", "overlayfs"],
+                         f'[workspace]\ndir = "{work}"\nfs_isolation = "overlayfs"'),
+        "notif_policy": (["--notif-deny", "/proc/kcore", "--notif-deny", "/sys/fs/cgroup/"],
+                         '[confinement]\nnotif_policy = ["/proc/kcore", "/sys/fs/cgroup"]'),
     }
 
 

@@ -217,6 +217,10 @@ def test_fs_storage_needs_a_workdir_and_a_directory(tmp_path):
         Policy(workdir=str(tmp_path), fs_storage=str(tmp_path / "missing"))
     result = run_cli("run", "--fs-storage", str(tmp_path), "--", "true")
     assert result.returncode == 2 and result.stderr.startswith("sandlock: error: --fs-storage")
+    inside = tmp_path / "project"
+    inside.mkdir()
+    result = run_cli("run", "--workdir", str(inside), "--fs-storage", str(tmp_path), "--", "true")
+    assert result.returncode != 0 and "inside the workspace store" in result.stderr
 
 
 # --- sandlock run --no-supervisor -----------------------------------------------------

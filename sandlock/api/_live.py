@@ -79,6 +79,12 @@ class LiveSandbox:
         self._paused = False
         self._closing: list[Callable[[], None]] = []
         self.first: LiveProcess | None = None  # the first exec'd: what wait() returns
+        # --max-memory-mode refuse: RLIMIT_DATA (soft as updated, hard) of commands exec'd
+        policy, self._data = sandbox.policy, None
+        if policy.max_memory_mode == "refuse":  # (what the resident's forks need, loaded now)
+            self._data = (int(policy.max_memory), int(policy.max_memory))
+            __import__("resource"), __import__("sandlock.limits._kernel")
+        self._execs = threading.Lock()  # an exec's pid is known before update() relimits
 
     @property
     def changed(self) -> threading.Condition:
@@ -98,10 +104,12 @@ class LiveSandbox:
         given += [(fd, fd) for fd in pass_fds]
         targets = [target for target, _ in given]
         process = LiveProcess(self, self._new_tokens(1)[0], argv[0])
-        self._request([process], ("exec", process.token, argv, targets), [fd for _, fd in given])
-        with self._changed:
-            self.first = self.first or process
-        self.wait_until(lambda: process.pid or process.returncode is not None, None)
+        with self._execs:
+            self._request([process], ("exec", process.token, argv, targets, self._data),
+                          [fd for _, fd in given])
+            with self._changed:
+                self.first = self.first or process
+            self.wait_until(lambda: process.pid or process.returncode is not None, None)
         return process
 
     def call(self, function: Callable[..., object], args: tuple, kwargs: dict,
@@ -139,6 +147,17 @@ class LiveSandbox:
         if not self._process.pauser.pause():
             raise RuntimeError("the sandbox's processes could not all be stopped within 2 s")
         self._paused = True
+
+    def update(self, changes: dict[str, object]) -> None:
+        from ..limits import checked_updates, relimit_data
+        updates = checked_updates(self._sandbox.policy, changes)  # (paused or not)
+        if self._state != "ready" or self._process.pauser is None:
+            raise RuntimeError("update() needs a running sandbox in its own PID namespace")
+        self._process.pauser.update(updates)
+        if "max_memory" in updates and self._data is not None:
+            with self._execs:  # those running, then later ones
+                self._data = (int(updates["max_memory"]), self._data[1])  # type: ignore[call-overload]
+                relimit_data(self._process.pid, self._data[0])
 
     def resume(self) -> None:
         if self._state == "ready" and self._paused:

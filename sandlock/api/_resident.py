@@ -121,9 +121,11 @@ class Resident:
                 os.close(fd)  # the forked process has its own copies
         return True
 
-    def _exec(self, token: int, argv: list[str], targets: list[int], *, fds: list[int]) -> None:
-        """Fork, place the descriptors sandlock sent at the numbers asked for, exec."""
-        if self._fork(token):
+    def _exec(self, token: int, argv: list[str], targets: list[int],
+              data: tuple[int, int] | None, *, fds: list[int]) -> None:
+        """Fork, place the descriptors sandlock sent at the numbers asked for, exec
+        (under RLIMIT_DATA ``data``, if given: --max-memory-mode refuse)."""
+        if self._fork(token, data):
             return
         _place(dict(zip(targets, fds)))
         close_on_exec_from(3)  # the resident's own are close-on-exec already
@@ -175,9 +177,10 @@ class Resident:
             self._forget(keep=(self._results,))
             _run_and_exit(Runner(self._work, (), {}, self._results, streams=False))
 
-    def _fork(self, token: int) -> bool:
+    def _fork(self, token: int, data: tuple[int, int] | None = None) -> bool:
         """True in the resident (the child is remembered), False in the new process,
-        which has a process group of its own and has said its pid outside."""
+        which has a process group of its own and has said its pid outside (under
+        RLIMIT_DATA ``data`` by then, if given: sb.update() relimits it from then on)."""
         try:
             pid = os.fork()
         except OSError as exc:  # e.g. EAGAIN: the sandbox's process limit
@@ -196,6 +199,10 @@ class Resident:
             # Its group before its pid is said: a kill sent to the group as soon as
             # sandlock knows the pid must find it (else killpg fails, the kill is lost).
             os.setpgid(0, 0)
+            if data is not None:
+                from ..limits import limit_data  # (loaded before the sandbox: _live)
+
+                limit_data(*data)
             self._say(b"pid %d %d" % (token, host_pid))
         except BaseException:  # noqa: BLE001 - never back into the resident's loop
             os._exit(EXIT_NOEXEC)

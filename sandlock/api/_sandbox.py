@@ -143,6 +143,10 @@ class Sandbox:
         """Kill every process of the running sandbox; it is over (leave its block)."""
         self._running("kill").kill()
 
+    def update(self, **limits: object) -> None:
+        """New max_memory, max_processes, max_cpu, at most the starting ones (docs/api.md)."""
+        self._running("update").update(limits)
+
     def sandbox(self, policy: Policy | str) -> NestedSandbox:
         """A sandbox nested in the running one: ``run``, ``call`` and ``exec`` start
         its processes in this sandbox, each confined further by ``policy``'s static
@@ -161,7 +165,6 @@ class Sandbox:
               stderr: int | None = None, foreground: bool = False, pass_fds: Sequence[int] = (),
               dry_run: bool = False) -> SandboxedProcess:
         """Start ``argv`` confined; stdio are file descriptors (None: inherit).
-
         The command inherits no other descriptor of this process but ``pass_fds``
         (under the same numbers). With ``foreground`` and a terminal, the command
         becomes the terminal's foreground job for as long as it runs (what the CLI does).
@@ -283,19 +286,16 @@ class Sandbox:
         capture_output: bool = True,
         pass_fds: Sequence[int] = (),
     ) -> Result:
-        """Run ``argv`` to completion (like subprocess.run) and return its Result.
-
-        ``timeout`` defaults to the policy's; when it expires the whole sandbox tree
-        is killed and ``exit_code`` is 124.
-        """
+        """Run ``argv`` to completion (like subprocess.run) and return its Result;
+        past ``timeout`` (default: the policy's) the whole tree is killed (exit_code 124)."""
         return self._run(argv, timeout, input, capture_output, pass_fds)
 
     def dry_run(self, argv: Sequence[str], timeout: float | None = None, *,
                 input: bytes | None = None, capture_output: bool = True,
                 pass_fds: Sequence[int] = ()) -> Result:
         """``run``, with what ``argv`` writes to its workdir (the policy's, else the
-        current directory) captured and then discarded: ``result.changes`` lists it.
-        Nothing else is written either: the run's other write grants become reads."""
+        current directory) captured, then discarded (``result.changes``); its other
+        write grants become reads."""
         return self._run(argv, timeout, input, capture_output, pass_fds, dry_run=True)
 
     def _run(self, argv: Sequence[str], timeout: float | None, input: bytes | None,

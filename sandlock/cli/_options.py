@@ -13,7 +13,14 @@ namespace (tests/test_cli_options.py).
 from __future__ import annotations
 
 from .._record import record
-from ..policy import HTTPS_INSPECT_MODES, MODES, WORKSPACE_ACTIONS, flag_of
+from ..policy import (
+    FS_ISOLATIONS,
+    HTTPS_INSPECT_MODES,
+    MEMORY_MODES,
+    MODES,
+    WORKSPACE_ACTIONS,
+    flag_of,
+)
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: this module is on every start
 if TYPE_CHECKING:
@@ -220,6 +227,16 @@ POLICY_OPTIONS = (
     _policy_option("workspace", "fs_storage", metavar="DIR",
                    help="keep the captured writes in DIR instead of "
                    "$XDG_STATE_HOME/sandlock/workspaces (`sandlock workspace --fs-storage DIR`)"),
+    # Upstream Sandlock's fields (docs/usage.md): how -m is held, the workdir's backend,
+    # NotifPolicy's denied paths.
+    _policy_option("limits", "max_memory_mode", choices=MEMORY_MODES,
+                   help="at -m: kill (default) the sandbox, or refuse: a process's "
+                   "allocation past SIZE fails with ENOMEM and it runs on"),
+    _policy_option("workspace", "fs_isolation", choices=FS_ISOLATIONS,
+                   help="the --workdir backend: overlayfs (what none means with a workdir), "
+                   "or branchfs (refused unless DIR is on a BranchFS mount)"),
+    _policy_option("confinement", "notif_policy", action="append", metavar="PATH",
+                   help="deny PATH as upstream's NotifPolicy DENY rule does (as --fs-deny)"),
 )
 
 # `run`'s own options, each with its value when not given.

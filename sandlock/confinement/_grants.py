@@ -36,7 +36,8 @@ def granted_paths(
                  for path in _fspolicy.protected_paths(home, environ)]
     # A CA key the user brings (--http-key) and the files secrets come from
     # (--credential NAME=file:PATH) are as secret as sandlock's own.
-    deny = [*policy.fs_denied, *protected, *filter(None, (policy.http_key, policy.fs_storage)),
+    deny = [*policy.fs_denied, *policy.notif_policy, *protected,
+            *filter(None, (policy.http_key, policy.fs_storage)),
             *policy.credential_files, *_fspolicy.host_secrets()]
     # The copy-on-write workspace is written, whatever else is (its writes are captured).
     workdir = [policy.workdir] if policy.workdir else []

@@ -12,10 +12,11 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._cpu import CpuThrottle
     from ._freeze import freeze, thaw
-    from ._kernel import KernelLimits, kernel_limits
+    from ._kernel import KernelLimits, kernel_limits, limit_data, relimit_data
     from ._memory import MemoryWatch
     from ._processes import ProcessGate
     from ._sockets import probe as probe_sockets
+    from ._updates import UPDATABLE, checked_updates
     from ._values import Size, format_cpu_list, parse_cpu_list, parse_memory_size, parse_size
 
 # Seconds between the memory watch's samples: here, where sandlock's side reads it
@@ -32,6 +33,10 @@ _EXPORTS = {
     "probe_sockets": "_sockets",
     "MemoryWatch": "_memory",
     "kernel_limits": "_kernel",
+    "limit_data": "_kernel",
+    "relimit_data": "_kernel",
+    "checked_updates": "_updates",
+    "UPDATABLE": "_updates",
     "Size": "_values",
     "format_cpu_list": "_values",
     "parse_cpu_list": "_values",

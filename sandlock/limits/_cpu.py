@@ -45,6 +45,10 @@ class CpuThrottle:
     def start(self) -> None:
         _thread.start_new_thread(self._run, ())
 
+    def set_share(self, share: float) -> None:
+        """The share from now on (sb.update): the budget grows at the new rate."""
+        self._rate = share / 100
+
     def pause(self) -> None:
         """From now on until ``resume``, the throttle sends no signal (its budget still
         accrues and is spent)."""

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from ._learn import applied as apply_learned, learn, observing as observing_policy, read_audit
     from ._policy import (
         FIELDS as POLICY_FIELDS,
+        FS_ISOLATIONS,
+        MEMORY_MODES,
         HTTPS_INSPECT_MODES,
         MODES,
         WORKSPACE_ACTIONS,
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
         path_of as profile_path,
     )
     from ._sources import from_options, merge
+    from ._upstream import BranchAction, FsIsolation, NotifAction, NotifPolicy, PathRule
     from ._tester import PolicyTester, parse_endpoint, parse_request
     from ._toml import dumps
     from ._values import timeout as check_timeout
@@ -38,7 +41,14 @@ if TYPE_CHECKING:
 # ``module:`` for the module itself);
 # each module is imported on first use, so importing the package costs nothing
 _EXPORTS = {
+    "BranchAction": "_upstream",
+    "FsIsolation": "_upstream",
+    "NotifAction": "_upstream",
+    "NotifPolicy": "_upstream",
+    "PathRule": "_upstream",
+    "FS_ISOLATIONS": "_policy",
     "HTTPS_INSPECT_MODES": "_policy",
+    "MEMORY_MODES": "_policy",
     "MODES": "_policy",
     "WORKSPACE_ACTIONS": "_policy",
     "Policy": "_policy",

@@ -35,6 +35,11 @@ MAX_UPSTREAM_TIMEOUT = 86400.0
 MODES = ("workspace-write", "read-only", "full-access")
 # What becomes of a copy-on-write workspace's changes when the run ends.
 WORKSPACE_ACTIONS = ("commit", "abort", "keep")
+# Upstream Sandlock's names (docs/api.md): at the memory limit, the sandbox is killed
+# (kill) or each process's allocation past it fails with ENOMEM (refuse); how a
+# workdir is isolated (NONE: as the workdir decides, i.e. overlayfs).
+MEMORY_MODES = ("kill", "refuse")
+FS_ISOLATIONS = ("none", "overlayfs", "branchfs")
 
 
 def _flag(name: str, key: str, *, path: bool = False, **kwargs: object) -> object:
@@ -130,6 +135,12 @@ class Policy:
     # Where the workspace's captured writes are kept (upstream's name): a directory of
     # the user's instead of $XDG_STATE_HOME/sandlock/workspaces; denied to the command.
     fs_storage: str | None = _flag("--fs-storage", "workspace.storage", path=True, default=None)
+    # Upstream Sandlock's Policy fields (seed 004): they take its enums (``_upstream``)
+    # or their values as strings; notif_policy is kept as the paths it denies.
+    max_memory_mode: str = _flag("--max-memory-mode", "limits.max_memory_mode", default="kill")
+    fs_isolation: str = _flag("--fs-isolation", "workspace.fs_isolation", default="none")
+    notif_policy: tuple[str, ...] = _flag("--notif-deny", "confinement.notif_policy",
+                                          path=True, default=())
 
     __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
 
@@ -150,6 +161,9 @@ class Policy:
                               "(choose an allowlist or a denylist)")
         self._check_mode()
         self._check_workspace()
+        if self.max_memory_mode != "kill" and self.max_memory is None:
+            raise PolicyError("max_memory_mode", "--max-memory-mode refuse is about the memory "
+                              "limit: give --max-memory SIZE too")
         self._check_credentials()
         if (self.http_ca is None) != (self.http_key is None):
             missing = "http_key" if self.http_key is None else "http_ca"
@@ -169,7 +183,7 @@ class Policy:
 
     def _check_workspace(self) -> None:
         if self.workdir is None:
-            changed = [name for name in ("on_exit", "on_error", "max_disk", "fs_storage")
+            changed = [name for name in ("on_exit", "on_error", "max_disk", "fs_storage", "fs_isolation")
                        if getattr(self, name) != FIELDS[name].default]
             if changed:
                 raise PolicyError(changed[0], f"{flag_of(changed[0])} is about the copy-on-write "
@@ -181,6 +195,10 @@ class Policy:
         if self.mode == "read-only":
             raise PolicyError("mode", "read-only cannot be combined with --workdir (a "
                               "workspace is for writing)")
+        if self.fs_isolation == "branchfs":
+            from ._seedchecks import check_branchfs
+
+            check_branchfs(self.workdir)
 
     def _check_credentials(self) -> None:
         if not (self.credentials or self.http_auth or self.credential_env):
@@ -251,6 +269,29 @@ def _credentials_check(function: str) -> Callable[[str, object], object]:
     return normalise
 
 
+def _member_of(choices: tuple[str, ...]) -> Callable[[str, object], object]:
+    """A choice given as its string or as upstream's enum member (``_upstream``)."""
+    plain = check.choice(choices)
+
+    def normalise(name: str, value: object) -> object:
+        if type(value).__module__ == _UPSTREAM:
+            value = value.value  # type: ignore[attr-defined]
+        return plain(name, value)
+
+    return normalise
+
+
+def _notif_paths(name: str, value: object) -> tuple[str, ...]:
+    if value is None or value == ():
+        return ()  # (the default: nothing loaded)
+    from ._seedchecks import notif_paths
+
+    return notif_paths(name, value)
+
+
+_UPSTREAM = __name__.rpartition(".")[0] + "._upstream"
+
+
 # Each field's check (``_values``): run in this order by Policy, one at a time by
 # check_field (a policy file's line).
 _CHECKS = {
@@ -300,10 +341,13 @@ _CHECKS = {
     "max_file_size": check.size,
     "max_output": check.size,
     "workdir": check.directory,
-    "on_exit": check.choice(WORKSPACE_ACTIONS),
-    "on_error": check.choice(WORKSPACE_ACTIONS),
+    "on_exit": _member_of(WORKSPACE_ACTIONS),
+    "on_error": _member_of(WORKSPACE_ACTIONS),
     "max_disk": check.size,
     "fs_storage": check.directory,
+    "max_memory_mode": check.choice(MEMORY_MODES),
+    "fs_isolation": _member_of(FS_ISOLATIONS),
+    "notif_policy": _notif_paths,
 }
 
 

@@ -111,6 +111,8 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
             _hand_over(listener, spec.handoff, host_pid or os.getpid(), (proc, layer, *scratch))
         if spec.limits:
             spec.limits.apply_rlimits()
+            if spec.function is None:
+                spec.limits.limit_data()
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
         report_setup_error(error_fd, exc)
         os._exit(EXIT_SETUP)

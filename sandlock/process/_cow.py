@@ -263,7 +263,9 @@ def _check_directory(directory: str, root: str) -> None:
     real_root = os.path.realpath(root)
     if real_root == directory or real_root.startswith(directory.rstrip("/") + "/"):
         raise WorkspaceError(f"--workdir {directory}: it contains the workspace store {root} "
-                             "(XDG_STATE_HOME moves the store)")
+                             "(XDG_STATE_HOME or --fs-storage moves the store)")
+    if directory.startswith(real_root.rstrip("/") + "/"):  # (the store is denied to the command)
+        raise WorkspaceError(f"--workdir {directory}: it is inside the workspace store {root}")
     if directory in SCRATCH:
         raise WorkspaceError(f"--workdir {directory}: a scratch directory is private to each "
                              "run already (choose a directory beneath it, or a project)")

@@ -28,6 +28,7 @@ class ProcessCaps:
     def __init__(self, max_processes: int, task_cap: int, hit: Hit, summarize: Hit) -> None:
         self._max_processes = max_processes
         self._cap = max_processes or UNCAPPED
+        self._restricted = UNCAPPED  # policy_fn's lowest cap
         self._task_cap = task_cap
         self._hit = hit
         self._summarize = summarize
@@ -51,7 +52,8 @@ class ProcessCaps:
         listener.reply(notification.id, error=errno.EAGAIN)
         if first:  # said once: a fork bomb's next million are only counted
             source = ("-P/--max-processes raises it" if gate.cap == self._max_processes
-                      else "set by policy_fn's restrict_max_processes")
+                      else "set by policy_fn's restrict_max_processes"
+                      if gate.cap == self._restricted else "set by sb.update()")
             self._hit("max_processes", gate.cap, "deny",
                       f"process limit {gate.cap} reached: a fork failed with EAGAIN "
                       f"({source})", pid=notification.pid)
@@ -60,9 +62,19 @@ class ProcessCaps:
     def tighten(self, cap: int) -> None:
         """policy_fn's restrict_max_processes: a lower cap from now on."""
         with self._gating:
-            self._cap = min(self._cap, cap)
-            if self._gate is not None:
-                self._gate.cap = self._cap
+            self._restricted = min(self._restricted, cap)
+            self._set(min(self._cap, cap))
+
+    def set_cap(self, cap: int) -> None:
+        """sb.update(max_processes=...): the cap from now on (checked by the caller),
+        never above what policy_fn restricted it to."""
+        with self._gating:
+            self._set(min(cap, self._restricted))
+
+    def _set(self, cap: int) -> None:
+        self._cap = cap
+        if self._gate is not None:
+            self._gate.cap = cap
 
     def task_cap_reached(self, count: int) -> None:
         """The keeper saw the sandbox at its default task cap, where the kernel fails

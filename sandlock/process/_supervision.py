@@ -67,6 +67,8 @@ class Supervision:
         self._processes: ProcessCaps | None = None
         if self._counts_processes or policy_fn is not None:
             self._processes = self._process_caps()
+        if self.watches is not None:
+            self.watches.caps = self._processes  # (a long-lived sandbox's update())
         if self._counts_processes:
             # The receivers' imports (~0.2 ms) before the fork: after it, every page sandlock
             # writes is copied first (the keeper shares them): ~0.9 ms then (measured).

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ..limits import CpuThrottle, MemoryWatch
     from ..net import Network
     from ..policy import Policy
+    from ._processcap import ProcessCaps
 
 
 class Watches:
@@ -31,10 +32,12 @@ class Watches:
         self._memory: MemoryWatch | None = None
         self._kill: Callable[[], None] | None = None
         self._pending_memory: int | None = None  # a limit to apply once the watch runs
+        self._restricted: int | None = None  # policy_fn's lowest memory limit, if any
         self._memory_starting: _thread.LockType | None = None  # held while it starts
         self._stopping = _thread.allocate_lock()
         self._stopping.acquire()  # released by stop(): the memory watch need not start
         self.cpu: CpuThrottle | None = None
+        self.caps: ProcessCaps | None = None  # the run's process cap, for update()
 
     def adopt(self, proc_fd: int, *, watched: bool, pausable: bool, later: bool) -> None:
         """Copies of the sandbox's /proc: ``watched`` for the limits, ``pausable`` for
@@ -106,7 +109,29 @@ class Watches:
         with self._lock:
             self._lower_memory(limit)
 
+    def update(self, limits: dict[str, object]) -> None:
+        """sb.update(): ``limits`` checked against the starting ones (``limits._updates``),
+        each held by the mechanism that holds it from the start."""
+        for name, value in limits.items():
+            if name == "max_memory":
+                self.set_memory(int(value))  # type: ignore[call-overload]
+            elif name == "max_cpu" and self.cpu is not None:
+                self.cpu.set_share(value)  # type: ignore[arg-type]
+            elif name == "max_processes" and self.caps is not None:
+                self.caps.set_cap(value)  # type: ignore[arg-type]
+
+    def set_memory(self, limit: int) -> None:
+        """sb.update(max_memory=...): the limit from now on (at most the starting one,
+        checked by the caller), never above what policy_fn restricted it to."""
+        with self._lock:
+            limit = min(limit, self._restricted or limit)
+            if self._memory is not None:
+                self._memory.limit = limit
+            else:  # (the watch starts within MEMORY_INTERVAL of the command)
+                self._pending_memory = limit
+
     def _lower_memory(self, limit: int) -> None:
+        self._restricted = min(limit, self._restricted or limit)
         if self._memory is not None:
             self._memory.limit = min(self._memory.limit, limit)
         elif self._memory_starting is None and self._watch_fd >= 0 and self._kill is not None:
@@ -127,9 +152,11 @@ class Watches:
                     scratch: tuple[int, ...]) -> None:
         def exceeded(used: int) -> None:
             self._kill()
+            now = memory.limit  # (sb.update() or policy_fn may have changed it since)
+            said, why = (shown, source) if now == limit else (_mib(now), "as lowered while it ran")
             # Said as it happens: the CLI and Sandbox.run alike.
-            self._hit("max_memory", shown, "kill", f"memory limit {shown} exceeded "
-                      f"({_mib(used)} in use): killed the sandbox ({source})", used=used)
+            self._hit("max_memory", said, "kill", f"memory limit {said} exceeded "
+                      f"({_mib(used)} in use): killed the sandbox ({why})", used=used)
 
         from ..limits import MEMORY_INTERVAL
 
