@@ -19,15 +19,17 @@ if TYPE_CHECKING:
     from ._audit import Audit
     from ._judge import Decision, RunContext
     from ._listening import SandboxListeners
+    from ._portmap import PortMap
     from ._review import NetworkCall
     from ._services import Services
 
 
 class Verdicts:
     def __init__(self, context: RunContext, services: Services, audit: Audit,
-                 listening: SandboxListeners, review: Callable[[NetworkCall], int] | None) -> None:
+                 listening: SandboxListeners, review: Callable[[NetworkCall], int] | None,
+                 ports: PortMap | None = None) -> None:
         self._context, self._services, self._audit = context, services, audit
-        self._listening, self._review = listening, review
+        self._listening, self._review, self._ports = listening, review, ports
 
     def decide(self, request: Request, address: SockAddress | None, *,
                binding: bool = False) -> Decision:
@@ -36,8 +38,13 @@ class Verdicts:
         if not binding:
             address = self._context.own_sockets.identify(address)
         decision = judge_destination(request.socket, address, self._context, binding=binding)
+        real = address  # where it goes: a virtual port's real one (--port-remap)
+        if self._ports is not None and not binding and request.socket.transport == "tcp":
+            real = self._ports.real_address(address)
         if not decision.allowed:  # the sandbox's own server, on loopback?
-            decision = self._listening.reach(request.syscall, address, decision)
+            decision = self._listening.reach(request.syscall, real, decision)
+        if real is not address and decision.allowed and isinstance(decision.target, InetAddress):
+            decision = replace(decision, target=replace(decision.target, port=real.port))
         if request.nested:
             decision = self.narrowed(request, address, decision)
         judged = decision

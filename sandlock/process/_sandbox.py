@@ -11,14 +11,9 @@ from ..confinement import Confinement
 from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
 from ..policy import Policy
 from ._child import ChildSpec
-from ._inputs import (
-    check_argv,
-    check_pass_fds,
-    check_timeout,
-    child_environment,
-    inherited_ignored_signals,
-)
-from ._process import SandboxedProcess, TimeoutExpired, spawn
+from ._inputs import (check_argv, check_pass_fds, check_timeout, child_environment,
+                      inherited_ignored_signals)
+from ._process import SandboxedProcess, spawn, wait_or_kill
 from ._supervision import Supervision
 from ._terminal import Foreground
 
@@ -100,8 +95,19 @@ class Sandbox:
         self.audit, self.quiet = audit, quiet
         self.warnings: list[str] = []
         self._live: LiveSandbox | None = None
+        self._process: SandboxedProcess | None = None  # the last one started (pid, ports)
         # After a block with a workdir: what became of its copy-on-write workspace.
         self.workspace: WorkspaceOutcome | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the command started last while it runs (of a block: its resident)."""
+        process = self._process
+        return (process.pid or None) if process and process.returncode is None else None
+
+    def ports(self) -> dict[int, int]:
+        """--port-remap: virtual -> real TCP ports the running sandbox holds (docs/api.md)."""
+        return self._process.ports() if self.pid else {}  # type: ignore[union-attr]
 
     # --- a sandbox kept for a block ----------------------------------------------------
 
@@ -265,6 +271,7 @@ class Sandbox:
         process.pauser = supervision.watches if resident else None
         process.nest_network = supervision.nest_network if resident else None
         process.readable = http.readable_paths if http else ()  # (its CA bundle)
+        process.ports = supervision.ports
         process.on_exit(supervision.close)
         process.on_task_cap(supervision.task_cap_reached)
         if (leftovers := confinement.leftovers(audit)) is not None:  # what it left for later
@@ -367,20 +374,10 @@ def kernel_limits(policy: Policy) -> KernelLimits | None:
     return kernel_limits(policy)
 
 
-def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
-    """Wait for the command; on timeout kill the tree. True if it timed out."""
-    try:
-        process.wait(timeout)
-        return False
-    except TimeoutExpired:
-        process.end_for_timeout(timeout)
-        return True
-
-
 def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
                   audit: AuditLog | None) -> SandboxedProcess:
     """The hooks every started process has: its audit log, a file size limit's notice."""
-    process.audit = audit
+    process.audit, sandbox._process = audit, process
     limit = sandbox.policy.max_file_size
     if limit is not None:
         from ._runevents import file_size_exceeded
