@@ -108,7 +108,7 @@ class PortMap:
 
     def virtual_address(self, address: SockAddress | None, sock: Socket) -> SockAddress | None:
         """``address``, where ``sock`` (sandlock's duplicate) is bound, with its virtual
-        port if it is one of the sockets bound for one."""
+        port if it is one of the sockets bound for one, or accepted by one."""
         from ..kernel import socket_cookie
 
         if not isinstance(address, InetAddress):
@@ -116,10 +116,15 @@ class PortMap:
         with self._lock:
             virtual = self._virtual.get(address.port)
             cookies = self._cookies.get(virtual, set()) if virtual is not None else set()
+        if virtual is None:
+            return address
         try:
-            if virtual is None or socket_cookie(sock.fd) not in cookies:
-                return address
+            bound_for_it = socket_cookie(sock.fd) in cookies
         except OSError:
+            return address
+        # One it accepted shares the port: while a socket bound for V holds R, every
+        # socket on R is one of these (the kernel gives no connect a port bound so).
+        if not bound_for_it and not self._held(virtual, address.port):
             return address
         return replace(address, port=virtual)
 

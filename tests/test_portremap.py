@@ -1,0 +1,244 @@
+"""--port-remap (upstream Sandlock's port_remap) and --net-deny-bind, with real confined
+servers and clients on loopback: two sandboxes serving on the same virtual port at once,
+each reached by its own client; the virtual port in getsockname/getpeername; the host
+reaching a sandbox's server through Sandbox.ports(); a denied bind port."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SANDLOCK, sandlock
+from sandlock import Policy, PolicyError, Sandbox
+
+PY = sys.executable
+
+# Serves on the virtual port: its own client (in the sandbox) first, then one connection
+# from the host; holds the port until its stdin ends. Says what it saw as one JSON line.
+SERVER = """
+import json, socket, sys
+tag, port = sys.argv[1], int(sys.argv[2])
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", port))
+except OSError as e:
+    print(json.dumps({"tag": tag, "bind_errno": e.errno}), flush=True); sys.exit(3)
+s.listen()
+client = socket.create_connection(("127.0.0.1", port), timeout=10)
+served, _ = s.accept()
+served.sendall(tag.encode())
+got = client.recv(100).decode()
+print(json.dumps({"tag": tag, "got": got, "sockname": s.getsockname()[1],
+                  "client_peer": client.getpeername()[1],
+                  "served_name": served.getsockname()[1]}), flush=True)
+if len(sys.argv) < 4:  # (no third argument: the host connects once)
+    host, _ = s.accept()
+    host.sendall(tag.encode()); host.close()
+sys.stdin.read()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Served:
+    """SERVER started in a sandbox of ``policy``; ``said``: its JSON line."""
+
+    def __init__(self, policy: Policy, tag: str, port: int) -> None:
+        self.sandbox = Sandbox(policy, quiet=True)
+        stdin_r, self._stdin = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        self.process = self.sandbox.start([PY, "-c", SERVER, tag, str(port)],
+                                          stdin=stdin_r, stdout=stdout_w)
+        os.close(stdin_r)
+        os.close(stdout_w)
+        with os.fdopen(stdout_r) as out:
+            self.said = json.loads(out.readline() or "{}")
+
+    def end(self) -> int:
+        os.close(self._stdin)
+        try:
+            return self.process.wait(20)
+        except Exception:  # (waiting for the host after a failed assertion)
+            self.process.kill()
+            return -1
+
+
+def _from_host(port: int) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as host:
+        return host.recv(100).decode()
+
+
+def test_two_sandboxes_serve_on_the_same_virtual_port_at_once():
+    port = _free_port()
+    policy = Policy(port_remap=True, net_bind=[port])
+    first = Served(policy, "first", port)
+    try:
+        second = Served(policy, "second", port)  # while the first holds the port
+        try:
+            for served in (first, second):  # each client reached its own server, at V
+                assert served.said == {"tag": served.said["tag"], "got": served.said["tag"],
+                                       "sockname": port, "client_peer": port,
+                                       "served_name": port}, served.said
+            first_ports, second_ports = first.sandbox.ports(), second.sandbox.ports()
+            assert first_ports == {port: port}  # free: bound where the command said
+            assert set(second_ports) == {port} and second_ports[port] != port
+            assert first.sandbox.pid == first.process.pid > 0
+            # The host reaches each server at its real port.
+            assert _from_host(second_ports[port]) == "second"
+            assert _from_host(first_ports[port]) == "first"
+        finally:
+            assert second.end() == 0
+        assert second.sandbox.pid is None and second.sandbox.ports() == {}
+    finally:
+        assert first.end() == 0
+
+
+def test_without_port_remap_the_second_sandbox_cannot_bind_the_port():
+    """Control: the same two sandboxes without --port-remap collide (EADDRINUSE)."""
+    port = _free_port()
+    policy = Policy(net_bind=[port])
+    first = Served(policy, "first", port)
+    try:
+        assert first.said["sockname"] == port
+        assert first.sandbox.ports() == {}  # nothing remapped
+        second = Served(policy, "second", port)
+        assert second.said == {"tag": "second", "bind_errno": 98}
+        assert second.end() == 3
+        _from_host(port)
+    finally:
+        assert first.end() == 0
+
+
+def _hold_then_run(argv_of, port: int) -> tuple[dict, dict]:
+    """The host holds ``port``; two CLI runs of SERVER, one after the other, each
+    serving its own client while the host's socket is there."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", port))
+    held.listen()
+    results = []
+    try:
+        for tag in ("a", "b"):
+            run = subprocess.Popen(argv_of(tag), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, cwd="/tmp")
+            said = json.loads(run.stdout.readline() or "{}")
+            run.stdin.close()
+            run.wait(30)
+            results.append(said)
+    finally:
+        held.close()
+    return results[0], results[1]
+
+
+def _cli(port: int, *options: str, wrap=lambda argv: argv):
+    return lambda tag: wrap([*SANDLOCK, "run", "--net-bind", str(port), *options, "--",
+                             PY, "-c", SERVER, tag, str(port), "alone"])
+
+
+def test_a_port_the_host_holds_is_the_sandboxs_own_virtual_port(as_nobody):
+    """As an unprivileged user: the host listens on V; the sandbox binds V all the
+    same, sees V in getsockname and getpeername, and its client reaches its own server."""
+    port = _free_port()
+    a, b = _hold_then_run(_cli(port, "--port-remap", wrap=as_nobody), port)
+    for said in (a, b):
+        assert said == {"tag": said["tag"], "got": said["tag"], "sockname": port,
+                        "client_peer": port, "served_name": port}, said
+
+
+def test_without_port_remap_a_port_the_host_holds_cannot_be_bound(as_nobody):
+    """Control, also unprivileged: EADDRINUSE, the host's listener is the port's."""
+    port = _free_port()
+    a, b = _hold_then_run(_cli(port, wrap=as_nobody), port)
+    assert a == {"tag": "a", "bind_errno": 98} and b == {"tag": "b", "bind_errno": 98}
+
+
+def test_the_name_calls_reach_the_supervisor_only_with_port_remap():
+    """getsockname costs a run without --port-remap nothing: not in its filter."""
+    from sandlock.confinement._confinement import _seccomp_program
+    from sandlock.kernel import native_arch
+    from sandlock.kernel._seccomp import SECCOMP_RET_USER_NOTIF
+    from test_seccomp import evaluate
+
+    numbers = native_arch().numbers
+    plain, remapped = _seccomp_program(Policy(), False), _seccomp_program(Policy(port_remap=True), False)
+    for name in ("getsockname", "getpeername"):
+        assert evaluate(plain, numbers[name]) != SECCOMP_RET_USER_NOTIF
+        assert evaluate(remapped, numbers[name]) == SECCOMP_RET_USER_NOTIF
+
+
+# --- --net-deny-bind ------------------------------------------------------------------
+
+BINDER = """
+import socket, sys
+for port in map(int, sys.argv[1:]):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port)); s.listen(); print(port, "bound")
+    except OSError as e:
+        print(port, "errno", e.errno)
+"""
+
+
+def test_net_deny_bind_refuses_its_ports_and_binds_the_others(tmp_path):
+    denied, other = _free_port(), _free_port()
+    audit = tmp_path / "audit.jsonl"
+    result = sandlock("run", "--audit", str(audit), "--net-deny-bind", str(denied), "--",
+                      PY, "-c", BINDER, str(denied), str(other))
+    assert result.stdout.splitlines() == [f"{denied} errno 13", f"{other} bound"], result.stderr
+    assert result.stderr.splitlines() == [
+        f"sandlock: denied bind on 127.0.0.1:{denied} (port {denied} in --net-deny-bind {denied})",
+        "sandlock: 1 network operation denied"]
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [(r["syscall"], r["destination"], r["verdict"]) for r in records
+            if r["verdict"] == "deny"] == [("bind", f"127.0.0.1:{denied}", "deny")]
+
+
+def test_without_the_denylist_both_ports_bind():
+    """Control: the same binds with both ports allowed."""
+    denied, other = _free_port(), _free_port()
+    result = sandlock("run", "--net-bind", f"{denied},{other}", "--",
+                      PY, "-c", BINDER, str(denied), str(other))
+    assert result.stdout.splitlines() == [f"{denied} bound", f"{other} bound"], result.stderr
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--net-deny-bind", "22", "--net-bind", "8080"],
+     "sandlock: error: --net-deny-bind: cannot be combined with --net-bind (choose the ports "
+     "to allow or the ports to deny)"),
+    (["--net-deny-bind", "*", "--net-deny-bind", "22"],
+     "sandlock: error: --net-deny-bind: '*' cannot be mixed with ports (it denies every port)"),
+    (["--net-deny-bind", "*,22"],
+     "sandlock: error: --net-deny-bind: '*,22': '*' cannot be combined with other ports in '*,22'"),
+    (["--net-deny-bind", "70000"],
+     "sandlock: error: --net-deny-bind: '70000': port 70000 is out of range (1 to 65535)"),
+])
+def test_the_denylists_bad_input_is_one_line_and_exit_2(options, message):
+    result = sandlock("run", *options, "--", "true")
+    assert (result.returncode, result.stderr.splitlines()) == (2, [message])
+
+
+def test_the_policy_checks_upstreams_rules():
+    with pytest.raises(PolicyError, match="cannot be combined with --net-bind"):
+        Policy(net_deny_bind=[22], net_allow_bind=[8080])
+    with pytest.raises(PolicyError, match="cannot be mixed with ports"):
+        Policy(net_deny_bind=["*", 22])
+    with pytest.raises(PolicyError, match="give one of them"):
+        Policy(net_bind=[80], net_allow_bind=[81])
+    with pytest.raises(PolicyError, match="expected true or false"):
+        Policy(port_remap="yes")
+    assert Policy(net_deny_bind=["*"]).net_deny_bind == ("*",)
+
+
+def test_net_allow_bind_is_net_bind():
+    policy = Policy(net_allow_bind=[8080, "9000-9001"])
+    assert policy.net_bind == policy.net_allow_bind == ("8080", "9000-9001")
+    assert policy == Policy(net_bind=[8080, "9000-9001"])
+    assert policy.replace(net_allow_bind=[1]).net_bind == ("1",)
