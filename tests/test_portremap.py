@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import sys
 
 import pytest
@@ -127,11 +128,11 @@ def _hold_then_run(argv_of, port: int) -> tuple[dict, dict]:
     results = []
     try:
         for tag in ("a", "b"):
-            run = subprocess.Popen(argv_of(tag), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, cwd="/tmp")
-            said = json.loads(run.stdout.readline() or "{}")
-            run.stdin.close()
-            run.wait(30)
+            with subprocess.Popen(argv_of(tag), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, cwd="/tmp") as run:
+                said = json.loads(run.stdout.readline() or "{}")
+                run.stdin.close()
+                run.wait(30)
             results.append(said)
     finally:
         held.close()
@@ -242,3 +243,86 @@ def test_net_allow_bind_is_net_bind():
     assert policy.net_bind == policy.net_allow_bind == ("8080", "9000-9001")
     assert policy == Policy(net_bind=[8080, "9000-9001"])
     assert policy.replace(net_allow_bind=[1]).net_bind == ("1",)
+
+
+# --- a virtual port's real one, reached only while it is the sandbox's ------------------
+
+# Listens on the virtual port, closes it when told, then connects to it when told.
+RELEASER = """
+import socket, sys
+port = int(sys.argv[1])
+s = socket.socket(); s.bind(("127.0.0.1", port)); s.listen()
+print("listening", flush=True); sys.stdin.readline()
+s.close()
+print("closed", flush=True); sys.stdin.readline()
+try:
+    c = socket.create_connection(("127.0.0.1", port), timeout=10)
+    print("reached", c.recv(100).decode(), flush=True)
+except OSError as e:
+    print("errno", e.errno, flush=True)
+"""
+
+
+def _answer_one(listeners: dict[str, socket.socket]) -> None:
+    """Answer the first connection on any of ``listeners`` with that listener's name."""
+    import select
+
+    ready, _, _ = select.select(list(listeners.values()), [], [], 15)
+    for name, listener in listeners.items():
+        if listener in ready:
+            conn, _ = listener.accept()
+            conn.sendall(name.encode())
+            conn.close()
+            return
+
+
+def _after_release(*options: str) -> tuple[str, dict[int, int]]:
+    """The host holds V; the sandbox binds V (remapped to R), closes it; a host service
+    then takes R; the sandbox connects to V. What it reached, and its ports while it
+    listened."""
+    port = _free_port()
+    held = socket.socket()
+    held.bind(("127.0.0.1", port))
+    held.listen()
+    sandbox = Sandbox(Policy(port_remap=True, net_bind=[port], **dict(options)), quiet=True)
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    process = sandbox.start([PY, "-c", RELEASER, str(port)], stdin=stdin_r, stdout=stdout_w)
+    os.close(stdin_r)
+    os.close(stdout_w)
+    taker = socket.socket()
+    try:
+        with os.fdopen(stdout_r) as out, os.fdopen(stdin_w, "w") as to_it:
+            assert out.readline() == "listening\n"
+            ports = sandbox.ports()
+            to_it.write("close\n")
+            to_it.flush()
+            assert out.readline() == "closed\n"
+            taker.bind(("127.0.0.1", ports[port]))  # the host's service, on R now
+            taker.listen()
+            to_it.write("connect\n")
+            to_it.flush()
+            answering = threading.Thread(target=_answer_one, args=({"held": held, "taker": taker},))
+            answering.start()
+            said = out.readline().strip()
+            if said.startswith("errno"):  # nothing connected: let the thread go
+                socket.create_connection(("127.0.0.1", port)).close()
+            answering.join(20)
+        assert process.wait(20) == 0
+    finally:
+        held.close()
+        taker.close()
+    return said, ports
+
+
+def test_a_released_virtual_port_never_leads_to_the_hosts_service_on_its_real_one():
+    """Allowed to reach 127.0.0.1:V, the sandbox reaches the host's V (what the rule
+    says), never the host service that took V's former real port R."""
+    said, ports = _after_release(("net_allow", ["tcp://127.0.0.1:*"]))
+    assert said == "reached held", (said, ports)
+
+
+def test_without_a_rule_the_released_virtual_port_is_denied():
+    """The same without a rule for 127.0.0.1: refused (the host's V is not the sandbox's)."""
+    said, ports = _after_release()
+    assert said == "errno 13", (said, ports)

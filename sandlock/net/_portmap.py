@@ -41,10 +41,11 @@ class PortMap:
         self._cookies: dict[int, set[int]] = {}  # virtual -> cookies of the sockets bound
 
     def ports(self) -> dict[int, int]:
-        """virtual -> real, for the ports the sandbox holds now (``Sandbox.ports()``)."""
+        """virtual -> real, for each port the sandbox bound (``Sandbox.ports()``); one
+        it closed stays until bound again (asking the kernel here would leave a netlink
+        socket to the caller's thread)."""
         with self._lock:
-            mapped = list(self._real.items())
-        return {virtual: real for virtual, real in mapped if self._held(virtual, real)}
+            return dict(self._real)
 
     # --- bind ----------------------------------------------------------------------
 
@@ -130,7 +131,8 @@ class PortMap:
 
     def real_address(self, address: SockAddress | None) -> SockAddress | None:
         """Where a connect to ``address`` goes: a virtual port on loopback (or the
-        unspecified address, which means it) is its real one."""
+        unspecified address, which means it) is its real one, if the sandbox listens
+        there (the supervisor asks the kernel: ``SandboxListeners``); else ``address``."""
         if not isinstance(address, InetAddress) or not _local(address):
             return address
         with self._lock:
@@ -144,7 +146,9 @@ class PortMap:
             return address
         with self._lock:
             virtual = self._virtual.get(address.port)
-        return address if virtual is None else replace(address, port=virtual)
+        if virtual is None or not self._held(virtual, address.port):
+            return address
+        return replace(address, port=virtual)
 
     def name(self, raw: bytes, sock: Socket, peer: bool) -> bytes:
         """A getsockname's or (``peer``) getpeername's raw sockaddr on ``sock``, as the

@@ -242,8 +242,8 @@ class Supervisor:
                 local = self.ports.virtual_address(local, request.socket)
             decision = judge_listen(request.socket, local, self._context)
             if request.nested:
-                decision = self._verdicts.narrowed(request, request.address, decision)
-            self._verdicts.record(request, request.address, decision)
+                decision = self._verdicts.narrowed(request, local, decision)
+            self._verdicts.record(request, local, decision)
         else:
             decision = self._verdicts.decide(request, request.address, binding=syscall == "bind")
         if not decision.allowed:

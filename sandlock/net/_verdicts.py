@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .._record import replace
 from ..netcall import InetAddress
-from ._judge import judge_destination, judge_message, named, park
+from ._judge import OWN_LISTENER_REASON, judge_destination, judge_message, named, park
 from ._nests import narrowed
 from ._review import reviewed
 
@@ -38,13 +38,15 @@ class Verdicts:
         if not binding:
             address = self._context.own_sockets.identify(address)
         decision = judge_destination(request.socket, address, self._context, binding=binding)
-        real = address  # where it goes: a virtual port's real one (--port-remap)
+        real = address  # --port-remap: a virtual port's real one, on loopback
         if self._ports is not None and not binding and request.socket.transport == "tcp":
             real = self._ports.real_address(address)
-        if not decision.allowed:  # the sandbox's own server, on loopback?
-            decision = self._listening.reach(request.syscall, real, decision)
-        if real is not address and decision.allowed and isinstance(decision.target, InetAddress):
-            decision = replace(decision, target=replace(decision.target, port=real.port))
+        if real is not address:  # there only to the sandbox's own listener (asked now)
+            own = self._listening.reach(request.syscall, real, replace(decision, target=None))
+            if own.verdict.reason == OWN_LISTENER_REASON:  # (else: where the verdict looked)
+                decision = own
+        elif not decision.allowed:  # the sandbox's own server, on loopback?
+            decision = self._listening.reach(request.syscall, address, decision)
         if request.nested:
             decision = self.narrowed(request, address, decision)
         judged = decision
