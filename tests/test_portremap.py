@@ -326,3 +326,35 @@ def test_without_a_rule_the_released_virtual_port_is_denied():
     """The same without a rule for 127.0.0.1: refused (the host's V is not the sandbox's)."""
     said, ports = _after_release()
     assert said == "errno 13", (said, ports)
+
+
+# A second bind to a virtual port the sandbox holds: the kernel's own answer; once the
+# first socket is closed, the port is the sandbox's again. On both families.
+REBINDER = """
+import socket, sys
+port, family, host = int(sys.argv[1]), getattr(socket, sys.argv[2]), sys.argv[3]
+first = socket.socket(family); first.bind((host, port)); first.listen()
+second = socket.socket(family)
+try:
+    second.bind((host, port)); print("second bound")
+except OSError as e:
+    print("second errno", e.errno)
+first.close()
+third = socket.socket(family); third.bind((host, port)); third.listen()
+client = socket.create_connection((host, port), timeout=10)
+print("third", third.getsockname()[1] == port, client.getpeername()[1] == port)
+"""
+
+
+@pytest.mark.parametrize(("family", "host"), [("AF_INET", "127.0.0.1"), ("AF_INET6", "::1")])
+def test_rebinding_a_held_virtual_port_is_answered_as_the_kernel_would(family, host):
+    port = _free_port()
+    held = socket.socket(getattr(socket, family))
+    held.bind((host, port))  # the host's: the sandbox's port is remapped
+    held.listen()
+    try:
+        result = sandlock("run", "--port-remap", "--net-bind", str(port), "--",
+                          PY, "-c", REBINDER, str(port), family, host)
+    finally:
+        held.close()
+    assert result.stdout.splitlines() == ["second errno 98", "third True True"], result.stderr
