@@ -358,3 +358,32 @@ def test_rebinding_a_held_virtual_port_is_answered_as_the_kernel_would(family, h
     finally:
         held.close()
     assert result.stdout.splitlines() == ["second errno 98", "third True True"], result.stderr
+
+
+PRIVILEGED = """
+import socket
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", 80)); s.listen()
+    client = socket.create_connection(("127.0.0.1", 80), timeout=10)
+    print("bound", s.getsockname()[1], client.getpeername()[1])
+except OSError as e:
+    print("errno", e.errno)
+"""
+
+
+def test_an_unprivileged_users_sandbox_serves_on_its_own_port_80(as_nobody):
+    """Port 80 is privileged for nobody: with --port-remap the sandbox has its port 80
+    all the same (on a free real port), and its client reaches it there."""
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "--port-remap", "--net-bind", "80",
+                                       "--", PY, "-c", PRIVILEGED]),
+                            capture_output=True, text=True, timeout=60, cwd="/tmp")
+    assert result.stdout.strip() == "bound 80 80", result.stderr
+
+
+def test_without_port_remap_port_80_is_refused_to_an_unprivileged_user(as_nobody):
+    """Control: the kernel's EACCES, as without sandlock."""
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "--net-bind", "80",
+                                       "--", PY, "-c", PRIVILEGED]),
+                            capture_output=True, text=True, timeout=60, cwd="/tmp")
+    assert result.stdout.strip() == "errno 13", result.stderr

@@ -2,7 +2,8 @@
 
 A TCP bind to port V is performed by the supervisor (as every bind is) on a real port:
 V itself while it is free (no cost on the data path, and the host reaches it where
-the command said), else a free port the kernel chooses; the sandbox's virtual port
+the command said), else (taken, or privileged for sandlock's user) a free port the
+kernel chooses; the sandbox's virtual port
 V then stands for that real port R. Inside the sandbox the virtual port is what is
 seen and used: getsockname of a socket bound that way (and getpeername of a
 connection to one, on loopback) say V; a connect to V on loopback goes to R. The
@@ -28,6 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..netcall import Outcome, SockAddress, Socket
 
+_ELSEWHERE = (errno.EADDRINUSE, errno.EACCES)  # a virtual port bound on another real one
 MAX_PORTS = 4096  # virtual ports remembered at once; those with no socket left go first
 
 
@@ -59,8 +61,10 @@ class PortMap:
         with self._lock:
             real = self._real.get(virtual, virtual)
         outcome = execute.bind(sock, replace(address, port=real))
-        if outcome[1] == errno.EADDRINUSE and not self._held(virtual, real):
-            outcome = execute.bind(sock, replace(address, port=0))  # a free one, for V
+        # Taken, or privileged (below ip_unprivileged_port_start, for a user without
+        # CAP_NET_BIND_SERVICE): a free one stands for it, unless the sandbox holds it.
+        if outcome[1] in _ELSEWHERE and not self._held(virtual, real):
+            outcome = execute.bind(sock, replace(address, port=0))
         if outcome[1]:
             return outcome
         try:
