@@ -387,3 +387,27 @@ def test_without_port_remap_port_80_is_refused_to_an_unprivileged_user(as_nobody
                                        "--", PY, "-c", PRIVILEGED]),
                             capture_output=True, text=True, timeout=60, cwd="/tmp")
     assert result.stdout.strip() == "errno 13", result.stderr
+
+
+def test_a_long_lived_sandboxs_ports_and_pid():
+    """In a block: ports() holds what the processes exec'd in it bound; pid is its
+    resident's while the block runs."""
+    port = _free_port()
+    held = socket.socket()
+    held.bind(("127.0.0.1", port))
+    held.listen()
+    read_end, write_end = os.pipe()
+    try:
+        with Sandbox(Policy(port_remap=True, net_bind=[port]), quiet=True) as sandbox:
+            assert sandbox.pid and sandbox.ports() == {}
+            server = sandbox.exec([PY, "-c", SERVER, "block", str(port)], stdout=write_end)
+            os.close(write_end)
+            with os.fdopen(read_end) as out:
+                said = json.loads(out.readline())
+            real = sandbox.ports()[port]
+            assert real != port and said["sockname"] == port
+            assert _from_host(real) == "block"
+            server.kill()
+        assert sandbox.pid is None
+    finally:
+        held.close()
