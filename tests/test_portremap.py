@@ -411,3 +411,12 @@ def test_a_long_lived_sandboxs_ports_and_pid():
         assert sandbox.pid is None
     finally:
         held.close()
+
+
+def test_learn_keeps_a_bind_denylist(tmp_path):
+    """learn observes with every other port open, and writes the denylist back as given."""
+    out = tmp_path / "learned.toml"
+    result = sandlock("learn", "-o", str(out), "--net-deny-bind", "22", "--", PY, "-c",
+                      "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()")
+    assert result.returncode == 0, result.stderr
+    assert 'deny_bind = ["22"]' in out.read_text() and "allow_bind" not in out.read_text()
