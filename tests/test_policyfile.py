@@ -93,6 +93,9 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "net_deny": (["--net-deny", "10.0.0.0/8:443"], '[network]\ndeny = ["10.0.0.0/8:443"]'),
         "net_bind": (["--net-bind", "8000-8100"],
                      '[network]\nallow_bind = ["8000-8100"]'),
+        "net_deny_bind": (["--net-deny-bind", "22,8000-8100"],
+                          '[network]\ndeny_bind = ["22,8000-8100"]'),
+        "port_remap": (["--port-remap"], "[network]\nport_remap = true"),
         "unix_allow": (["--unix-allow", "/run/x.sock"], '[network]\nunix_allow = ["/run/x.sock"]'),
         "dns_servers": (["--dns-server", "127.0.0.53:5353"],
                         '[network]\ndns_servers = ["127.0.0.53:5353"]'),
@@ -330,8 +333,9 @@ def test_bad_option_on_top_of_a_file_names_the_option(tmp_path):
 
 def test_print_policy_round_trips(tmp_path):
     options, _ = zip(*equivalents(tmp_path).values())
-    argv = [option for group in options if not {"--net-deny", "--mode"} & set(group)
-            for option in group]  # those two refuse to combine with some of the others
+    argv = [option for group in options
+            if not {"--net-deny", "--net-deny-bind", "--mode"} & set(group)
+            for option in group]  # those refuse to combine with some of the others
     argv += ["--env", "QUOTE=a \"b\" \\ c\ttab é", "--http-allow", "POST api.openai.com/v1/*"]
     first = printed(*argv)
     assert first.returncode == 0, first.stderr

@@ -31,7 +31,8 @@ _USE_SANDBOX = "confine() cannot apply it: it needs a process around the command
 _REASONS = {
     ("env", "clean_env", "cwd"): "the environment and working directory of a running process "
                                  "are its own: set them before confine()",
-    ("net_allow_hosts", "net_deny", "unix_allow", "dns_servers", "resolve", "dns_allow_private"):
+    ("net_allow_hosts", "net_deny", "net_deny_bind", "port_remap", "unix_allow", "dns_servers",
+     "resolve", "dns_allow_private"):
         "it is judged by sandlock's network supervisor, which a confined process has not "
         "(use Sandbox)",
     ("http_allow", "http_deny", "http_ports", "https_inspect", "upstream_ca", "http_ca",

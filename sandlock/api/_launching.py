@@ -66,7 +66,7 @@ def open_audit(path: str | None) -> AuditLog | None:
 def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
                   audit: AuditLog | None) -> SandboxedProcess:
     """The hooks every started process has: its audit log, a file size limit's notice."""
-    process.audit = audit
+    process.audit, sandbox._process = audit, process  # (sandbox.pid, ports())
     limit = sandbox.policy.max_file_size
     if limit is not None:
         from ._runevents import file_size_exceeded

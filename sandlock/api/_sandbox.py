@@ -80,8 +80,19 @@ class Sandbox:
         self.name = _names().check_name(name) if self.named else f"sandbox-{os.getpid()}-{next(_COUNT)}"
         self.warnings: list[str] = []
         self._live: LiveSandbox | None = None
+        self._process: SandboxedProcess | None = None  # the last one started (pid, ports)
         # After a block with a workdir: what became of its copy-on-write workspace.
         self.workspace: WorkspaceOutcome | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the command started last while it runs (of a block: its resident)."""
+        process = self._process
+        return (process.pid or None) if process and process.returncode is None else None
+
+    def ports(self) -> dict[int, int]:
+        """--port-remap: virtual -> real TCP ports the running sandbox holds (docs/api.md)."""
+        return self._process.ports() if self.pid else {}  # type: ignore[union-attr]
 
     # --- a sandbox kept for a block ----------------------------------------------------
 
@@ -266,6 +277,7 @@ class Sandbox:
         process.pauser = supervision.watches if resident else None
         process.nest_network = supervision.nest_network if resident else None
         process.readable = http.readable_paths if http else ()  # (its CA bundle)
+        process.ports = supervision.ports
         process.on_exit(supervision.close)
         process.on_task_cap(supervision.task_cap_reached)
         registration and registration.started(process)

@@ -123,6 +123,12 @@ POLICY_OPTIONS = (
                    "allows)"),
     _policy_option("network", "net_bind", "--net-allow-bind", action="append", metavar="PORTS",
                    help="ports COMMAND may bind and listen on, or * (repeatable)"),
+    _policy_option("network", "net_deny_bind", action="append", metavar="PORTS",
+                   help="every TCP port may be bound and listened on but PORTS (repeatable; "
+                   "not with --net-bind)"),
+    _policy_option("network", "port_remap", action="store_true",
+                   help="a virtual TCP port space: the ports COMMAND binds are bound for it "
+                   "on free real ones (two sandboxes may both bind 8080)"),
     _policy_option("network", "unix_allow", action="append", metavar="PATH",
                    help="a host's pathname unix socket COMMAND may connect to (repeatable; "
                    "sockets the sandbox binds itself need none)"),

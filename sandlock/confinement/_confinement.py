@@ -294,6 +294,8 @@ def _seccomp_program(policy: Policy, count_processes: bool,
         extra.update((name, seccomp.for_supervisor(name, frozenset(waived))) for name in OPEN_CALLS)
     if memfds:
         extra[MEMFD_CALL] = seccomp.Rule(default=seccomp.NOTIFY)
+    if policy.port_remap and unsupervised is None:
+        extra.update(seccomp.PORT_NAME_CALLS)
     if files and unsupervised is None:
         in_force = {name: rule for name, rule in seccomp.RULES.items() if name not in waived}
         extra.update(seccomp.judged_file_calls({**in_force, **extra}))

@@ -52,7 +52,8 @@ if TYPE_CHECKING:
         read_string,
         write_memory,
     )
-    from ._sockdiag import sock_diag_dump, socket_cookie, tcp_listeners, unix_socket_file, unix_socket_name
+    from ._sockdiag import (sock_diag_dump, socket_cookie, tcp_listeners, tcp_sockets,
+                            unix_socket_file, unix_socket_name)
     from ._tasks import exited_children
     from ._seccomp import MSG_FASTOPEN, PROCESS_CREATION, SUPERVISED, WAIVABLE
     from ._syscalls import Arch, native_arch, nr
@@ -115,6 +116,7 @@ _EXPORTS = {
     "sock_diag_dump": "_sockdiag",
     "socket_cookie": "_sockdiag",
     "tcp_listeners": "_sockdiag",
+    "tcp_sockets": "_sockdiag",
     "unix_socket_file": "_sockdiag",
     "unix_socket_name": "_sockdiag",
     "write_memory": "_remote",

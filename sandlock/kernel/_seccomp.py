@@ -271,6 +271,11 @@ SUPERVISED: dict[str, Rule] = {
     ),
 }
 
+# --port-remap's: the names the command asks for show virtual ports (net/_portmap.py).
+# In the filter only when the option is on: no other run pays for them.
+PORT_NAME_CALLS: dict[str, Rule] = {"getsockname": Rule(default=NOTIFY),
+                                    "getpeername": Rule(default=NOTIFY)}
+
 
 # Without a supervisor (``sandlock.confine``), the network is decided where it can be
 # statically: TCP connect and bind by Landlock's port rules; a socket Landlock cannot

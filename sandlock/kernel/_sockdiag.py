@@ -41,6 +41,7 @@ ANY_COOKIE = b"\xff" * 8  # INET_DIAG_NOCOOKIE: whichever socket has the inode
 # inet_diag
 _IPPROTO_TCP = 6
 _TCP_LISTEN = 10
+_ALL_STATES = (1 << 14) - 1  # TCP_ESTABLISHED (1) .. TCP_BOUND_INACTIVE (13)
 _INET_DIAG_REQ_BYTECODE = 1
 _INET_DIAG_BC_S_EQ = 11  # the source (local) port equals the next op's "no" field
 _BC_OP = struct.Struct("=BBH")  # code, yes, no
@@ -159,11 +160,21 @@ def _attributes(payload: bytes, offset: int):
 def tcp_listeners(port: int) -> frozenset[tuple[int, int]]:
     """(inode, cookie) of every TCP socket listening on local ``port`` (any address,
     either family); OSError if the kernel does not answer (no inet_diag)."""
+    return _tcp_sockets(port, 1 << _TCP_LISTEN)
+
+
+def tcp_sockets(port: int) -> frozenset[tuple[int, int]]:
+    """(inode, cookie) of every TCP socket on local ``port``, in any state (bound only
+    included: TCP_BOUND_INACTIVE, Linux 6.8); OSError as ``tcp_listeners``."""
+    return _tcp_sockets(port, _ALL_STATES)
+
+
+def _tcp_sockets(port: int, states: int) -> frozenset[tuple[int, int]]:
     import socket
 
     found = set()
     for family in (socket.AF_INET, socket.AF_INET6):
-        for payload in _dump(_request(family, port)):
+        for payload in _dump(_request(family, port, states)):
             *_, cookie, _, _, _, _, inode = _MESSAGE.unpack_from(payload)
             found.add((inode, int.from_bytes(cookie, "little")))
     return frozenset(found)
@@ -177,8 +188,8 @@ def socket_cookie(fd: int) -> int:
         return int.from_bytes(view.getsockopt(socket.SOL_SOCKET, SO_COOKIE, 8), "little")
 
 
-def _request(family: int, port: int) -> bytes:
-    request = _REQUEST.pack(family, _IPPROTO_TCP, 0, 1 << _TCP_LISTEN)
+def _request(family: int, port: int, states: int) -> bytes:
+    request = _REQUEST.pack(family, _IPPROTO_TCP, 0, states)
     # One test, "local port == port": yes jumps past the end (accept), no one further (reject).
     bytecode = _BC_OP.pack(_INET_DIAG_BC_S_EQ, 8, 12) + _BC_OP.pack(0, 0, port)
     attribute = _RTATTR.pack(_RTATTR.size + len(bytecode), _INET_DIAG_REQ_BYTECODE) + bytecode

@@ -36,6 +36,8 @@ _X86_64 = Arch(
         "sendmsg": 46,
         "bind": 49,
         "listen": 50,
+        "getsockname": 51,
+        "getpeername": 52,
         "socketpair": 53,
         "setsockopt": 54,
         "clone": 56,

@@ -16,24 +16,14 @@ import threading
 from functools import partial
 
 from ..kernel import native_arch
-from ..netcall import (
-    Binder,
-    ConfinedWorker,
-    InetAddress,
-    PathBind,
-    SockAddress,
-    Socket,
-    UnixAddress,
-    become_the_command,
-    execute,
-    inet,
-    perform,
-)
+from ..netcall import (Binder, ConfinedWorker, InetAddress, PathBind, SockAddress, Socket,
+                       UnixAddress, become_the_command, execute, inet, perform)
 from ..netrules import NetPolicy, PinTable, canonical_address, parse_allow, parse_deny, parse_ports, resolved_names
 from ..proxy import HttpRules
 from ._audit import Audit
 from ._judge import ABSTRACT_SCOPE, OwnListeners, RunContext, unparked
 from ._nests import NestRefused
+from ._portmap import PortMap
 from ._services import Services
 from ._supervisor import Supervisor
 
@@ -63,6 +53,7 @@ def compile_policy(policy: Policy) -> NetPolicy:
         allow=tuple(map(parse_allow, policy.net_allow_specs)),
         deny=tuple(map(parse_deny, policy.net_deny)),
         bind_ports=_bind_ports(policy.net_bind),
+        bind_denied=_bind_ports(policy.net_deny_bind),
         unix_paths=policy.unix_allow,
         http=HttpRules.parse(policy.http_allow, policy.http_deny, policy.http_auth),
         http_ports=frozenset(policy.http_ports),
@@ -126,7 +117,8 @@ class Network(Services):
         self._sink: UdpSink | None | bool = None  # where denied UDP connects go (_udpsink)
         context = RunContext(rules, self.pins, self._listeners,
                              ipc_scoped=not (policy.allow_ipc or policy.full_access))
-        self._supervisor = Supervisor(native_arch(), context, self.audit, self, review)
+        self._supervisor = Supervisor(native_arch(), context, self.audit, self, review,
+                                      PortMap() if policy.port_remap else None)
 
     def start(self) -> None:
         """Pin the policy's names (before any call is handled: a call the supervisor
@@ -138,6 +130,11 @@ class Network(Services):
     def handle(self, listener: Listener, notification: Notification) -> None:
         """Answer one of the command's network calls (the run's loop read it)."""
         self._supervisor.handle(listener, notification)
+
+    def ports(self) -> dict[int, int]:
+        """--port-remap's virtual -> real ports the sandbox holds now (else none)."""
+        ports = self._supervisor.ports
+        return {} if ports is None else ports.ports()
 
     def held_bytes(self) -> int:
         """The bytes of the command's waiting sends the supervisor holds now (``_payload``)."""

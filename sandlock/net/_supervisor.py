@@ -29,8 +29,10 @@ from ..kernel import (
 )
 from ..netcall import (
     AF_UNIX,
+    NAME_CALLS,
     Deferred,
     HeldBytes,
+    InetAddress,
     Message,
     Outcome,
     PidfdCache,
@@ -39,7 +41,9 @@ from ..netcall import (
     SockAddress,
     UnixAddress,
     WorkerPool,
+    asked_name,
     execute,
+    give_name,
     materialize,
     passes_memfd,
     sending,
@@ -61,6 +65,7 @@ from ._verdicts import Verdicts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ._portmap import PortMap
     from ._review import NetworkCall
 
 # Performed on the confined worker, a thread with the command's Landlock domain and
@@ -71,10 +76,14 @@ _AS_THE_COMMAND = ("unix", "netlink")
 
 class Supervisor:
     def __init__(self, arch: Arch, context: RunContext, audit: Audit, services: Services,
-                 review: Callable[[NetworkCall], int] | None = None) -> None:
-        """``review``: the runtime policy's word on each judged IP destination."""
+                 review: Callable[[NetworkCall], int] | None = None,
+                 ports: PortMap | None = None) -> None:
+        """``review``: the runtime policy's word on each judged IP destination;
+        ``ports``: the virtual port space (--port-remap; the name calls come too)."""
         self.memfd_passed: Callable[[], bool] | None = None  # a send passes a memfd: refuse?
-        self._names = {arch.numbers[name]: name for name in SUPERVISED}
+        self._names = {arch.numbers[name]: name
+                       for name in (*SUPERVISED, *(NAME_CALLS if ports is not None else ()))}
+        self.ports = ports
         self._context = context
         self._services = services
         self._audit = audit
@@ -86,7 +95,7 @@ class Supervisor:
         self._listener: Listener | None = None
         self.nests: Nests | None = None  # set once a nested sandbox has network rules
         self.listening = SandboxListeners()  # the TCP ports the sandbox listens on
-        self._verdicts = Verdicts(context, services, audit, self.listening, review)
+        self._verdicts = Verdicts(context, services, audit, self.listening, review, ports)
 
     def handle(self, listener: Listener, notification: Notification) -> None:
         """Answer one network call (read by the run's loop, ``process._supervision``)."""
@@ -225,11 +234,16 @@ class Supervisor:
         syscall = request.syscall
         if syscall in ("sendto", "sendmsg", "sendmmsg"):
             return self._send(request)
+        if syscall in NAME_CALLS:
+            return self._name(request)
         if syscall == "listen":
-            decision = judge_listen(request.socket, request.address, self._context)
+            local = request.address  # judged at its virtual port (--port-remap)
+            if self.ports is not None:
+                local = self.ports.virtual_address(local, request.socket)
+            decision = judge_listen(request.socket, local, self._context)
             if request.nested:
-                decision = self._verdicts.narrowed(request, request.address, decision)
-            self._verdicts.record(request, request.address, decision)
+                decision = self._verdicts.narrowed(request, local, decision)
+            self._verdicts.record(request, local, decision)
         else:
             decision = self._verdicts.decide(request, request.address, binding=syscall == "bind")
         if not decision.allowed:
@@ -248,6 +262,9 @@ class Supervisor:
             # under the command's own rules.
             if decision.protocol in _AS_THE_COMMAND or isinstance(decision.target, UnixAddress):
                 return self._bind_as_the_command(request, decision.target)
+            if self.ports is not None and decision.protocol == "tcp" \
+                    and isinstance(decision.target, InetAddress):
+                return self.ports.bind(request.socket, decision.target)
             return execute.bind(request.socket, decision.target)
         target = self._target(request, decision)
         if target is None:
@@ -262,6 +279,14 @@ class Supervisor:
         if decision.verdict.reason == OWN_LISTENER_REASON:  # (asked of the kernel again)
             return self.listening.connect(request, target, self._verdicts.record)
         return execute.connect(request.socket, target)  # may be Deferred
+
+    def _name(self, request: Request) -> Outcome:
+        """getsockname/getpeername (--port-remap only): the name, at its virtual port."""
+        raw = asked_name(request)
+        if isinstance(raw, int):
+            return -1, raw
+        seen = self.ports.name(raw, request.socket, request.syscall == "getpeername")  # type: ignore[union-attr]
+        return give_name(request, seen)
 
     def _bind_path(self, request: Request) -> Outcome:
         """A socket file, bound by the binder as the command would bind it (in its mount

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .._record import replace
 from ..netcall import InetAddress
-from ._judge import judge_destination, judge_message, named, park
+from ._judge import OWN_LISTENER_REASON, judge_destination, judge_message, named, park
 from ._nests import narrowed
 from ._review import reviewed
 
@@ -19,15 +19,17 @@ if TYPE_CHECKING:
     from ._audit import Audit
     from ._judge import Decision, RunContext
     from ._listening import SandboxListeners
+    from ._portmap import PortMap
     from ._review import NetworkCall
     from ._services import Services
 
 
 class Verdicts:
     def __init__(self, context: RunContext, services: Services, audit: Audit,
-                 listening: SandboxListeners, review: Callable[[NetworkCall], int] | None) -> None:
+                 listening: SandboxListeners, review: Callable[[NetworkCall], int] | None,
+                 ports: PortMap | None = None) -> None:
         self._context, self._services, self._audit = context, services, audit
-        self._listening, self._review = listening, review
+        self._listening, self._review, self._ports = listening, review, ports
 
     def decide(self, request: Request, address: SockAddress | None, *,
                binding: bool = False) -> Decision:
@@ -36,7 +38,14 @@ class Verdicts:
         if not binding:
             address = self._context.own_sockets.identify(address)
         decision = judge_destination(request.socket, address, self._context, binding=binding)
-        if not decision.allowed:  # the sandbox's own server, on loopback?
+        real = address  # --port-remap: a virtual port's real one, on loopback
+        if self._ports is not None and not binding and request.socket.transport == "tcp":
+            real = self._ports.real_address(address)
+        if real is not address:  # there only to the sandbox's own listener (asked now)
+            own = self._listening.reach(request.syscall, real, replace(decision, target=None))
+            if own.verdict.reason == OWN_LISTENER_REASON:  # (else: where the verdict looked)
+                decision = own
+        elif not decision.allowed:  # the sandbox's own server, on loopback?
             decision = self._listening.reach(request.syscall, address, decision)
         if request.nested:
             decision = self.narrowed(request, address, decision)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ._binder import serve as serve_binds
     from ._execute import ConfinedWorker, Deferred, Outcome, connect, disconnect, local_port
     from ._materialize import Message, Refused, Request, Socket, materialize
+    from ._names import NAME_CALLS, asked_name, give_name
     from ._payload import HeldBytes, passes_memfd
     from ._sockaddr import (
         AF_NETLINK,
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
         inet,
         printable,
     )
+    from ._sockaddr import encode as encode_address
+    from ._sockaddr import parse as parse_address
     from ._workers import PidfdCache, WorkerPool
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -48,6 +51,7 @@ _EXPORTS = {
     "HeldBytes": "_payload",
     "InetAddress": "_sockaddr",
     "Message": "_materialize",
+    "NAME_CALLS": "_names",
     "OtherAddress": "_sockaddr",
     "Outcome": "_execute",
     "PathBind": "_binder",
@@ -58,14 +62,18 @@ _EXPORTS = {
     "Socket": "_materialize",
     "UnixAddress": "_sockaddr",
     "WorkerPool": "_workers",
+    "asked_name": "_names",
     "become_the_command": "_binder",
     "connect": "_execute",
     "describe": "_sockaddr",
     "disconnect": "_execute",
+    "encode_address": "_sockaddr:encode",
     "execute": "_execute:",
+    "give_name": "_names",
     "inet": "_sockaddr",
     "local_port": "_execute",
     "materialize": "_materialize",
+    "parse_address": "_sockaddr:parse",
     "passes_memfd": "_payload",
     "perform": "_binder",
     "printable": "_sockaddr",

@@ -90,7 +90,7 @@ class Message:
 @record
 class Request:
     notification: Notification
-    syscall: str  # connect, bind, listen, sendto, sendmsg, sendmmsg
+    syscall: str  # connect, bind, listen, sendto, sendmsg, sendmmsg, getsockname, getpeername
     socket: Socket
     address: SockAddress | None = None  # connect and bind; listen: the bound address
     messages: tuple[Message, ...] = ()  # sendto, sendmsg, sendmmsg
@@ -99,6 +99,9 @@ class Request:
     owned_fds: tuple[int, ...] = field(default=(), repr=False)
     nested: tuple[NetPolicy, ...] = field(default=(), repr=False)  # nested sandboxes' rules
     path_bind: PathBind | None = None  # bind to a path: what the binder needs (_binder)
+    # getsockname/getpeername: where the name goes (address, its length's address, the
+    # length the caller gave), read once
+    name_buffer: tuple[int, int, int] | None = None
 
     def close(self) -> None:
         for fd in (self.socket.fd, *self.owned_fds):
@@ -152,6 +155,8 @@ def materialize(notification: Notification, syscall: str, pidfd: int) -> Request
                 copied += sum(map(len, taken[-1].data))
             return Request(notification, syscall, sock, messages=tuple(taken), flags=args[3] & 0xFFFFFFFF,
                            msgvec=args[1], owned_fds=tuple(owned))
+        if syscall in ("getsockname", "getpeername"):
+            return Request(notification, syscall, sock, name_buffer=_name_buffer(pid, args))
         if syscall == "listen":
             backlog = _INT.unpack(struct.pack("=I", args[1] & 0xFFFFFFFF))[0]
             return Request(notification, syscall, sock, address=_local_address(sock.fd), flags=backlog)
@@ -160,6 +165,14 @@ def materialize(notification: Notification, syscall: str, pidfd: int) -> Request
         for fd in (sock.fd, *owned):
             os.close(fd)
         raise
+
+
+def _name_buffer(pid: int, args: tuple[int, ...]) -> tuple[int, int, int]:
+    """getsockname's and getpeername's buffer: the length the caller gave, read once."""
+    room = _INT.unpack(read_memory(pid, args[2], _INT.size))[0]
+    if room < 0:
+        raise Refused(errno.EINVAL)
+    return args[1], args[2], room
 
 
 def _fd_arg(value: int) -> int:

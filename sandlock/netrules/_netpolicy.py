@@ -92,6 +92,7 @@ class NetPolicy:
     allow: tuple[NetRule, ...] = ()
     deny: tuple[NetRule, ...] = ()
     bind_ports: PortSet | None = None
+    bind_denied: PortSet | None = None  # --net-deny-bind: every port bindable but these
     unix_paths: tuple[str, ...] = ()
     http: HttpRules = HttpRules()
     http_ports: frozenset[int] = frozenset()
@@ -179,6 +180,10 @@ class NetPolicy:
             return Verdict(True, ICMP_BIND_REASON)
         if endpoint.port == 0:
             return Verdict(True, EPHEMERAL_BIND_REASON)
+        if self.bind_denied is not None:
+            if endpoint.port in self.bind_denied:
+                return Verdict(False, f"port {endpoint.port} in --net-deny-bind {self.bind_denied.text}")
+            return Verdict(True, f"not in --net-deny-bind {self.bind_denied.text}")
         if self.bind_ports is None:
             return Verdict(False, "no --net-allow-bind")
         if endpoint.port in self.bind_ports:
@@ -194,6 +199,8 @@ class NetPolicy:
         bound earlier (bind(0) included) is judged like bind().
         """
         if endpoint.port == 0:
+            if self.bind_denied is not None and not self.bind_denied.all:
+                return Verdict(True, f"--net-deny-bind {self.bind_denied.text}")
             if self.bind_ports is not None and self.bind_ports.all:
                 return Verdict(True, f"--net-allow-bind {self.bind_ports.text}")
             return Verdict(False, "listening on an ephemeral port needs --net-allow-bind '*'")

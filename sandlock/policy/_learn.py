@@ -51,7 +51,7 @@ def observing(base: Policy) -> Policy:
     return replace(
         base,
         net_allow=() if base.net_deny else ("*",),
-        net_bind=("*",),
+        net_bind=() if base.net_deny_bind else ("*",),  # (a denylist leaves the rest open)
         http_allow=(OBSERVE_ALL_HTTP,),
         https_inspect="on",
     )
@@ -63,7 +63,7 @@ def applied(learned: Learned, base: Policy) -> Policy:
     return replace(
         base,
         net_allow=base.net_allow if base.net_deny else (*base.net_allow, *learned.net_allow),
-        net_bind=(*base.net_bind, *learned.net_bind),
+        net_bind=base.net_bind if base.net_deny_bind else (*base.net_bind, *learned.net_bind),
         http_allow=(*base.http_allow, *learned.http_allow),
     )
 

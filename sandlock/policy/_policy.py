@@ -8,7 +8,7 @@ so that an error raised here names what the user typed, and its key in a policy 
 from __future__ import annotations
 
 from .._errors import PolicyError
-from .._record import DataclassView, field, initialise, record
+from .._record import DataclassView, field, initialise, record, replace
 from . import _values as check
 from ._values import Environment
 
@@ -89,6 +89,11 @@ class Policy:
     net_connect: PortList = _flag("--net-connect", "network.connect", default=())
     net_deny: tuple[str, ...] = _flag("--net-deny", "network.deny", default=())
     net_bind: PortList = _flag("--net-bind", "network.allow_bind", default=())
+    # Upstream Sandlock's port capabilities (docs/usage.md, "Port remapping" and "A bind
+    # denylist"): every TCP port bindable but these (not with net_bind); a virtual port
+    # space of the sandbox's own, its ports bound for it on free real ones.
+    net_deny_bind: PortList = _flag("--net-deny-bind", "network.deny_bind", default=())
+    port_remap: bool = _flag("--port-remap", "network.port_remap", default=False)
     unix_allow: tuple[str, ...] = _flag("--unix-allow", "network.unix_allow", path=True, default=())
     dns_servers: tuple[str, ...] = _flag("--dns-server", "network.dns_servers", default=())
     resolve: tuple[str, ...] = _flag("--resolve", "network.resolve", default=())
@@ -145,6 +150,7 @@ class Policy:
     __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
 
     def __init__(self, **values: object) -> None:
+        _take_alias(values)
         for name in values:
             if name not in FIELDS:
                 raise PolicyError(name, f"Policy has no field {name!r}{_suggestion(name)}")
@@ -159,6 +165,9 @@ class Policy:
         if self.net_deny and allows:
             raise PolicyError("net_deny", f"cannot be combined with {' or '.join(allows)} "
                               "(choose an allowlist or a denylist)")
+        if self.net_deny_bind and self.net_bind:
+            raise PolicyError("net_deny_bind", "cannot be combined with --net-bind (choose "
+                              "the ports to allow or the ports to deny)")
         self._check_mode()
         self._check_workspace()
         if self.max_memory_mode != "kill" and self.max_memory is None:
@@ -176,7 +185,8 @@ class Policy:
             raise PolicyError("mode", "read-only cannot be combined with --fs-write")
         if self.mode == "full-access":
             given = [flag_of(name) for name in ("fs_readable", "fs_writable", "fs_denied",
-                                                "net_deny", "workdir") if getattr(self, name)]
+                                                "net_deny", "net_deny_bind", "port_remap",
+                                                "workdir") if getattr(self, name)]
             if given:
                 raise PolicyError("mode", f"full-access confines nothing: {', '.join(given)} "
                                   "would mean nothing with it")
@@ -212,6 +222,16 @@ class Policy:
         if self.http_auth and self.https_inspect == "off":
             raise PolicyError("http_auth", "a credential is added inside HTTPS, which needs "
                               "inspection: --https-inspect off forbids it")
+
+    def replace(self, **changes: object) -> Policy:
+        """A checked copy with ``changes`` (upstream's spellings taken too)."""
+        _take_alias(changes, replacing=True)
+        return replace(self, **changes)
+
+    @property
+    def net_allow_bind(self) -> PortList:
+        """Upstream Sandlock's name of ``net_bind``."""
+        return self.net_bind
 
     @property
     def uses_default_workspace(self) -> bool:
@@ -315,6 +335,8 @@ _CHECKS = {
     "net_connect": check.port_specs,
     "net_deny": check.specs("read_deny"),
     "net_bind": check.port_specs,
+    "net_deny_bind": check.denied_ports,
+    "port_remap": check.boolean,
     "unix_allow": check.socket_paths,
     "dns_servers": check.specs("read_dns_server"),
     "resolve": check.specs("read_resolve"),
@@ -380,8 +402,20 @@ def check_field(field_name: str, value: object) -> None:
 
 
 # Names that were Policy fields before the Sandlock documents' names were adopted.
-_FORMER_NAMES = {"fs_read": "fs_readable", "fs_write": "fs_writable", "fs_deny": "fs_denied",
-                 "net_allow_bind": "net_bind"}
+_FORMER_NAMES = {"fs_read": "fs_readable", "fs_write": "fs_writable", "fs_deny": "fs_denied"}
+# Upstream Sandlock's spellings of a field, taken as that field (docs/api.md).
+_ALIASES = {"net_allow_bind": "net_bind"}
+
+
+def _take_alias(values: dict[str, object], *, replacing: bool = False) -> None:
+    """``values`` with upstream's spellings renamed to the field they stand for; both
+    names given at once is an error (when ``replacing``, the alias replaces the field)."""
+    for alias, name in _ALIASES.items():
+        if alias not in values:
+            continue
+        if name in values and not replacing:
+            raise PolicyError(alias, f"is {name}'s other name: give one of them")
+        values[name] = values.pop(alias)
 
 
 def _suggestion(name: str) -> str:

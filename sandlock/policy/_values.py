@@ -288,6 +288,15 @@ def port_specs(name: str, value: object) -> tuple[str, ...]:
     return specs("parse_ports")(name, items)
 
 
+def denied_ports(name: str, value: object) -> tuple[str, ...]:
+    """--net-deny-bind's ports: a port list, where '*' (every port: no bind at all)
+    stands alone, as upstream Sandlock checks it."""
+    checked = port_specs(name, value)
+    if "*" in checked and len(checked) > 1:
+        raise PolicyError(name, "'*' cannot be mixed with ports (it denies every port)")
+    return checked
+
+
 def hosts(name: str, value: object) -> tuple[str, ...]:
     """Hosts reached on every port (--net-allow-host): a name or an address, no scheme,
     no ports, not '*'."""

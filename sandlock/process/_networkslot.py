@@ -94,6 +94,11 @@ class NetworkSlot:
         self._network = network
         return network
 
+    def ports(self) -> dict[int, int]:
+        """The virtual -> real ports of --port-remap (none before the first network call)."""
+        network = self._network
+        return {} if network is None else network.ports()
+
     def nest(self, rules: dict[str, list[str]] | None, probe: socket.socket, name: str,
              ruleset: int) -> None:
         """A nested sandbox's own network rules (None: the sandbox's) and Landlock

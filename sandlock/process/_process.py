@@ -50,6 +50,7 @@ class SandboxedProcess:
         self.audit: AuditLog | None = None  # the run's audit log, if it keeps one
         self.pauser: Watches | None = None  # a long-lived sandbox's pause and resume
         self.nest_network: Callable[..., None] | None = None  # Supervision.nest_network
+        self.ports: Callable[[], dict[int, int]] = dict  # --port-remap's (Supervision.ports)
         self.readable: tuple[str, ...] = ()  # what its processes read whatever their policy
         self.workspace_layer = -1  # a --max-disk workspace's tmpfs, taken from the command
         self.scratch: tuple[int, ...] = ()  # its private tmpfs directories, likewise
@@ -155,6 +156,16 @@ class SandboxedProcess:
 
 # Keepers that had reported but not yet exited, reaped at the next spawn.
 _exiting_keepers: list[int] = []
+
+
+def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
+    """Wait for the command; on timeout kill the tree. True if it timed out."""
+    try:
+        process.wait(timeout)
+        return False
+    except TimeoutExpired:
+        process.end_for_timeout(timeout)
+        return True
 
 
 def _reap_soon(keeper_pid: int) -> None:

@@ -288,6 +288,10 @@ class Supervision:
             os.close(self.binder_fd)
             self.binder_fd = -1
 
+    def ports(self) -> dict[int, int]:
+        """--port-remap's virtual -> real TCP ports (``Sandbox.ports``)."""
+        return self._network.ports()
+
     def nest_network(self, rules: dict[str, list[str]] | None, probe: socket.socket, name: str,
                      ruleset: int) -> None:
         """A nested sandbox's own network rules (None: the sandbox's) and its Landlock
