@@ -14,7 +14,7 @@ from ._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
-    from .policy import Policy
+    from .policy import Policy, Protection
     from .process import (
         CallError,
         CallResult,
@@ -38,6 +38,7 @@ _EXPORTS = {
     "SandlockError": "_errors",
     "SetupError": "_errors",
     "Policy": "policy",
+    "Protection": "policy",
     "Pipeline": "process",
     "PipelineResult": "process",
     "Result": "process",
@@ -59,6 +60,7 @@ __all__ = [
     "PipelineResult",
     "Policy",
     "PolicyError",
+    "Protection",
     "Result",
     "Sandbox",
     "SandboxedProcess",

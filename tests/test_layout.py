@@ -128,7 +128,7 @@ print(sorted(sandlock.__all__))
 """ % (LAYERS,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(sorted([
-        "CallError", "CallResult", "Context", "Event", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Result",
+        "CallError", "CallResult", "Context", "Event", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Protection", "Result",
         "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "TimeoutExpired",
         "confine"]))
 

@@ -103,6 +103,7 @@ class Isolation:
         self.overlay = overlay
         self.masked = masked  # denied paths a grant encloses, covered by a mask
         self.layer_fd = -1  # (in init, after mount: the tmpfs layer of --max-disk)
+        self.inside_ids: tuple[int, int] | None = None  # --user/--privileged (None: its own)
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
@@ -138,11 +139,11 @@ class Isolation:
                    tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
                    temporary, overlay, read_only, rewritable, scratch_size, masked)
 
-    @staticmethod
-    def enter_user_namespace() -> None:
+    def enter_user_namespace(self) -> None:
         """In the keeper, single-threaded (as the kernel requires): a user namespace,
-        which the PID namespace (``enter_pid_namespace``) and the mounts need."""
-        mounts.enter_namespaces(mounts.CLONE_NEWUSER)
+        which the PID namespace (``enter_pid_namespace``) and the mounts need; the
+        command's ids in it are ``inside_ids`` (its own by default)."""
+        mounts.enter_namespaces(mounts.CLONE_NEWUSER, self.inside_ids)
 
     @staticmethod
     def enter_pid_namespace() -> None:

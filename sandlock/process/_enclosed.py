@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from .._errors import PolicyError, SetupError
-from ..confinement import EnclosedConfinement
+from ..confinement import SIGNAL_SCOPE, EnclosedConfinement, protection_disabled
 from ._child import ChildSpec
 from ._process import spawn
 from ._terminal import Foreground
@@ -116,7 +116,7 @@ def _register(policy: Policy, network: str, ruleset: int) -> socket.socket | Non
 
     if network == OWN:
         return _registration(nested_network_rules(policy), ruleset, required=True)
-    if network == PARENTS and policy.isolate_signals and not policy.allow_ipc:
+    if network == PARENTS and not protection_disabled(policy, SIGNAL_SCOPE):
         return _registration({"network": ["enclosing"]}, ruleset, required=False)
     return None
 

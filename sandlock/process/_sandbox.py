@@ -265,6 +265,7 @@ class Sandbox:
         process.pauser = supervision.watches if resident else None
         process.nest_network = supervision.nest_network if resident else None
         process.readable = http.readable_paths if http else ()  # (its CA bundle)
+        process.limits_hit = supervision.limits_hit
         process.on_exit(supervision.close)
         process.on_task_cap(supervision.task_cap_reached)
         if (leftovers := confinement.leftovers(audit)) is not None:  # what it left for later
@@ -360,7 +361,7 @@ def _start_http(policy: Policy, env: dict[str, str], cwd: str, *, audited: bool)
 
 
 def kernel_limits(policy: Policy) -> KernelLimits | None:
-    if not (policy.max_open_files or policy.max_file_size or policy.cpu_cores):
+    if not policy.sets_process_limits:
         return None  # the limits package is not even imported
     from ..limits import kernel_limits
 
