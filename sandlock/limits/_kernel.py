@@ -39,6 +39,8 @@ class KernelLimits:
         sched_setaffinity, and the personality flags but PER_LINUX's)."""
         if self.cpus:
             os.sched_setaffinity(0, self.cpus)
+        if self.open_files or self.file_size or self.no_coredump:
+            import resource  # noqa: F401 - now: after Landlock, its file may be out of reach
         if self.no_randomize_memory or self.no_huge_pages:
             from ..kernel import prctl, syscall, nr
 
