@@ -28,7 +28,6 @@ ALLOWED = {
     "sandlock.confinement", "sandlock.confinement._autorun", "sandlock.confinement._confinement",
     "sandlock.confinement._fspolicy", "sandlock.confinement._isolation", "sandlock.confinement._workspace",
     "sandlock.confinement._grants",  # (split from _confinement: the paths a policy grants)
-    "sandlock.confinement._protections",  # (each protection's kernel need, degrade or disable)
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
     "sandlock.process._supervision", "sandlock.process._sandbox", "sandlock.process._terminal",

@@ -34,10 +34,10 @@ if TYPE_CHECKING:
     from ._leftovers import Leftovers, check_kept_layer
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
     from ._hints import failure_notes
-    from ._protections import ABSTRACT_UNIX_SOCKET_SCOPE, NET_TCP, PROTECTIONS, SIGNAL_SCOPE
+    from ._confinement import ABSTRACT_UNIX_SOCKET_SCOPE, SIGNAL_SCOPE, protection_disabled
+    from ._protections import NET_TCP, PROTECTIONS
     from ._protections import NOT_DISABLED as PROTECTIONS_NOT_DISABLED
     from ._protections import degradable as protection_degradable
-    from ._protections import disabled as protection_disabled
     from ._autorun import read_bounded
     from ._gitconfig import parse as parse_git_config
     from ._workspace import default_workspace, widening
@@ -67,13 +67,13 @@ _EXPORTS = {
     "sandlock_ca_dir": "_fspolicy",
     "sandlock_runtime_dir": "_fspolicy",
     "failure_notes": "_hints",
-    "ABSTRACT_UNIX_SOCKET_SCOPE": "_protections",
+    "ABSTRACT_UNIX_SOCKET_SCOPE": "_confinement",
     "NET_TCP": "_protections",
     "PROTECTIONS": "_protections",
     "PROTECTIONS_NOT_DISABLED": "_protections:NOT_DISABLED",
-    "SIGNAL_SCOPE": "_protections",
+    "SIGNAL_SCOPE": "_confinement",
     "protection_degradable": "_protections:degradable",
-    "protection_disabled": "_protections:disabled",
+    "protection_disabled": "_confinement",
     "parse_git_config": "_gitconfig:parse",
     "read_bounded": "_autorun",
     "default_workspace": "_workspace",

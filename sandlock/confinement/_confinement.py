@@ -24,7 +24,6 @@ from ..kernel import (
     seccomp,
 )
 from . import _fspolicy
-from . import _protections as protections
 from ._grants import dry_run_grants, granted_paths, user_homes
 from ._isolation import Isolation, Overlay
 from ._workspace import (
@@ -53,6 +52,11 @@ OPEN_CALLS = ("open", "creat", "openat", "openat2")  # supervised for a runtime 
 # Under a memory limit: the memory watch learns that memfds exist, which only their
 # descriptors reach, and looks for them at every sample from then on.
 MEMFD_CALL = "memfd_create"
+# The protections every run decides on (sandlock.Protection's numbers; the others, and
+# what is known of each, are _protections', loaded only when one needs a decision: a
+# protection the kernel lacks, a policy that names one).
+SIGNAL_SCOPE, ABSTRACT_UNIX_SOCKET_SCOPE, NAMESPACES = 4, 5, 17
+EVERY_PROTECTION_ABI = 6  # the Landlock ABI that has every one of them
 
 
 @record(frozen=False)
@@ -86,9 +90,13 @@ class Confinement:
         copy-on-write workspace (policy.workdir's); ``dry_run``: it is the only place
         written, every other write grant but the run's private scratch becomes a read;
         ``policy_files``: those the policy was read from (kept read-only, and said)."""
-        warnings: list[str] = protections.disabled_notices(policy) if policy.disable else []
+        warnings: list[str] = []
         abi = landlock.abi_version()
-        protections.missing_landlock(policy, abi, warnings)
+        if abi < EVERY_PROTECTION_ABI or policy.disable:
+            from . import _protections
+
+            warnings += _protections.disabled_notices(policy)
+            _protections.missing_landlock(policy, abi, warnings)
         namespaced = _namespaces_usable(policy, warnings)
         filesystem = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings,
                                          dry_run=dry_run, namespaced=namespaced)
@@ -120,7 +128,7 @@ class Confinement:
                 ruleset.close()
             raise
         scopes_signals = (ruleset is not None and abi >= MIN_SCOPE_ABI
-                          and not protections.disabled(policy, protections.SIGNAL_SCOPE))
+                          and not protection_disabled(policy, SIGNAL_SCOPE))
         if isolation is not None:
             isolation.inside_ids = _inside_ids(policy)
         elif policy.user is not None or policy.privileged:
@@ -194,16 +202,19 @@ def _filesystem_ruleset(
     """``handled_net``: the TCP rights the ruleset restricts too (without a supervisor);
     ``dry_run``: see Confinement.prepare; ``namespaced``: the private scratch
     directories will be the sandbox's own (their rules then stay whole)."""
-    if abi == 0 or policy.full_access:  # (missing: said by protections.missing_landlock)
+    if abi == 0 or policy.full_access:  # (missing: said by _protections.missing_landlock)
         return None
     scoped = 0
     if abi >= MIN_SCOPE_ABI:
-        for protection, scope in ((protections.SIGNAL_SCOPE, landlock.SCOPE_SIGNAL),
-                                  (protections.ABSTRACT_UNIX_SOCKET_SCOPE,
-                                   landlock.SCOPE_ABSTRACT_UNIX_SOCKET)):
-            if not protections.disabled(policy, protection):
+        for protection, scope in ((SIGNAL_SCOPE, landlock.SCOPE_SIGNAL),
+                                  (ABSTRACT_UNIX_SOCKET_SCOPE, landlock.SCOPE_ABSTRACT_UNIX_SOCKET)):
+            if not protection_disabled(policy, protection):
                 scoped |= scope
-    handled = landlock.fs_handled(abi) & ~_disabled_rights(policy)
+    handled = landlock.fs_handled(abi)
+    if policy.disable:
+        from ._protections import disabled_rights
+
+        handled &= ~disabled_rights(policy)
     ruleset = landlock.Ruleset(handled_fs=handled, handled_net=handled_net, scoped=scoped)
     access = {level: rights & handled for level, rights in level_access(abi).items()}
     added = []
@@ -247,23 +258,27 @@ def _scratch_size(policy: Policy) -> int | None:
 
 def _namespaces_usable(policy: Policy, warnings: list[str]) -> bool:
     """False where disabled, or unavailable and allowed to degrade (said in ``warnings``)."""
-    if protections.disabled(policy, protections.NAMESPACES):
+    if NAMESPACES in policy.disable:
         return False
-    if protections.degradable(policy, protections.NAMESPACES) and not policy.full_access:
+    if (policy.best_effort or NAMESPACES in policy.allow_degraded) and not policy.full_access:
         available, found = namespaces()  # (the probe forks: only here)
         if not available:
-            protections.require(policy, protections.NAMESPACES, f"the sandbox's namespaces "
+            from ._protections import require
+
+            require(policy, NAMESPACES, f"the sandbox's namespaces "
                                 f"are not available ({found}): /proc shows the host, /tmp "
                                 "is shared, autorun files are writable", warnings)
             return False
     return True
 
 
-def _disabled_rights(policy: Policy) -> int:
-    """The filesystem rights the policy's ``disable`` leaves out of the ruleset."""
-    rights = {protections.FS_REFER: landlock.FS_REFER, protections.FS_TRUNCATE: landlock.FS_TRUNCATE,
-              protections.FS_IOCTL_DEV: landlock.FS_IOCTL_DEV}
-    return sum(rights[p] for p in policy.disable if p in rights)
+def protection_disabled(policy: Policy, protection: int) -> bool:
+    """True when the policy turns ``protection`` off: ``disable``; the IPC scopes by
+    ``allow_ipc`` and full access too."""
+    if protection in (SIGNAL_SCOPE, ABSTRACT_UNIX_SOCKET_SCOPE) and (policy.allow_ipc
+                                                                    or policy.full_access):
+        return True
+    return protection in policy.disable
 
 
 def _inside_ids(policy: Policy) -> tuple[int, int] | None:

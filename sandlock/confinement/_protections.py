@@ -1,15 +1,19 @@
-"""Each protection a run applies, by number: which kernel feature it needs, and whether
-the policy lets it be skipped where the kernel lacks it (``allow_degraded``,
-``best_effort``) or turns it off (``disable``, ``allow_ipc``).
+"""Each protection a run applies, by number: which kernel feature it needs, whether the
+policy lets it be skipped where the kernel lacks it (``allow_degraded``,
+``best_effort``) or turns it off (``disable``), and what is said then.
 
-Plain numbers here, on every run's start path; the public ``sandlock.Protection``
-(an IntEnum of the same numbers, policy/_protection.py) is built only when a policy
-names one: making the enum costs ~0.2 ms.
+Loaded by a run only when a protection needs a decision (a kernel below Landlock ABI 6,
+a policy's ``disable``): the numbers every run decides on are _confinement's. The
+public ``sandlock.Protection`` (an IntEnum of these numbers, policy/_protection.py) is
+built only when a policy names one: making the enum costs ~0.2 ms.
 """
 
 from __future__ import annotations
 
 from .._errors import SetupError
+from ..kernel import landlock
+from ._confinement import ABSTRACT_UNIX_SOCKET_SCOPE, NAMESPACES, SIGNAL_SCOPE
+from ._confinement import protection_disabled as disabled
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,8 +21,8 @@ if TYPE_CHECKING:
 
 # Upstream Sandlock's numbering (its C ABI's sandlock_protection_t), then sandlock's own
 # layers from 16, clear of the numbers upstream may add.
-FS_REFER, FS_TRUNCATE, NET_TCP, FS_IOCTL_DEV, SIGNAL_SCOPE, ABSTRACT_UNIX_SOCKET_SCOPE = range(6)
-LANDLOCK_FS, NAMESPACES = 16, 17
+FS_REFER, FS_TRUNCATE, NET_TCP, FS_IOCTL_DEV = range(4)  # SIGNAL_SCOPE 4, ABSTRACT... 5
+LANDLOCK_FS = 16  # NAMESPACES 17
 
 # number -> (name, the Landlock ABI it needs (0: not a Landlock feature), what holds no
 # longer when it is disabled)
@@ -54,12 +58,11 @@ def degradable(policy: Policy, protection: int) -> bool:
     return policy.best_effort or protection in policy.allow_degraded
 
 
-def disabled(policy: Policy, protection: int) -> bool:
-    """True when the policy turns ``protection`` off (``disable``; the IPC scopes by
-    ``allow_ipc`` and full access too)."""
-    if protection in SCOPES and (policy.allow_ipc or policy.full_access):
-        return True
-    return protection in policy.disable
+def disabled_rights(policy: Policy) -> int:
+    """The filesystem rights the policy's ``disable`` leaves out of the ruleset."""
+    rights = {FS_REFER: landlock.FS_REFER, FS_TRUNCATE: landlock.FS_TRUNCATE,
+              FS_IOCTL_DEV: landlock.FS_IOCTL_DEV}
+    return sum(rights[p] for p in policy.disable if p in rights)
 
 
 def require(policy: Policy, protection: int, why: str, warnings: list[str]) -> None:
