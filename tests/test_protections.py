@@ -321,3 +321,27 @@ def test_an_unknown_syscall_in_a_policy_file_names_its_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr == (f"sandlock: error: {tmp_path / 'p.toml'}:2: confinement.extra_deny_syscalls: "
                            "'nosuchcall' is not a syscall of this machine\n")
+
+
+# --- allow_degraded: a kernel that refuses the sandbox's namespaces -------------------------
+
+# A container whose /proc has masked files refuses a procfs of its own (test_isolation's).
+CONTAINER = ("mount --bind /dev/null /proc/keys && "
+             "{sandlock} run {options} -- sh -c 'echo ran; ls /proc | grep -c ^[0-9]'")
+
+
+@pytest.mark.parametrize("options, runs", [("", False), ("--allow-degraded SIGNAL_SCOPE", False),
+                                           ("--allow-degraded NAMESPACES", True),
+                                           ("--allow-degraded namespaces --allow-degraded 4", True)])
+def test_missing_namespaces_degrade_only_when_that_protection_may(tmp_path, options, runs):
+    done = subprocess.run(["unshare", "-Urm", "sh", "-c", CONTAINER.format(
+        sandlock=" ".join(SANDLOCK), options=options)], capture_output=True, text=True,
+        timeout=60, cwd=tmp_path)
+    if not runs:
+        assert done.returncode == 125, done.stderr
+        assert "--allow-degraded NAMESPACES (or --best-effort) runs without them" in done.stderr
+        return
+    assert done.returncode == 0 and done.stdout.split()[0] == "ran", done.stderr
+    assert int(done.stdout.split()[1]) > 10  # the host's processes: really no PID namespace
+    assert ("running without protection NAMESPACES (--allow-degraded NAMESPACES)"
+            in done.stderr)

@@ -37,6 +37,8 @@ def _one(name: str, item: object) -> Protection:
         key = item.strip().upper().replace("-", "_")
         if key in Protection.__members__:
             return Protection[key]
+        if key.isascii() and key.isdigit() and int(key) in PROTECTIONS:  # (an option's number)
+            return Protection(int(key))
     elif isinstance(item, int) and not isinstance(item, bool) and item in PROTECTIONS:
         return Protection(item)
     known = ", ".join(Protection.__members__)
