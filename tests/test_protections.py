@@ -84,8 +84,10 @@ def test_what_no_run_goes_without_cannot_be_disabled():
 def test_strict_is_upstreams_spelling_of_best_effort():
     assert Policy(strict=False).best_effort is True and Policy(strict=False).strict is False
     assert Policy().strict is True
-    with pytest.raises(PolicyError, match="disagree"):
-        Policy(strict=False, best_effort=False)
+    assert Policy(best_effort=True).replace(strict=True).best_effort is False
+    assert Policy().replace(strict=False).best_effort is True
+    with pytest.raises(PolicyError, match="strict: expected true or false"):
+        Policy(strict="no")
 
 
 def test_an_unknown_protection_on_the_command_line_is_one_line_exit_2():

@@ -74,9 +74,7 @@ def upstream_spellings(values: dict[str, object]) -> dict[str, object]:
         strict = values.pop("strict")
         if not isinstance(strict, bool):
             raise PolicyError("strict", f"expected true or false, got {strict!r}")
-        if "best_effort" in values and values["best_effort"] == strict:
-            raise PolicyError("strict", "strict=False is best_effort=True: they disagree")
-        values["best_effort"] = not strict
+        values["best_effort"] = not strict  # (given, it decides: policy.replace(strict=...))
     if "extra_allow_syscalls" in values:
         extra = strings("extra_allow_syscalls", values.pop("extra_allow_syscalls"))
         if SYSV_IPC_GROUP in extra:
