@@ -265,9 +265,9 @@ def _namespaces_usable(policy: Policy, warnings: list[str]) -> bool:
         if not available:
             from ._protections import require
 
-            require(policy, NAMESPACES, f"the sandbox's namespaces "
-                                f"are not available ({found}): /proc shows the host, /tmp "
-                                "is shared, autorun files are writable", warnings)
+            require(policy, NAMESPACES, f"the sandbox's namespaces are not available "
+                    f"({found}): /proc shows the host, /tmp is shared, autorun files are "
+                    "writable", warnings)
             return False
     return True
 
@@ -337,7 +337,7 @@ def _seccomp_program(policy: Policy, count_processes: bool,
     if memfds:
         extra[MEMFD_CALL] = seccomp.Rule(default=seccomp.NOTIFY)
     denials = {name: seccomp.Rule(default=seccomp.EPERM) for name in denied}
-    extra.update(denials)
+    extra.update(denials)  # (first: the file calls' rules are made from those in force)
     if files and unsupervised is None:
         in_force = {name: rule for name, rule in seccomp.RULES.items() if name not in waived}
         extra.update(seccomp.judged_file_calls({**in_force, **extra}))
