@@ -187,6 +187,8 @@ def test_status_fd_says_how_the_run_ended():
         "timeout": (("-t", "0.5"), "sleep 10"),
         "limit": (("-m", "64M"), "python3 -c 'b = bytearray(400 << 20); import time; time.sleep(5)'"),
         "start_failed": ((), "exec /nonexistent/program"),
+        "truncated": (("--max-output", "1K"), "head -c 5000 /dev/zero"),
+        "refused": (("-P", "2"), "sleep 2 & sleep 2 & sleep 2 & wait"),
     }
     found = {reason: status_of(*options, command=command)[0] for reason, (options, command)
              in cases.items()}
@@ -199,6 +201,9 @@ def test_status_fd_says_how_the_run_ended():
     assert (found["limit"]["exit_code"], found["limit"]["reason"], found["limit"]["limits"]) == (
         137, "limit", ["max_memory"])
     assert found["start_failed"]["exit_code"] == 127  # (sh's exec: the shell itself started)
+    # limits that truncate or refuse: said, though the command ends as it would
+    assert (found["truncated"]["reason"], found["truncated"]["limits"]) == ("exited", ["max_output"])
+    assert (found["refused"]["reason"], found["refused"]["limits"]) == ("exited", ["max_processes"])
 
 
 def test_a_command_that_never_starts_is_start_failed():

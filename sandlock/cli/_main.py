@@ -241,6 +241,8 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
         relay.finish()
         relay.__exit__()
         notices += relay.drop_notices(process.audit)
+        if any(relay.dropped):  # (for --status-fd)
+            process.limits_hit.append(("max_output", "truncate"))
     if not quiet:
         for notice in notices:
             print(notice, file=sys.stderr)

@@ -6,7 +6,8 @@ sandbox is gone, for the program that started sandlock (docs/usage.md, "Run stat
 
 ``reason``: "exited" (the command's own exit), "signaled" (a signal it did not survive),
 "timeout" (--timeout), "limit" (a limit that kills: --max-memory, --max-file-size...),
-"start_failed" (it never ran: 125, 126, 127 with ``start_error``).
+"start_failed" (it never ran: 125, 126, 127 with ``start_error``). ``limits``: every
+limit hit, those that refuse or truncate too (max_processes, max_output, max_disk).
 """
 
 from __future__ import annotations
