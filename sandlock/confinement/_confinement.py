@@ -115,10 +115,11 @@ class Confinement:
             counted = bool(policy.max_processes or observed) and isolation is not None
             if policy.max_processes and not counted:
                 warnings.append("no PID namespace: the process cap (--max-processes) is not "
-                                "enforced (--best-effort)")
+                                "enforced (the namespaces degraded or disabled)")
             for field, flag in (("max_memory", "--max-memory"), ("max_cpu", "--max-cpu")):
                 if getattr(policy, field) is not None and isolation is None:
-                    warnings.append(f"no PID namespace: {flag} is not enforced (--best-effort)")
+                    warnings.append(f"no PID namespace: {flag} is not enforced (the namespaces "
+                                    "degraded or disabled)")
             # (policy_fn may set a memory limit later)
             memory = isolation is not None and (policy.max_memory is not None or observed)
             program = _seccomp_program(policy, counted, observed=observed, memfds=memory,
