@@ -5,7 +5,6 @@ ids inside the user namespace) and its constructor spellings (``strict``,
 from __future__ import annotations
 
 from .._errors import PolicyError
-from ._protection import protections  # noqa: F401 - Policy's check of allow_degraded, disable
 from ._values import strings
 
 TYPE_CHECKING = False
@@ -14,6 +13,13 @@ if TYPE_CHECKING:
 
 MAX_ID = 0xFFFFFFFE  # (uid_t)-1 means "no change" to the kernel: not an id
 SYSV_IPC_GROUP = "sysv_ipc"  # upstream's name for the SysV IPC calls in extra_allow_syscalls
+
+
+def protections(name: str, value: object) -> tuple:
+    """allow_degraded, disable: sandlock.Protection members (the enum made only now)."""
+    from ._protection import protections as checked
+
+    return checked(name, value)
 
 
 def syscall_names(name: str, value: object) -> tuple[str, ...]:
