@@ -83,4 +83,5 @@ def _allow(ruleset: landlock.Ruleset, path: str, access: int) -> None:
 
 def _missing(what: str, config: ProxyConfig) -> None:
     if not config.best_effort:
-        raise SetupError(f"cannot confine the HTTP proxy: {what} (--best-effort runs without)")
+        raise SetupError(f"cannot confine the HTTP proxy: {what} (--allow-degraded NET_TCP "
+                         "runs without)")

@@ -14,7 +14,7 @@ from ._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
-    from .policy import BranchAction, FsIsolation, NotifAction, NotifPolicy, PathRule, Policy
+    from .policy import BranchAction, FsIsolation, NotifAction, NotifPolicy, PathRule, Policy, Protection
     from .api import (CallError, CallResult, Change, ExitReason, ExitStatus, Pipeline, PipelineResult,
                       Result, Sandbox, Stage, confine)
     from .limits import Size as ByteSize
@@ -48,6 +48,7 @@ _EXPORTS = {
     "PipelineResult": "api",
     "Result": "api",
     "Sandbox": "api",
+    "Protection": "policy",
     "SandboxedProcess": "process",
     "Stage": "api",
     "TimeoutExpired": "process",
@@ -74,6 +75,7 @@ __all__ = [
     "PipelineResult",
     "Policy",
     "PolicyError",
+    "Protection",
     "Result",
     "Sandbox",
     "SandboxedProcess",

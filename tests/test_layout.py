@@ -128,7 +128,7 @@ print(sorted(sandlock.__all__))
 """ % (LAYERS,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(sorted([
-        "ByteSize", "CallError", "CallResult", "Change", "Context", "Event", "ExitReason", "ExitStatus", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Result",
+        "ByteSize", "CallError", "CallResult", "Change", "Context", "Event", "ExitReason", "ExitStatus", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Protection", "Result",
         "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "SyscallEvent", "TimeoutExpired",
         "confine",
         # upstream Sandlock's value types for Policy fields (docs/api.md)

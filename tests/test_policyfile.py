@@ -84,6 +84,19 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "cwd": (["--cwd", str(work)], f'[process]\ncwd = "{work}"'),
         "timeout": (["-t", "2.5"], "[process]\ntimeout = 2.5"),
         "best_effort": (["--best-effort"], "[confinement]\nbest_effort = true"),
+        "allow_degraded": (["--allow-degraded", "SIGNAL_SCOPE", "--allow-degraded", "fs-truncate"],
+                           '[confinement]\nallow_degraded = ["SIGNAL_SCOPE", "FS_TRUNCATE"]'),
+        "disable": (["--disable", "ABSTRACT_UNIX_SOCKET_SCOPE"],
+                    '[confinement]\ndisable = ["ABSTRACT_UNIX_SOCKET_SCOPE"]'),
+        "deny_syscalls": (["--deny-syscalls", "mount", "--deny-syscalls", "shmget"],
+                          '[confinement]\ndeny_syscalls = ["mount", "shmget"]'),
+        "extra_deny_syscalls": (["--extra-deny-syscall", "getpid"],
+                                '[confinement]\nextra_deny_syscalls = ["getpid"]'),
+        "user": (["--user", "0:0"], '[process]\nuser = "0:0"'),
+        "privileged": (["--privileged"], "[process]\nprivileged = true"),
+        "no_coredump": (["--no-coredump"], "[process]\nno_coredump = true"),
+        "no_randomize_memory": (["--no-randomize-memory"], "[process]\nno_randomize_memory = true"),
+        "no_huge_pages": (["--no-huge-pages"], "[process]\nno_huge_pages = true"),
         "net_allow": (["--net-allow", "github.com:22,443", "--net-allow", "udp://1.1.1.1:53"],
                       '[network]\nallow = ["github.com:22,443", "udp://1.1.1.1:53"]'),
         "net_allow_hosts": (["--net-allow-host", "api.openai.com", "--net-allow-host", "10.1.2.3"],
@@ -195,7 +208,8 @@ def test_relative_paths_are_the_files_directory_and_tilde_is_home(tmp_path):
     ("[http]\nallow_bind = ['80']\n", "p.toml:2: unknown key 'allow_bind' in [http]: it belongs "
                                       "in [network]"),
     ("[process]\nfoo = 1\n", "p.toml:2: unknown key 'foo' in [process] (expected one of: env, "
-                             "clean_env, cwd, timeout, credential_env)"),
+                             "clean_env, cwd, timeout, user, privileged, no_coredump, no_randomize_memory, "
+                             "no_huge_pages, credential_env)"),
     ('allow = ["x"]\n', "p.toml:1: 'allow' belongs in a section: [network] or [http]"),
     ("descripton = 'x'\n", "p.toml:1: unknown top-level key 'descripton': did you mean "
                            "'description'?"),

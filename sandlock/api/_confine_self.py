@@ -25,6 +25,7 @@ APPLIED = frozenset({
     "allow_ipc", "isolate_ipc", "isolate_signals", "allow_syscalls", "allow_sysv_ipc",
     "net_connect", "net_allow", "net_bind",
     "cpu_cores", "max_open_files", "max_file_size",
+    "no_coredump", "no_randomize_memory", "no_huge_pages", "deny_syscalls", "extra_deny_syscalls",
 })
 # Why the others are refused when they are set (a field not named here: the first reason).
 _USE_SANDBOX = "confine() cannot apply it: it needs a process around the command (use Sandbox)"
@@ -38,7 +39,9 @@ _REASONS = {
     ("http_allow", "http_deny", "http_ports", "https_inspect", "upstream_ca", "http_ca",
      "http_key", "ca_env", "http_ca_out", "http_upstream_timeout"):
         "HTTP rules are enforced by sandlock's proxy (use Sandbox)",
-    ("best_effort",): "confine() applies all of the confinement or raises SetupError",
+    ("best_effort", "allow_degraded", "disable"):
+        "confine() applies all of the confinement or raises SetupError",
+    ("user", "privileged"): "a process that confines itself keeps its own ids (no user namespace)",
 }
 REFUSED_BECAUSE = {name: reason for names, reason in _REASONS.items() for name in names}
 _IN_A_SANDBOX = ("sandlock runs inside a sandbox here, where it can make neither namespaces nor a "
@@ -70,7 +73,7 @@ def confine(policy: Policy | str) -> None:
     confinement = SelfConfinement.prepare(policy, tcp)
     try:
         if limits:  # before seccomp, which then refuses sched_setaffinity
-            limits.restrict_cpus()
+            limits.before_confinement()
             limits.apply_rlimits()
         confinement.apply()
     finally:
@@ -125,7 +128,7 @@ def _tcp_rules(policy: Policy) -> TcpRules:
 
 
 def _kernel_limits(policy: Policy) -> KernelLimits | None:
-    if not (policy.max_open_files or policy.max_file_size or policy.cpu_cores):
+    if not policy.sets_process_limits:
         return None
     from ..limits import kernel_limits
 

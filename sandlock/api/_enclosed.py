@@ -18,10 +18,8 @@ from __future__ import annotations
 import os
 
 from .._errors import PolicyError, SetupError
-from ..confinement import EnclosedConfinement
-from ..process import ChildSpec
-from ..process import spawn
-from ..process import Foreground
+from ..confinement import SIGNAL_SCOPE, EnclosedConfinement, protection_disabled
+from ..process import ChildSpec, Foreground, spawn
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -116,7 +114,7 @@ def _register(policy: Policy, network: str, ruleset: int) -> socket.socket | Non
 
     if network == OWN:
         return _registration(nested_network_rules(policy), ruleset, required=True)
-    if network == PARENTS and policy.isolate_signals and not policy.allow_ipc:
+    if network == PARENTS and not protection_disabled(policy, SIGNAL_SCOPE):
         return _registration({"network": ["enclosing"]}, ruleset, required=False)
     return None
 

@@ -47,8 +47,7 @@ def start_http(policy: Policy, env: dict[str, str], cwd: str, *, audited: bool) 
 
 
 def kernel_limits(policy: Policy) -> KernelLimits | None:
-    if not (policy.max_open_files or policy.max_file_size or policy.cpu_cores) \
-            and policy.max_memory_mode == "kill":
+    if not policy.sets_process_limits and policy.max_memory_mode == "kill":
         return None  # the limits package is not even imported
     from ..limits import kernel_limits
 

@@ -23,6 +23,7 @@ def file_size_exceeded(process: SandboxedProcess, limit: int) -> str | None:
     if process.returncode != 128 + signal.SIGXFSZ:
         return None
     reason = f"file size limit {limit} exceeded: the command was killed by SIGXFSZ (--max-file-size)"
+    process.limits_hit.append(("max_file_size", "kill"))
     if process.audit is not None:
         process.audit.limit("max_file_size", str(limit), "kill", reason)
     return f"sandlock: {reason}"

@@ -278,6 +278,7 @@ class Sandbox:
         process.nest_network = supervision.nest_network if resident else None
         process.readable = http.readable_paths if http else ()  # (its CA bundle)
         process.ports = supervision.ports
+        process.limits_hit = supervision.limits_hit
         process.on_exit(supervision.close)
         process.on_task_cap(supervision.task_cap_reached)
         registration and registration.started(process)

@@ -98,7 +98,8 @@ def _run(args: Namespace) -> int:
     command = _command_of(args)
     code = _execute(policy, command, audit=args.audit, quiet=args.quiet,
                     pass_fds=args.pass_fds, full_access=args.dangerously_allow_full_access,
-                    dry_run=args.dry_run, policy_files=_policy_files(args), name=args.name)
+                    dry_run=args.dry_run, policy_files=_policy_files(args), name=args.name,
+                    status_fd=args.status_fd)
     files = [value for kind, value in args.sources if kind == "file"]
     if code != 0 and files and not args.quiet:  # (upstream's hint)
         import shlex
@@ -191,11 +192,21 @@ def _learn(args: Namespace) -> int:
 
 def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bool,
              pass_fds: list[int] | tuple[int, ...] = (), full_access: bool = False,
-             dry_run: bool = False, policy_files: tuple[str, ...] = (), name: str | None = None) -> int:
+             dry_run: bool = False, policy_files: tuple[str, ...] = (), name: str | None = None,
+             status_fd: int | None = None) -> int:
     """Run ``command`` under ``policy`` in the foreground; its exit status.
-    ``policy_files``: those it was read from (read-only in the sandbox); ``name``: --name."""
+    ``policy_files``: those it was read from (read-only in the sandbox); ``name``: --name;
+    ``status_fd``: where to write how it ended (``_status``)."""
     from ..api import Sandbox
     from ..process import TimeoutExpired
+
+    if status_fd is not None:
+        from ._status import check_status_fd
+
+        try:
+            check_status_fd(status_fd)
+        except PolicyError as exc:
+            fail(f"--status-fd: {exc.message}")
 
     # sandlock holds the supervisor (and later the proxy's secrets): not readable or
     # writable through /proc/PID/mem, environ or fd by anything of the same user.
@@ -239,9 +250,11 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
         process.send_signal(sig)
     if process.start_error:
         print(f"sandlock: {process.start_error}", file=sys.stderr)
+    timed_out = False
     try:
         code = process.wait(policy.timeout)
     except TimeoutExpired:
+        timed_out = True
         print(f"sandlock: timeout: killed {command[0]!r} and everything it started "
               f"after {policy.timeout:g} s", file=sys.stderr)
         process.end_for_timeout(policy.timeout)
@@ -251,11 +264,17 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
         relay.finish()
         relay.__exit__()
         notices += relay.drop_notices(process.audit)
+        if any(relay.dropped):  # (for --status-fd)
+            process.limits_hit.append(("max_output", "truncate"))
     if not quiet:
         for notice in notices:
             print(notice, file=sys.stderr)
         if code != 0:
             _name_what_was_left_out(policy, command, process.start_errno)
+    if status_fd is not None:
+        from ._status import status_line, write_status
+
+        write_status(status_fd, status_line(process, code, timed_out))
     return code
 
 

@@ -190,6 +190,27 @@ POLICY_OPTIONS = (
     _policy_option("confinement", "best_effort", action="store_true",
                    help="run without Landlock or IPC scoping if the kernel lacks them, "
                    "with a warning (seccomp stays required)"),
+    _policy_option("confinement", "allow_degraded", action="append", metavar="PROTECTION",
+                   help="run without PROTECTION (e.g. SIGNAL_SCOPE) where the kernel lacks it, "
+                   "with a notice (repeatable; see docs/usage.md)"),
+    _policy_option("confinement", "disable", action="append", metavar="PROTECTION",
+                   help="DANGEROUS: turn PROTECTION off, with a notice (repeatable)"),
+    _policy_option("confinement", "deny_syscalls", action="append", metavar="NAME",
+                   help="deny syscall NAME instead of the default list (SysV IPC); the denials "
+                   "sandlock never lifts stay (repeatable)"),
+    _policy_option("confinement", "extra_deny_syscalls", action="append", metavar="NAME",
+                   help="deny syscall NAME (EPERM) on top of the default denials (repeatable)"),
+    _policy_option("process", "user", metavar="UID:GID",
+                   help="the user and group ids COMMAND has in the sandbox (e.g. 0:0); "
+                   "outside, it is still you"),
+    _policy_option("process", "privileged", action="store_true",
+                   help="uid and gid 0 in the sandbox (--user 0:0), without any capability"),
+    _policy_option("process", "no_coredump", action="store_true",
+                   help="no core dumps (RLIMIT_CORE 0)"),
+    _policy_option("process", "no_randomize_memory", action="store_true",
+                   help="no address-space randomisation (ASLR) for COMMAND"),
+    _policy_option("process", "no_huge_pages", action="store_true",
+                   help="no transparent huge pages for COMMAND"),
     _policy_option("process", "env", action="append", metavar="K=V|NAME",
                    help="set an environment variable, or pass NAME from sandlock's "
                    "environment (for secrets: not in sandlock's command line) (repeatable)"),
@@ -272,6 +293,9 @@ RUN_OPTIONS = (
              help="apply the static layers (Landlock, seccomp, limits) to sandlock itself, "
              "then exec COMMAND: nothing stays around it; what needs sandlock around the "
              "command is refused"), False),
+    (_option("process", "status_fd", "--status-fd", type=whole_number, metavar="FD",
+             help="when the run ends, write how (exit code, reason, limits hit) as one JSON "
+             "line to descriptor FD"), None),
     (_option("process", "pass_fds", "--pass-fd", action="append", type=whole_number, metavar="N",
              help="let COMMAND inherit descriptor N (repeatable; every other one above 2 "
              "is closed)"), []),

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from ._leftovers import Leftovers, check_kept_layer
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
     from ._hints import failure_notes
+    from ._confinement import ABSTRACT_UNIX_SOCKET_SCOPE, SIGNAL_SCOPE, protection_disabled
+    from ._protections import NET_TCP, PROTECTIONS
+    from ._protections import NOT_DISABLED as PROTECTIONS_NOT_DISABLED
+    from ._protections import degradable as protection_degradable
     from ._autorun import read_bounded
     from ._gitconfig import parse as parse_git_config
     from ._workspace import default_workspace, widening
@@ -63,6 +67,13 @@ _EXPORTS = {
     "sandlock_ca_dir": "_fspolicy",
     "sandlock_runtime_dir": "_fspolicy",
     "failure_notes": "_hints",
+    "ABSTRACT_UNIX_SOCKET_SCOPE": "_confinement",
+    "NET_TCP": "_protections",
+    "PROTECTIONS": "_protections",
+    "PROTECTIONS_NOT_DISABLED": "_protections:NOT_DISABLED",
+    "SIGNAL_SCOPE": "_confinement",
+    "protection_degradable": "_protections:degradable",
+    "protection_disabled": "_confinement",
     "parse_git_config": "_gitconfig:parse",
     "read_bounded": "_autorun",
     "default_workspace": "_workspace",

@@ -52,6 +52,11 @@ OPEN_CALLS = ("open", "creat", "openat", "openat2")  # supervised for a runtime 
 # Under a memory limit: the memory watch learns that memfds exist, which only their
 # descriptors reach, and looks for them at every sample from then on.
 MEMFD_CALL = "memfd_create"
+# The protections every run decides on (sandlock.Protection's numbers; the others, and
+# what is known of each, are _protections', loaded only when one needs a decision: a
+# protection the kernel lacks, a policy that names one).
+SIGNAL_SCOPE, ABSTRACT_UNIX_SOCKET_SCOPE, NAMESPACES = 4, 5, 17
+EVERY_PROTECTION_ABI = 6  # the Landlock ABI that has every one of them
 
 
 @record(frozen=False)
@@ -87,6 +92,11 @@ class Confinement:
         ``policy_files``: those the policy was read from (kept read-only, and said)."""
         warnings: list[str] = []
         abi = landlock.abi_version()
+        if abi < EVERY_PROTECTION_ABI or policy.disable:
+            from . import _protections
+
+            warnings += _protections.disabled_notices(policy)
+            _protections.missing_landlock(policy, abi, warnings)
         namespaced = _namespaces_usable(policy, warnings)
         filesystem = _filesystem_ruleset(policy, abi, cwd, env, extra_read, warnings,
                                          dry_run=dry_run, namespaced=namespaced)
@@ -105,10 +115,11 @@ class Confinement:
             counted = bool(policy.max_processes or observed) and isolation is not None
             if policy.max_processes and not counted:
                 warnings.append("no PID namespace: the process cap (--max-processes) is not "
-                                "enforced (--best-effort)")
+                                "enforced (the namespaces degraded or disabled)")
             for field, flag in (("max_memory", "--max-memory"), ("max_cpu", "--max-cpu")):
                 if getattr(policy, field) is not None and isolation is None:
-                    warnings.append(f"no PID namespace: {flag} is not enforced (--best-effort)")
+                    warnings.append(f"no PID namespace: {flag} is not enforced (the namespaces "
+                                    "degraded or disabled)")
             # (policy_fn may set a memory limit later)
             memory = isolation is not None and (policy.max_memory is not None or observed)
             program = _seccomp_program(policy, counted, observed=observed, memfds=memory,
@@ -118,7 +129,12 @@ class Confinement:
                 ruleset.close()
             raise
         scopes_signals = (ruleset is not None and abi >= MIN_SCOPE_ABI
-                          and not (policy.allow_ipc or policy.full_access))
+                          and not protection_disabled(policy, SIGNAL_SCOPE))
+        if isolation is not None:
+            isolation.inside_ids = _inside_ids(policy)
+        elif policy.user is not None or policy.privileged:
+            raise SetupError("--user and --privileged need the sandbox's user namespace, "
+                             "which this run has not")
         # (Outside a user namespace of its own, RLIMIT_NPROC would count every process
         # of the user on the machine.)
         task_cap = DEFAULT_TASK_CAP if isolation is not None and not policy.max_processes else 0
@@ -187,20 +203,21 @@ def _filesystem_ruleset(
     """``handled_net``: the TCP rights the ruleset restricts too (without a supervisor);
     ``dry_run``: see Confinement.prepare; ``namespaced``: the private scratch
     directories will be the sandbox's own (their rules then stay whole)."""
-    if abi == 0:
-        _missing("Landlock (filesystem confinement) is not available in this kernel", policy, warnings)
+    if abi == 0 or policy.full_access:  # (missing: said by _protections.missing_landlock)
         return None
     scoped = 0
-    if not (policy.allow_ipc or policy.full_access):
-        if abi >= MIN_SCOPE_ABI:
-            scoped = landlock.SCOPE_ABSTRACT_UNIX_SOCKET | landlock.SCOPE_SIGNAL
-        else:
-            _missing(f"Landlock IPC scoping needs ABI {MIN_SCOPE_ABI}, kernel has ABI {abi}", policy, warnings)
-    if policy.full_access:  # no filesystem rules; a ruleset for the IPC scopes only
-        return None
-    ruleset = landlock.Ruleset(handled_fs=landlock.fs_handled(abi), handled_net=handled_net,
-                               scoped=scoped)
-    access = level_access(abi)
+    if abi >= MIN_SCOPE_ABI:
+        for protection, scope in ((SIGNAL_SCOPE, landlock.SCOPE_SIGNAL),
+                                  (ABSTRACT_UNIX_SOCKET_SCOPE, landlock.SCOPE_ABSTRACT_UNIX_SOCKET)):
+            if not protection_disabled(policy, protection):
+                scoped |= scope
+    handled = landlock.fs_handled(abi)
+    if policy.disable:
+        from ._protections import disabled_rights
+
+        handled &= ~disabled_rights(policy)
+    ruleset = landlock.Ruleset(handled_fs=handled, handled_net=handled_net, scoped=scoped)
+    access = {level: rights & handled for level, rights in level_access(abi).items()}
     added = []
     grants: dict[tuple[int, int], int] = {}
     masked: list[str] = []
@@ -241,15 +258,38 @@ def _scratch_size(policy: Policy) -> int | None:
 
 
 def _namespaces_usable(policy: Policy, warnings: list[str]) -> bool:
-    """False where they are unavailable and --best-effort (said in ``warnings``)."""
-    if policy.best_effort and not policy.full_access:  # the probe forks: only here
-        available, found = namespaces()
+    """False where disabled, or unavailable and allowed to degrade (said in ``warnings``)."""
+    if NAMESPACES in policy.disable:
+        return False
+    if (policy.best_effort or NAMESPACES in policy.allow_degraded) and not policy.full_access:
+        available, found = namespaces()  # (the probe forks: only here)
         if not available:
-            warnings.append(f"the sandbox's namespaces are not available ({found}): /proc "
-                            "shows the host, /tmp is shared, autorun files are writable "
-                            "(--best-effort)")
+            from ._protections import require
+
+            require(policy, NAMESPACES, f"the sandbox's namespaces are not available "
+                    f"({found}): /proc shows the host, /tmp is shared, autorun files are "
+                    "writable", warnings)
             return False
     return True
+
+
+def protection_disabled(policy: Policy, protection: int) -> bool:
+    """True when the policy turns ``protection`` off: ``disable``; the IPC scopes by
+    ``allow_ipc`` and full access too."""
+    if protection in (SIGNAL_SCOPE, ABSTRACT_UNIX_SOCKET_SCOPE) and (policy.allow_ipc
+                                                                    or policy.full_access):
+        return True
+    return protection in policy.disable
+
+
+def _inside_ids(policy: Policy) -> tuple[int, int] | None:
+    """(uid, gid) the command has in its user namespace (None: its own)."""
+    if policy.privileged:
+        return (0, 0)
+    if policy.user is None:
+        return None
+    uid, gid = policy.user.split(":")  # (validated: "UID:GID")
+    return (int(uid), int(gid))
 
 
 def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
@@ -286,6 +326,9 @@ def _seccomp_program(policy: Policy, count_processes: bool,
             raise SetupError(f"{what} is not available: the network policy cannot be "
                              "enforced (run `sandlock check`)")
     waived = {*policy.allow_syscalls, *(seccomp.SYSV_IPC if policy.allow_sysv_ipc else ())}
+    if policy.deny_syscalls is not None:  # its list instead of the default one (SysV IPC)
+        waived.update(seccomp.SYSV_IPC)
+    denied = {*(policy.deny_syscalls or ()), *policy.extra_deny_syscalls}
     extra = dict(seccomp.FIXED_AFFINITY) if policy.cpu_cores else {}
     if count_processes:
         extra.update(seccomp.counted_process_creation(frozenset(waived)))
@@ -294,14 +337,19 @@ def _seccomp_program(policy: Policy, count_processes: bool,
         extra.update((name, seccomp.for_supervisor(name, frozenset(waived))) for name in OPEN_CALLS)
     if memfds:
         extra[MEMFD_CALL] = seccomp.Rule(default=seccomp.NOTIFY)
+    denials = {name: seccomp.Rule(default=seccomp.EPERM) for name in denied}
+    extra.update(denials)  # (first: the file calls' rules are made from those in force)
     if policy.port_remap and unsupervised is None:
         extra.update(seccomp.PORT_NAME_CALLS)
     if files and unsupervised is None:
         in_force = {name: rule for name, rule in seccomp.RULES.items() if name not in waived}
         extra.update(seccomp.judged_file_calls({**in_force, **extra}))
+    extra.update(denials)  # (last: a denial is never turned into a notification)
     if unsupervised is None:
-        return seccomp.build_filter(arch, frozenset(waived), frozenset(seccomp.SUPERVISED), extra)
-    program = seccomp.build_filter(arch, frozenset(waived), extra={**extra, **unsupervised})
+        supervised = frozenset(seccomp.SUPERVISED) - denied
+        return seccomp.build_filter(arch, frozenset(waived), supervised, extra)
+    program = seccomp.build_filter(arch, frozenset(waived), extra={**extra, **unsupervised,
+                                                                   **denials})
     if seccomp.NOTIFY in filter_actions(program):  # nothing would answer: the call would fail
         raise SetupError("the seccomp filter needs a supervisor, and there is none")
     return program
@@ -314,13 +362,6 @@ def level_access(abi: int) -> dict[int, int]:
         _fspolicy.READ: landlock.fs_read_access(abi),
         _fspolicy.WRITE: landlock.fs_write_access(abi),
     }
-
-
-def _missing(what: str, policy: Policy, warnings: list[str]) -> None:
-    """A missing kernel feature is fatal unless the user asked for --best-effort."""
-    if not policy.best_effort:
-        raise SetupError(f"{what} (run `sandlock check`; --best-effort runs without it)")
-    warnings.append(f"{what}; running without it (--best-effort)")
 
 
 def keeper_scope(confinement: Confinement) -> landlock.Ruleset | None:

@@ -110,6 +110,7 @@ class Isolation:
         # its /etc/hostname. None: the host's, and no UTS namespace (nothing to pay).
         self.hostname: bytes | None = None
         self.rules: tuple[tuple[str, int], ...] = ()
+        self.inside_ids: tuple[int, int] | None = None  # --user/--privileged (None: its own)
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
@@ -147,11 +148,11 @@ class Isolation:
         isolation.rules = rules  # (for a named sandbox's /etc/hostname: ``mount``)
         return isolation
 
-    @staticmethod
-    def enter_user_namespace() -> None:
+    def enter_user_namespace(self) -> None:
         """In the keeper, single-threaded (as the kernel requires): a user namespace,
-        which the PID namespace (``enter_pid_namespace``) and the mounts need."""
-        mounts.enter_namespaces(mounts.CLONE_NEWUSER)
+        which the PID namespace (``enter_pid_namespace``) and the mounts need; the
+        command's ids in it are ``inside_ids`` (its own by default)."""
+        mounts.enter_namespaces(mounts.CLONE_NEWUSER, self.inside_ids)
 
     def enter_pid_namespace(self) -> None:
         """The caller's next child is the first process of a new PID namespace, and the

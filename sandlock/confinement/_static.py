@@ -24,6 +24,7 @@ from ..kernel import (
 )
 from . import _autorun
 from ._confinement import _Filesystem, _filesystem_ruleset, _seccomp_program
+from ._protections import missing_landlock
 from ._isolation import SCRATCH
 
 TYPE_CHECKING = False
@@ -70,7 +71,9 @@ class SelfConfinement:
                        | (0 if tcp.any_bind else landlock.NET_BIND_TCP))
         # "/" for the working directory unless enclosed: only the default workspace
         # would use it, and there it is refused (a whole machine writable).
-        filesystem = _filesystem_ruleset(policy, landlock.abi_version(), cwd,
+        abi = landlock.abi_version()
+        missing_landlock(policy, abi, [])  # (nothing may degrade here: SetupError)
+        filesystem = _filesystem_ruleset(policy, abi, cwd,
                                          os.environ if env is None else env, readable, [],
                                          handled_net)
         if filesystem is None or filesystem.ruleset is None:  # full access (the caller refuses it)

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
                             unix_socket_file, unix_socket_name)
     from ._tasks import exited_children
     from ._seccomp import MSG_FASTOPEN, PROCESS_CREATION, SUPERVISED, WAIVABLE
-    from ._syscalls import Arch, native_arch, nr
+    from ._syscalls import Arch, every_syscall, native_arch, nr
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
 # ``module:`` for the module itself);
@@ -95,6 +95,7 @@ _EXPORTS = {
     "tasks": "_tasks:",
     "read_string": "_remote",
     "native_arch": "_syscalls",
+    "every_syscall": "_syscalls",
     "namespaces": "_features",
     "nr": "_syscalls",
     "open_pidfd": "_remote",

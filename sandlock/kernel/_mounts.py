@@ -41,11 +41,13 @@ class _MountAttr(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
-def enter_namespaces(flags: int) -> None:
+def enter_namespaces(flags: int, inside: tuple[int, int] | None = None) -> None:
     """unshare(2) ``flags`` (CLONE_NEW*); with CLONE_NEWUSER, map our uid and gid to
-    themselves, so that files keep their owners and the process its identity. Only a
-    single-threaded process may create a user namespace."""
+    themselves, so that files keep their owners and the process its identity, or to
+    ``inside`` (uid, gid): one id each either way, so no other is expressible inside.
+    Only a single-threaded process may create a user namespace."""
     uid, gid = os.geteuid(), os.getegid()
+    inside_uid, inside_gid = inside or (uid, gid)
     syscall(nr("unshare"), flags)
     if flags & CLONE_NEWUSER:
         # /proc/self of a non-dumpable process belongs to root: dumpable while writing.
@@ -53,8 +55,8 @@ def enter_namespaces(flags: int) -> None:
         prctl(PR_SET_DUMPABLE, 1)
         try:
             _write("/proc/self/setgroups", b"deny")  # before an unprivileged gid_map
-            _write("/proc/self/uid_map", b"%d %d 1" % (uid, uid))
-            _write("/proc/self/gid_map", b"%d %d 1" % (gid, gid))
+            _write("/proc/self/uid_map", b"%d %d 1" % (inside_uid, uid))
+            _write("/proc/self/gid_map", b"%d %d 1" % (inside_gid, gid))
         finally:
             prctl(PR_SET_DUMPABLE, dumpable)
 

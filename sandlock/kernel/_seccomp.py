@@ -336,9 +336,18 @@ def build_filter(
             raise ValueError(f"{name} already has a rule; it cannot also be notified")
         rules[name] = SUPERVISED.get(name, Rule(default=NOTIFY))
 
-    numbers = {arch.numbers[name]: rule for name, rule in rules.items()}
+    numbers = {_number(arch, name): rule for name, rule in rules.items()}
     return compile_filter(arch.audit_arch, arch.syscall_bit, numbers, kill=SECCOMP_RET_KILL_PROCESS,
                           unsupported=ENOSYS, allow=ALLOW)
+
+
+def _number(arch: Arch, name: str) -> int:
+    """``name``'s number: sandlock's own table, or every syscall's for a policy's denials."""
+    if name in arch.numbers:
+        return arch.numbers[name]
+    from ._syscalls import every_syscall
+
+    return every_syscall()[name]
 
 
 class _SockFprog(ctypes.Structure):

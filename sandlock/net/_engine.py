@@ -15,9 +15,10 @@ import sys
 import threading
 from functools import partial
 
+from ..confinement import ABSTRACT_UNIX_SOCKET_SCOPE, protection_disabled
 from ..kernel import native_arch
-from ..netcall import (Binder, ConfinedWorker, InetAddress, PathBind, SockAddress, Socket,
-                       UnixAddress, become_the_command, execute, inet, perform)
+from ..netcall import (Binder, ConfinedWorker, InetAddress, PathBind, SockAddress, Socket, UnixAddress,
+                       become_the_command, execute, inet, perform)
 from ..netrules import NetPolicy, PinTable, canonical_address, parse_allow, parse_deny, parse_ports, resolved_names
 from ..proxy import HttpRules
 from ._audit import Audit
@@ -116,7 +117,7 @@ class Network(Services):
         self._nesting: NestingService | None = None  # runs inside register there (_nesting)
         self._sink: UdpSink | None | bool = None  # where denied UDP connects go (_udpsink)
         context = RunContext(rules, self.pins, self._listeners,
-                             ipc_scoped=not (policy.allow_ipc or policy.full_access))
+                             ipc_scoped=not protection_disabled(policy, ABSTRACT_UNIX_SOCKET_SCOPE))
         self._supervisor = Supervisor(native_arch(), context, self.audit, self, review,
                                       PortMap() if policy.port_remap else None)
 

@@ -14,6 +14,7 @@ import _thread  # threading's Lock without threading (~1 ms before the command s
 import os
 
 from .._errors import SetupError
+from ..confinement import NET_TCP, protection_degradable
 from ..proxy import HttpRules
 from ..proxy._launcher import ProxyProcess, ProxyUnavailable
 from ..proxy._protocol import ProxyConfig, Route
@@ -59,7 +60,7 @@ class HttpRun:
         config = ProxyConfig(
             allow=policy.http_allow, deny=policy.http_deny, inspect=policy.https_inspect,
             upstream_ca=policy.upstream_ca, audit_allowed=audited, ca=ca,
-            run_dir=self.run_dir or "", ports=policy.http_ports, best_effort=policy.best_effort,
+            run_dir=self.run_dir or "", ports=policy.http_ports, best_effort=protection_degradable(policy, NET_TCP),
             auth=policy.http_auth, secrets=dict(secrets or {}), auth_plain=policy.http_auth_plain,
             upstream_timeout=policy.http_upstream_timeout,
         )

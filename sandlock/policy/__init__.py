@@ -52,6 +52,7 @@ _EXPORTS = {
     "MODES": "_policy",
     "WORKSPACE_ACTIONS": "_policy",
     "Policy": "_policy",
+    "Protection": "_protection",
     "POLICY_FIELDS": "_policy:FIELDS",
     "PolicyFile": "_file",
     "PolicyTester": "_tester",

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..limits import Size
+    from ._protection import Protection
 
 DEFAULT_HTTP_PORTS = (80, 443)
 # No process cap unless asked for: the cap supervises fork, and a fork the supervisor
@@ -81,6 +82,20 @@ class Policy:
     cwd: str | None = _flag("--cwd", "process.cwd", path=True, default=None)
     timeout: float | None = _flag("--timeout", "process.timeout", default=None)
     best_effort: bool = _flag("--best-effort", "confinement.best_effort", default=False)
+    # Upstream Sandlock's hardening (docs/usage.md, "Protections and hardening"): protections
+    # skipped where missing or off, syscalls denied, the ids inside, process attributes.
+    allow_degraded: tuple[Protection, ...] = _flag("--allow-degraded", "confinement.allow_degraded",
+                                                   default=())
+    disable: tuple[Protection, ...] = _flag("--disable", "confinement.disable", default=())
+    deny_syscalls: tuple[str, ...] | None = _flag("--deny-syscalls", "confinement.deny_syscalls",
+                                                  default=None)
+    extra_deny_syscalls: tuple[str, ...] = _flag("--extra-deny-syscall", "confinement.extra_deny_syscalls",
+                                                 default=())
+    user: str | None = _flag("--user", "process.user", default=None)
+    privileged: bool = _flag("--privileged", "process.privileged", default=False)
+    no_coredump: bool = _flag("--no-coredump", "process.no_coredump", default=False)
+    no_randomize_memory: bool = _flag("--no-randomize-memory", "process.no_randomize_memory", default=False)
+    no_huge_pages: bool = _flag("--no-huge-pages", "process.no_huge_pages", default=False)
     # Network: by default nothing. Specs are kept as written (validated here, compiled
     # by the network engine) so that a policy prints back the way it was given.
     net_allow: tuple[str, ...] = _flag("--net-allow", "network.allow", default=())
@@ -151,6 +166,10 @@ class Policy:
 
     def __init__(self, **values: object) -> None:
         _take_alias(values)
+        if "strict" in values or "extra_allow_syscalls" in values:
+            from ._hardening import upstream_spellings
+
+            values = upstream_spellings(values)
         for name in values:
             if name not in FIELDS:
                 raise PolicyError(name, f"Policy has no field {name!r}{_suggestion(name)}")
@@ -173,6 +192,10 @@ class Policy:
         if self.max_memory_mode != "kill" and self.max_memory is None:
             raise PolicyError("max_memory_mode", "--max-memory-mode refuse is about the memory "
                               "limit: give --max-memory SIZE too")
+        if self.user is not None or self.privileged:
+            from ._hardening import check_user
+
+            check_user(self)
         self._check_credentials()
         if (self.http_ca is None) != (self.http_key is None):
             missing = "http_key" if self.http_key is None else "http_ca"
@@ -232,6 +255,17 @@ class Policy:
     def net_allow_bind(self) -> PortList:
         """Upstream Sandlock's name of ``net_bind``."""
         return self.net_bind
+
+    @property
+    def strict(self) -> bool:
+        """Upstream's spelling: False is ``best_effort`` (``Policy(strict=False)`` too)."""
+        return not self.best_effort
+
+    @property
+    def sets_process_limits(self) -> bool:
+        """A limit or attribute the command's process sets before exec (KernelLimits)."""
+        return bool(self.max_open_files or self.max_file_size or self.cpu_cores
+                    or self.no_coredump or self.no_randomize_memory or self.no_huge_pages)
 
     @property
     def uses_default_workspace(self) -> bool:
@@ -312,6 +346,16 @@ def _notif_paths(name: str, value: object) -> tuple[str, ...]:
 _UPSTREAM = __name__.rpartition(".")[0] + "._upstream"
 
 
+def _hardening_check(function: str) -> Callable[[str, object], object]:
+    """A field checked by ``_hardening``, which only policies that set it load."""
+    def normalise(name: str, value: object) -> object:
+        if value is None or value == ():
+            return value
+        from . import _hardening
+        return getattr(_hardening, function)(name, value)
+    return normalise
+
+
 # Each field's check (``_values``): run in this order by Policy, one at a time by
 # check_field (a policy file's line).
 _CHECKS = {
@@ -330,6 +374,15 @@ _CHECKS = {
     "cwd": check.directory,
     "timeout": check.timeout,
     "best_effort": check.boolean,
+    "allow_degraded": _hardening_check("protections"),
+    "disable": _hardening_check("protections"),
+    "deny_syscalls": _hardening_check("deny_list"),
+    "extra_deny_syscalls": _hardening_check("syscall_names"),
+    "user": _hardening_check("user_ids"),
+    "privileged": check.boolean,
+    "no_coredump": check.boolean,
+    "no_randomize_memory": check.boolean,
+    "no_huge_pages": check.boolean,
     "net_allow": check.specs("read_allow"),
     "net_allow_hosts": check.hosts,
     "net_connect": check.port_specs,

@@ -59,12 +59,17 @@ BOOLEAN = Kind("boolean", False, lambda value: isinstance(value, bool))
 STRING = Kind("string", False, _is_str)
 NUMBER = Kind("number", False, lambda value: _is_int(value) or isinstance(value, float))
 INTEGER = Kind("integer", False, _is_int)
+# sandlock.Protection members, written by name: "SIGNAL_SCOPE" (numbers are read too)
+PROTECTIONS = Kind("list of protection names", True,
+                   _list_of(lambda value: _is_str(value) or _is_int(value)))
 SIZE = Kind('size (a string such as "512M", or a number of bytes)', False,
             lambda value: _is_int(value) or _is_str(value))
 
 # Policy's annotations (strings: the module uses postponed evaluation) -> TOML kinds.
 _KINDS = {
     "tuple[str, ...]": STRINGS,
+    "tuple[str, ...] | None": STRINGS,
+    "tuple[Protection, ...]": PROTECTIONS,
     "tuple[int, ...]": INTEGERS,
     "Environment": ENV,
     "PortList": PORTS,

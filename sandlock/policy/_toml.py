@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._policy import Policy
-from ._schema import BY_SECTION, DESCRIPTION, ENV, SECTIONS, SIZE, TABLE_SECTIONS, Key
+from ._schema import BY_SECTION, DESCRIPTION, ENV, PROTECTIONS, SECTIONS, SIZE, TABLE_SECTIONS, Key
 
 LINE_WIDTH = 88  # longer arrays are written one item per line
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
@@ -52,6 +52,8 @@ def _section(policy: Policy, section: str) -> list[str]:
 def _value(key: Key, value: object) -> str:
     if key.kind is ENV:  # written as the option takes it: K=V
         value = tuple(name if text is None else f"{name}={text}" for name, text in value.items())
+    if key.kind is PROTECTIONS:  # by name
+        value = tuple(protection.name for protection in value)
     if key.kind is SIZE:  # as written: "512M"
         return _string(str(value))
     if isinstance(value, tuple):

@@ -101,7 +101,7 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
             os._exit(EXIT_SETUP)
         os.chdir(spec.cwd)
         if spec.limits:
-            spec.limits.restrict_cpus()
+            spec.limits.before_confinement()
         # The sandbox's own procfs (init mounted it), where sandlock counts and watches
         # its processes; opened before Landlock, which a policy may make stricter.
         proc = _open_proc() if spec.hand_proc else -1

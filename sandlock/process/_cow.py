@@ -50,6 +50,7 @@ class CowRun:
         self.workspace = Workspace.create(root, policy.workdir, self.max_disk)
         self.layer_fd = -1  # (with --max-disk: the tmpfs the command wrote to)
         self.outcome: WorkspaceOutcome | None = None
+        self.disk_limit_hit = False  # (for the process's limits_hit: --status-fd)
         self._succeeded = False  # (the run's, once finished)
         self._leftovers: Leftovers | None = None  # (the end check, run in the layer)
         self._layer_lost: Exception | None = None  # (a tmpfs layer that could not be kept)
@@ -76,6 +77,8 @@ class CowRun:
             status = process.returncode if process.block_status is None else process.block_status
             notice = self.finish(status)
             process.workspace = self.outcome
+            if self.disk_limit_hit:
+                process.limits_hit.append(("max_disk", "deny"))
             return notice
 
         process.on_exit(finish)
@@ -192,6 +195,7 @@ class CowRun:
         if over is not None:
             reason = (f"the run's files add up to {human_size(over)} (a sparse file counts at "
                       f"its full size), more than --max-disk {self.policy.max_disk}")
+            self.disk_limit_hit = True
             if self.audit is not None:
                 self.audit.limit("max_disk", str(self.policy.max_disk), "deny", f"not committed: {reason}")
             what = f"not committed: {reason}; {what}"
@@ -247,6 +251,7 @@ class CowRun:
             return None
         reason = (f"disk limit {self.policy.max_disk} reached: the workspace's writes past "
                   "it failed with ENOSPC")
+        self.disk_limit_hit = True
         if self.audit is not None:
             self.audit.limit("max_disk", str(self.policy.max_disk), "deny", reason)
         return f"sandlock: {reason}"

@@ -42,8 +42,8 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
             host_proc = isolation.mount(ruleset.allow_path if ruleset else _no_rules,
                                         cap + RESERVED_PIDS if cap else 0)
         except OSError as exc:
-            raise OSError(exc.errno, f"cannot make the sandbox's mounts ({exc.strerror}); "
-                                     "--best-effort runs without them") from None
+            raise OSError(exc.errno, f"cannot make the sandbox's mounts ({exc.strerror}); --allow-"
+                                     "degraded NAMESPACES (or --best-effort) runs without them") from None
         command_pid = os.fork()
         if command_pid == 0:
             host_pid = int(os.readlink("self", dir_fd=host_proc))  # our pid outside

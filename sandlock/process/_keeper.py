@@ -98,7 +98,8 @@ def _entering(error_fd: int, enter: Callable[[], None], workspace: bool) -> None
         why = f"{exc.strerror}; {refusal} refuses unprivileged user namespaces" if refusal \
             else exc.strerror
         # A copy-on-write workspace has no way without them: DIR is never written instead.
-        way_out = ("--workdir needs them" if workspace else "--best-effort runs without them")
+        way_out = ("--workdir needs them" if workspace
+                   else "--allow-degraded NAMESPACES (or --best-effort) runs without them")
         _child.report_setup_error(error_fd, OSError(
             exc.errno, f"cannot make the sandbox's namespaces ({why}); {way_out}"))
         raise

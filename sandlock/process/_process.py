@@ -48,6 +48,8 @@ class SandboxedProcess:
         self.tasks_at_cap = 0  # the sandbox's task count when it reached the default cap
         self.notices: list[str] = []  # what the exit hooks had to say (e.g. denial summary)
         self.audit: AuditLog | None = None  # the run's audit log, if it keeps one
+        # (limit, verdict) of each limit hit, as the audit log records them (--status-fd)
+        self.limits_hit: list[tuple[str, str]] = []
         self.pauser: Watches | None = None  # a long-lived sandbox's pause and resume
         self.nest_network: Callable[..., None] | None = None  # Supervision.nest_network
         self.ports: Callable[[], dict[int, int]] = dict  # --port-remap's (Supervision.ports)
@@ -94,6 +96,7 @@ class SandboxedProcess:
 
     def end_for_timeout(self, timeout: float) -> None:
         """The run's time is up: recorded in the audit log, then the sandbox killed."""
+        self.limits_hit.append(("timeout", "kill"))
         if self.audit is not None:
             self.audit.limit("timeout", timeout, "kill",
                              f"timeout: killed the sandbox after {timeout:g} s")

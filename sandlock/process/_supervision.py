@@ -50,6 +50,7 @@ class Supervision:
         self._http = http  # the network slot's
         self._quiet = quiet
         self._audit = audit
+        self.limits_hit: list[tuple[str, str]] = []  # (limit, verdict): the process's list
         # The sandbox's /proc: processes are counted, their memory summed and their CPU
         # time taken there.
         self._watched = ((policy.max_memory is not None or policy.max_cpu is not None)
@@ -175,6 +176,7 @@ class Supervision:
     def _hit(self, limit: str, value: object, verdict: str, reason: str, *, notice: bool = True,
              **details: object) -> None:
         """A limit was hit: a record in the audit log, a notice on stderr."""
+        self.limits_hit.append((limit, verdict))
         if self._audit is not None:
             self._audit.limit(limit, value, verdict, reason, **details)
         if notice and not self._quiet:
