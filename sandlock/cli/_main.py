@@ -199,6 +199,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
     sandbox = Sandbox(policy, audit=audit, quiet=quiet, dangerously_allow_full_access=full_access)
     sandbox.policy_files = policy_files
     relay = _output_relay(policy)
+    indicator = _indicator(policy, command, quiet)
     try:
         process = sandbox.start(command, foreground=True, pass_fds=pass_fds, dry_run=dry_run,
                                 **(relay.child_stdio() if relay else {}))
@@ -233,7 +234,25 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
             print(notice, file=sys.stderr)
         if code != 0:
             _name_what_was_left_out(policy, command, process.start_errno)
+    if indicator is not None:
+        indicator.completed(code, process.level)
     return code
+
+
+def _indicator(policy: Policy, command: list[str], quiet: bool) -> object:
+    """The run indicator's first lines, said now if it is wanted (``_indicator``)."""
+    if not (policy.announce or (not quiet and _stderr_is_terminal())):
+        return None  # the usual run in a pipeline: the module is not even imported
+    from ._indicator import Indicator
+
+    return Indicator(policy, command, policy.cwd or policy.workdir or os.getcwd())
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # stderr closed or replaced
+        return False
 
 
 def _note_portless_rules(rules: Sequence[str]) -> None:
@@ -314,6 +333,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         parser.reject_unknown(args.subcommand, extra)  # type: ignore[attr-defined]
     if args.subcommand == "run":
         return _run(args)
+    if args.subcommand == "sandbox":  # LocalGPT's names for check and selftest
+        args.subcommand = "check" if args.action == "status" else "selftest"
     if args.subcommand == "check":
         from ._check import main as check
 

@@ -75,6 +75,9 @@ class Policy:
     clean_env: bool = _flag("--clean-env", "process.clean_env", default=False)
     cwd: str | None = _flag("--cwd", "process.cwd", path=True, default=None)
     timeout: float | None = _flag("--timeout", "process.timeout", default=None)
+    # LocalGPT's run indicator (what runs, where, with which network; how long it took)
+    # on sandlock run's stderr even when it is not a terminal (docs/usage.md).
+    announce: bool = _flag("--announce", "process.announce", default=False)
     best_effort: bool = _flag("--best-effort", "confinement.best_effort", default=False)
     # Network: by default nothing. Specs are kept as written (validated here, compiled
     # by the network engine) so that a policy prints back the way it was given.
@@ -265,6 +268,7 @@ _CHECKS = {
     "clean_env": check.boolean,
     "cwd": check.directory,
     "timeout": check.timeout,
+    "announce": check.boolean,
     "best_effort": check.boolean,
     "net_allow": check.specs("read_allow"),
     "net_allow_hosts": check.hosts,

@@ -232,7 +232,7 @@ class Sandbox:
                 if resource is not None:
                     resource.close()
             raise
-        self.warnings = confinement.warnings
+        self.warnings, level = confinement.warnings, confinement.level(policy)
         counted = policy.max_output is not None  # no terminal past it: leave_the_terminal
         terminal = Foreground.detect() if foreground and not counted else None
         spec = ChildSpec(
@@ -262,7 +262,7 @@ class Sandbox:
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
             supervision.launched()  # (its end of the binder's channel: init's now)
-        process.pauser = supervision.watches if resident else None
+        process.pauser, process.level = supervision.watches if resident else None, level
         process.nest_network = supervision.nest_network if resident else None
         process.readable = http.readable_paths if http else ()  # (its CA bundle)
         process.on_exit(supervision.close)
@@ -379,8 +379,9 @@ def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
 
 def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
                   audit: AuditLog | None) -> SandboxedProcess:
-    """The hooks every started process has: its audit log, a file size limit's notice."""
+    """Every started process's hooks: its audit log (ending on its run), a file size notice."""
     process.audit = audit
+    audit and audit.follow(process)
     limit = sandbox.policy.max_file_size
     if limit is not None:
         from ._runevents import file_size_exceeded
