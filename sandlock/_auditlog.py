@@ -81,7 +81,7 @@ class AuditLog:
     def _execution(self, process: SandboxedProcess) -> None:
         """One record per command run (LocalGPT's audit log): what ran, how it ended."""
         limits = list(dict.fromkeys(self.limits_hit))
-        code = EXIT_TIMEOUT if "timeout" in limits else process.returncode  # as returned
+        code = EXIT_TIMEOUT if process.timed_out else process.returncode  # as returned
         self.write({"event": "exec", "argv": list(process.argv), "pid": process.pid,
                     "exit_status": code, "duration": round(time.monotonic() - process.started, 6),
                     "limits": limits, "sandbox": process.level})

@@ -60,6 +60,7 @@ class SandboxedProcess:
         self.argv: list[str] = []  # what it runs (a function's name, for a call)
         self.level = "nested"  # what confines it (Confinement.level), set by its launch
         self.started = time.monotonic()  # for its duration, in the audit log
+        self.timed_out = False  # killed by end_for_timeout (its status: 124, as returned)
 
     def on_exit(self, hook: Callable[[], str | None]) -> None:
         """Run ``hook`` once the sandbox has ended (now, if it already has: a sandbox
@@ -99,6 +100,7 @@ class SandboxedProcess:
         if self.audit is not None:
             self.audit.limit("timeout", timeout, "kill",
                              f"timeout: killed the sandbox after {timeout:g} s")
+        self.timed_out = True
         self.kill()
         self.wait()
 
