@@ -193,9 +193,8 @@ class Sandbox:
                 stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
                 foreground: bool = False, resident: bool = False, *,
                 dry_run: bool = False) -> SandboxedProcess:
-        """Start ``argv``, or run ``function`` instead of exec (``argv`` names it);
-        ``resident``: the function is a long-lived sandbox's resident process;
-        ``dry_run``: the workspace's changes are listed and discarded."""
+        """Start ``argv``, or run ``function`` instead of exec (``argv`` names it); ``resident``:
+        it is a long-lived sandbox's resident; ``dry_run``: its changes listed, discarded."""
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
                               "--dangerously-allow-full-access as well")
@@ -381,14 +380,15 @@ def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
                   audit: AuditLog | None) -> SandboxedProcess:
     """Every started process's hooks: its audit log (ending on its run), a file size notice."""
     process.audit = audit
-    audit and audit.follow(process)
     limit = sandbox.policy.max_file_size
     if limit is not None:
         from ._runevents import file_size_exceeded
 
         process.on_exit(lambda: file_size_exceeded(process, limit))
-    if audit is not None and sandbox.policy.max_output is None:  # else: Capture.drop_notices
-        process.on_exit(audit.close)
+    if audit is not None:
+        audit.follow(process)  # its execution: the log's last record, when it closes
+        if sandbox.policy.max_output is None:  # else: Capture.drop_notices closes it
+            process.on_exit(audit.close)
     return process
 
 
