@@ -81,7 +81,10 @@ class AuditLog:
     def _execution(self, process: SandboxedProcess) -> None:
         """One record per command run (LocalGPT's audit log): what ran, how it ended."""
         limits = list(dict.fromkeys(self.limits_hit))
-        code = EXIT_TIMEOUT if process.timed_out else process.returncode  # as returned
+        # As returned; a long-lived sandbox's resident, killed as its block ends, stands
+        # for the block (0, or 1 after an exception), as for its workspace (process._cow).
+        code = process.returncode if process.block_status is None else process.block_status
+        code = EXIT_TIMEOUT if process.timed_out else code
         self.write({"event": "exec", "argv": list(process.argv), "pid": process.pid,
                     "exit_status": code, "duration": round(time.monotonic() - process.started, 6),
                     "limits": limits, "sandbox": process.level})

@@ -108,3 +108,17 @@ def test_recorded_for_an_unprivileged_user(as_nobody, world_tmp):
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
     if os.getuid() == 0:
         assert log.stat().st_uid == 65534
+
+
+def test_a_long_lived_sandbox_is_one_record_for_its_block(tmp_path):
+    """Its resident stands for the block: 0, or 1 when the block raised."""
+    log = tmp_path / "audit.jsonl"
+    with Sandbox(audit=str(log), cwd=str(tmp_path), quiet=True) as sandbox:
+        sandbox.exec(["true"]).wait()
+    try:
+        with Sandbox(audit=str(log), cwd=str(tmp_path), quiet=True):
+            raise KeyError("the block failed")
+    except KeyError:
+        pass
+    found = [(record["argv"], record["exit_status"]) for record in executions(log)]
+    assert found == [(["<sandbox>"], 0), (["<sandbox>"], 1)]
