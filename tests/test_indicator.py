@@ -132,10 +132,14 @@ def test_control_characters_in_names_are_escaped(tmp_path):
 
 
 def test_the_network_line_names_the_rules(tmp_path):
+    socket = tmp_path / "daemon.sock"
+    socket.touch()
     result = sandlock("run", "--announce", "--net-allow", "10.0.0.1:443", "--http-allow",
-                      "GET example.com/api/*", "--net-bind", "8080", "--", "true", cwd=tmp_path)
+                      "GET example.com/api/*", "--net-bind", "8080", "--unix-allow", str(socket),
+                      "--", "true", cwd=tmp_path)
     network = [line for line in result.stderr.splitlines() if "Network:" in line]
-    assert network == ["  Network: 10.0.0.1:443; HTTP GET example.com/api/*; listen on 8080"]
+    assert network == ["  Network: 10.0.0.1:443; HTTP GET example.com/api/*; listen on 8080; "
+                       f"unix {socket}"], result.stderr
 
 
 def test_without_a_utf8_stderr_the_marks_are_left_out(tmp_path):

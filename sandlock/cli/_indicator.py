@@ -53,6 +53,7 @@ def network(policy: Policy) -> str:
         opened = list(policy.net_allow_specs)
     opened += [f"HTTP {rule}" for rule in policy.http_allow]
     opened += [f"listen on {', '.join(policy.net_bind)}"] if policy.net_bind else []
+    opened += [f"unix {path}" for path in policy.unix_allow]
     return "; ".join(opened) or "denied"
 
 
