@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from ..policy import PolicyFile
     from ..process import Capture
+    from ._indicator import Indicator
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -239,7 +240,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
     return code
 
 
-def _indicator(policy: Policy, command: list[str], quiet: bool) -> object:
+def _indicator(policy: Policy, command: list[str], quiet: bool) -> Indicator | None:
     """The run indicator's first lines, said now if it is wanted (``_indicator``)."""
     if not (policy.announce or (not quiet and _stderr_is_terminal())):
         return None  # the usual run in a pipeline: the module is not even imported

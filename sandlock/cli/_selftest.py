@@ -203,7 +203,7 @@ class Selftest:
         return passed, out.replace("\n", "; ")
 
     def dies_with_sandlock(self) -> tuple[bool, str]:
-        marker = f"{300 + time.monotonic() % 1:.6f}"  # its pid inside is not ours: its argv
+        marker = _unique_seconds()  # its pid inside is not ours: its argv
         script = f"sleep {marker} & echo started; wait"
         cli = [PY, "-m", "sandlock", "run", "-q", "--", "sh", "-c", script]
         with subprocess.Popen(cli, stdout=subprocess.PIPE, text=True) as sandlock:
@@ -215,7 +215,7 @@ class Selftest:
 
     def timeout(self) -> tuple[bool, str]:
         """LocalGPT's "timeout enforcement": killed at the limit, its children with it."""
-        marker = f"{300 + time.monotonic() % 1:.6f}"
+        marker = _unique_seconds()
         began = time.monotonic()
         result = self.allowlist(timeout=0.5).run(["sh", "-c", f"sleep {marker} & sleep 30"])
         took = time.monotonic() - began
@@ -313,6 +313,11 @@ def _output(result: Result) -> str:
         return result.start_error
     text = (result.stdout or b"").decode(errors="replace").strip()
     return text or (result.stderr or b"").decode(errors="replace").strip()[-200:]
+
+
+def _unique_seconds() -> str:
+    """A sleep's argument no other process has: how a check finds its sleep in /proc."""
+    return f"{300 + time.monotonic() % 1:.6f}"
 
 
 def _wait_gone(cmdline: bytes, seconds: float) -> bool:
