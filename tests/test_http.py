@@ -153,13 +153,13 @@ def test_audit_log_records_requests(api, port, tmp_path):
         cmd=["sh", "-c", f"curl -sS http://api.test:{port}/ok; curl -sS http://api.test:{port}/no"])
     records = [json.loads(line) for line in log.read_text().splitlines()]
     http = [(r["method"], r["hostname"], r["path"], r["verdict"]) for r in records
-            if r["protocol"] == "http"]
+            if r.get("protocol") == "http"]
     assert ("GET", "api.test", "/ok", "allow") in http
     assert ("GET", "api.test", "/no", "deny") in http
     denied = next(r for r in records if r.get("path") == "/no")
     assert denied["reason"] == "no --http-allow rule matches"
     assert denied["destination"] == f"{API}:{port}"
-    redirects = [r for r in records if r["syscall"] == "connect" and r["verdict"] == "redirect"
+    redirects = [r for r in records if r.get("syscall") == "connect" and r["verdict"] == "redirect"
                  and r["protocol"] == "tcp"]
     assert redirects and redirects[0]["destination"] == f"{API}:{port}"
 

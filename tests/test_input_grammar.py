@@ -153,9 +153,9 @@ def test_profile_list_and_errors_do_not_write_into_the_terminal(tmp_path):
         os.chmod(path, 0o600)
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
     listed = sandlock("profile", "list", env=env)
-    assert "\x1b" not in listed.stdout and listed.stdout.count("\n") == 2
+    assert "\x1b" not in listed.stdout and listed.stdout.count("\n") == 3  # (and agent, built in)
     assert "unknown top-level key 'x\\x1b[2J'" in listed.stdout
-    assert listed.stdout.endswith("\nt    ok\\x1b]0;pwned\\x07\\x1b[2J\n")
+    assert listed.stdout.endswith("\nt      ok\\x1b]0;pwned\\x07\\x1b[2J\n")
     shown = sandlock("run", "-p", "bad", "--", "true", env=env)
     assert "\x1b" not in shown.stderr and "'x\\x1b[2J'" in shown.stderr
     assert shown.stderr.count("\n") == 1

@@ -472,10 +472,12 @@ def test_audit_log(web, tmp_path):
     sandlock("run", "-q", "--audit", str(log), "--net-allow", f"{allowed.host}:{allowed.port}", "--",
              "sh", "-c", " ; ".join(" ".join(curl(f"http://{s.host}:{s.port}/")) for s in web))
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    verdicts = {(r["destination"], r["verdict"]) for r in records if r["syscall"] == "connect"}
+    verdicts = {(r["destination"], r["verdict"]) for r in records if r.get("syscall") == "connect"}
     assert (f"{allowed.host}:{allowed.port}", "allow") in verdicts
     assert (f"{denied.host}:{denied.port}", "deny") in verdicts
-    for record in records:
+    *decisions, execution = records  # the run's exec record last (test_audit_exec.py)
+    assert execution["event"] == "exec"
+    for record in decisions:
         assert {"time", "pid", "syscall", "protocol", "destination", "hostname", "verdict",
                 "reason"} <= record.keys()
 

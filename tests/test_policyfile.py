@@ -83,6 +83,7 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "clean_env": (["--clean-env"], "[process]\nclean_env = true"),
         "cwd": (["--cwd", str(work)], f'[process]\ncwd = "{work}"'),
         "timeout": (["-t", "2.5"], "[process]\ntimeout = 2.5"),
+        "announce": (["--announce"], "[process]\nannounce = true"),
         "best_effort": (["--best-effort"], "[confinement]\nbest_effort = true"),
         "allow_degraded": (["--allow-degraded", "SIGNAL_SCOPE", "--allow-degraded", "fs-truncate"],
                            '[confinement]\nallow_degraded = ["SIGNAL_SCOPE", "FS_TRUNCATE"]'),
@@ -208,8 +209,8 @@ def test_relative_paths_are_the_files_directory_and_tilde_is_home(tmp_path):
     ("[http]\nallow_bind = ['80']\n", "p.toml:2: unknown key 'allow_bind' in [http]: it belongs "
                                       "in [network]"),
     ("[process]\nfoo = 1\n", "p.toml:2: unknown key 'foo' in [process] (expected one of: env, "
-                             "clean_env, cwd, timeout, user, privileged, no_coredump, no_randomize_memory, "
-                             "no_huge_pages, credential_env)"),
+                             "clean_env, cwd, timeout, announce, user, privileged, no_coredump, "
+                             "no_randomize_memory, no_huge_pages, credential_env)"),
     ('allow = ["x"]\n', "p.toml:1: 'allow' belongs in a section: [network] or [http]"),
     ("descripton = 'x'\n", "p.toml:1: unknown top-level key 'descripton': did you mean "
                            "'description'?"),
@@ -422,6 +423,7 @@ def test_profile_list(profiles):
     result = sandlock("profile", "list", env=env)
     assert result.returncode == 0
     assert result.stdout.splitlines() == [
+        f"agent            {AGENT}",  # the built-in one
         "bare",
         f"broken           (invalid: {directory}/broken.toml:2: process.timeout: expected a "
         "number, got a string)",
@@ -429,11 +431,15 @@ def test_profile_list(profiles):
     ]
 
 
+AGENT = "an AI agent's command: 120 s, 1M of output, 50M files, 64 processes, 256 fds"
+
+
 def test_profile_list_without_profiles(tmp_path):
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
     result = sandlock("profile", "list", env=env)
-    assert (result.returncode, result.stdout) == (0, "")
-    assert result.stderr == f"sandlock: no profiles in {tmp_path}/sandlock/profiles\n"
+    assert (result.returncode, result.stdout) == (0, f"agent  {AGENT}\n")
+    assert result.stderr == (f"sandlock: no profiles in {tmp_path}/sandlock/profiles (the "
+                             "built-in ones only)\n")
 
 
 def test_profile_show(profiles):

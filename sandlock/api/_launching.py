@@ -64,13 +64,15 @@ def open_audit(path: str | None) -> AuditLog | None:
 
 def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
                   audit: AuditLog | None) -> SandboxedProcess:
-    """The hooks every started process has: its audit log, a file size limit's notice."""
+    """Every started process's hooks: its audit log (ending on its run), a file size notice."""
     process.audit, sandbox._process = audit, process  # (sandbox.pid, ports())
     limit = sandbox.policy.max_file_size
     if limit is not None:
         from ._runevents import file_size_exceeded
 
         process.on_exit(lambda: file_size_exceeded(process, limit))
-    if audit is not None and sandbox.policy.max_output is None:  # else: Capture.drop_notices
-        process.on_exit(audit.close)
+    if audit is not None:
+        audit.follow(process)  # its execution: the log's last record, when it closes
+        if sandbox.policy.max_output is None:  # else: Capture.drop_notices closes it
+            process.on_exit(audit.close)
     return process

@@ -200,9 +200,8 @@ class Sandbox:
                 stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
                 foreground: bool = False, resident: bool = False, *,
                 dry_run: bool = False) -> SandboxedProcess:
-        """Start ``argv``, or run ``function`` instead of exec (``argv`` names it);
-        ``resident``: the function is a long-lived sandbox's resident process;
-        ``dry_run``: the workspace's changes are listed and discarded."""
+        """Start ``argv``, or run ``function`` instead of exec (``argv`` names it); ``resident``:
+        it is a long-lived sandbox's resident; ``dry_run``: its changes listed, discarded."""
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
                               "--dangerously-allow-full-access as well")
@@ -244,7 +243,7 @@ class Sandbox:
             raise
         if registration and confinement.isolation is not None:  # the name is its hostname
             confinement.isolation.hostname = self.name.encode()
-        self.warnings = confinement.warnings
+        self.warnings, level = confinement.warnings, confinement.level(policy)
         counted = policy.max_output is not None  # no terminal past it: leave_the_terminal
         terminal = Foreground.detect() if foreground and not counted else None
         spec = ChildSpec(
@@ -274,7 +273,7 @@ class Sandbox:
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
             supervision.launched()  # (its end of the binder's channel: init's now)
-        process.pauser = supervision.watches if resident else None
+        process.pauser, process.level = supervision.watches if resident else None, level
         process.nest_network = supervision.nest_network if resident else None
         process.readable = http.readable_paths if http else ()  # (its CA bundle)
         process.ports = supervision.ports

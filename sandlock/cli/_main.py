@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from ..policy import PolicyFile
     from ..process import Capture
+    from ._indicator import Indicator
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -233,6 +234,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
         fail(_option_error(exc))
     sandbox.policy_files = policy_files
     relay = _output_relay(policy)
+    indicator = _indicator(policy, command, quiet)
     try:
         process = sandbox.start(command, foreground=True, pass_fds=pass_fds, dry_run=dry_run,
                                 **(relay.child_stdio() if relay else {}))
@@ -275,7 +277,25 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
         from ._status import status_line, write_status
 
         write_status(status_fd, status_line(process, code, timed_out))
+    if indicator is not None:
+        indicator.completed(code, process.level)
     return code
+
+
+def _indicator(policy: Policy, command: list[str], quiet: bool) -> Indicator | None:
+    """The run indicator's first lines, said now if it is wanted (``_indicator``)."""
+    if not (policy.announce or (not quiet and _stderr_is_terminal())):
+        return None  # the usual run in a pipeline: the module is not even imported
+    from ._indicator import Indicator
+
+    return Indicator(policy, command, policy.cwd or policy.workdir or os.getcwd())
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # stderr closed or replaced
+        return False
 
 
 def _note_portless_rules(rules: Sequence[str]) -> None:
@@ -356,6 +376,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         parser.reject_unknown(args.subcommand, extra)  # type: ignore[attr-defined]
     if args.subcommand == "run":
         return _run(args)
+    if args.subcommand == "sandbox":  # LocalGPT's names for check and selftest
+        args.subcommand = "check" if args.action == "status" else "selftest"
     if args.subcommand == "check":
         from ._check import main as check
 

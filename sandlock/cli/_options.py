@@ -103,7 +103,7 @@ POLICY_OPTIONS = (
                    help="allow reading and writing PATH (repeatable)"),
     _policy_option("filesystem", "fs_denied", action="append", metavar="PATH",
                    help="deny PATH even inside an allowed one (repeatable)"),
-    _policy_option("filesystem", "mode", choices=MODES,
+    _policy_option("filesystem", "mode", "--sandbox", choices=MODES,
                    help="workspace-write (default): the default workspace; read-only: the "
                    "same reads, no writes; full-access: no confinement (with "
                    "--dangerously-allow-full-access)"),
@@ -220,6 +220,10 @@ POLICY_OPTIONS = (
                    help="run COMMAND in DIR (the default workspace's writable directory)"),
     _policy_option("process", "timeout", "-t", type=number, metavar="SECONDS",
                    help="kill COMMAND and everything it started after SECONDS (exit 124)"),
+    _policy_option("process", "announce", action="store_true",
+                   help="say what runs, where and with which network before, and how long "
+                   "it took after, on stderr even when it is not a terminal (there, it is "
+                   "said unless -q)"),
     _policy_option("limits", "max_memory", "-m", metavar="SIZE",
                    help="memory all its processes may use together, e.g. 512M (K, M, G; a "
                    "bare number is bytes, at least 1M of them); past it the sandbox is "

@@ -108,6 +108,7 @@ COMMANDS = {
     "ca": "manage sandlock's persistent CA (init, show, export, install, uninstall)",
     "check": "show which kernel features sandlock can use",
     "selftest": "run real confined programs and check each protection",
+    "sandbox": "LocalGPT's names: `sandbox status` is check, `sandbox test` is selftest",
     "vet": "check an agent's shell command before it runs (cd, redirects, syntax; --verify: changes)",
 }
 
@@ -142,7 +143,8 @@ def _build(wanted: str | None) -> argparse.ArgumentParser:
     builders = {"run": _add_run_parser, "learn": _add_learn_parser,
                 "policy": _add_policy_parser, "profile": _add_profile_parser,
                 "vet": _add_vet_parser, "workspace": _add_workspace_parser,
-                "ps": _add_ps_parser, "inspect": _add_inspect_parser, "kill": _add_kill_parser}
+                "ps": _add_ps_parser, "inspect": _add_inspect_parser, "kill": _add_kill_parser,
+                "sandbox": _add_sandbox_parser}
     if wanted not in COMMANDS:
         wanted = None  # build them all: --help, or argparse's error listing the choices
     for name, summary in COMMANDS.items():
@@ -155,6 +157,16 @@ def _build(wanted: str | None) -> argparse.ArgumentParser:
             commands.add_parser(name, help=summary)
     parser.commands = dict(commands.choices)  # type: ignore[arg-type]
     return parser
+
+
+def _add_sandbox_parser(commands: argparse._SubParsersAction) -> None:
+    sandbox = commands.add_parser("sandbox", help=COMMANDS["sandbox"],
+                                  description="The LocalGPT shell sandbox spec's diagnostic "
+                                  "commands, as sandlock's own.")
+    actions = sandbox.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser,
+                                     required=True)
+    actions.add_parser("status", help=COMMANDS["check"] + " (= sandlock check)")
+    actions.add_parser("test", help=COMMANDS["selftest"] + " (= sandlock selftest)")
 
 
 def _add_vet_parser(commands: argparse._SubParsersAction) -> None:

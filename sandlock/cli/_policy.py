@@ -20,9 +20,10 @@ from ..policy import (
 
 def profile_list() -> int:
     """One line per profile: its name and description (or why it cannot be used)."""
-    names = profile_names()
-    if not names:
-        print(f"sandlock: no profiles in {profiles_directory()}", file=sys.stderr)
+    names = profile_names()  # the built-in ones too
+    if not profile_names(profiles_directory()):
+        print(f"sandlock: no profiles in {profiles_directory()} (the built-in ones only)",
+              file=sys.stderr)
     width = max(map(len, names), default=0)
     for name in names:
         try:

@@ -8,6 +8,13 @@ try:
 except OSError as e:
     print(e.strerror)
 """
+# TRY_WRITE (argv[1]) run by a grandchild, python -> sh -> python, for each path after it.
+GRANDCHILD_WRITES = """
+import subprocess, sys
+for path in sys.argv[2:]:
+    print(subprocess.run(["sh", "-c", 'exec "$0" -c "$1" "$2"', sys.executable, sys.argv[1], path],
+                         capture_output=True, text=True).stdout.strip())
+"""
 TRY_READ = """
 import sys
 try:

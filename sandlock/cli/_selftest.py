@@ -19,6 +19,7 @@ from ..confinement import SCRATCH
 from ..policy import Policy
 from ..api import Result, Sandbox
 from . import _probes as probes
+from ._selftestservers import HttpServer, LocalServer
 
 PY = sys.executable
 # The interpreter itself, not a venv's link to it: the default workspace need not cover
@@ -133,12 +134,12 @@ class Selftest:
         return out in ("No such process", "Operation not permitted"), out
 
     def network_denied(self) -> tuple[bool, str]:
-        with _LocalServer() as port:
+        with LocalServer() as port:
             out = self.python(self.allowlist(), probes.CONNECT, "127.0.0.1", str(port))
         return out == "Permission denied", out
 
     def network_allowed(self) -> tuple[bool, str]:
-        with _LocalServer() as port:
+        with LocalServer() as port:
             sandbox = self.allowlist(net_allow=(f"127.0.0.1:{port}",))
             allowed = self.python(sandbox, probes.CONNECT, "127.0.0.1", str(port))
             other = self.python(sandbox, probes.CONNECT, "127.0.0.1", str(port + 1 if port < 65535 else 1))
@@ -177,7 +178,7 @@ class Selftest:
         return passed, f"{'; '.join(denied)}; with --allow-ipc: {'; '.join(allowed)}"
 
     def http_rules(self) -> tuple[bool, str]:
-        with _HttpServer() as port:
+        with HttpServer() as port:
             name = "selftest.sandlock.test"
             sandbox = self.allowlist(resolve=(f"{name}=127.0.0.1",), http_ports=(port,),
                                      http_allow=(f"GET {name}/allowed/*",), https_inspect="off")
@@ -190,7 +191,7 @@ class Selftest:
 
     def https_rules(self) -> tuple[bool, str]:
         name = "selftest.sandlock.test"
-        with _HttpServer(tls_name=name) as (port, upstream_ca):
+        with HttpServer(tls_name=name) as (port, upstream_ca):
             ca_file = os.path.join(self.scratch, "upstream-ca.pem")
             _write(ca_file, upstream_ca.decode())
             sandbox = self.allowlist(resolve=(f"{name}=127.0.0.1",), http_ports=(port,),
@@ -202,7 +203,7 @@ class Selftest:
         return passed, out.replace("\n", "; ")
 
     def dies_with_sandlock(self) -> tuple[bool, str]:
-        marker = f"{300 + time.monotonic() % 1:.6f}"  # its pid inside is not ours: its argv
+        marker = _unique_seconds()  # its pid inside is not ours: its argv
         script = f"sleep {marker} & echo started; wait"
         cli = [PY, "-m", "sandlock", "run", "-q", "--", "sh", "-c", script]
         with subprocess.Popen(cli, stdout=subprocess.PIPE, text=True) as sandlock:
@@ -213,8 +214,22 @@ class Selftest:
         return gone, "background process gone" if gone else f"sleep {marker} still alive"
 
     def timeout(self) -> tuple[bool, str]:
-        result = self.allowlist(timeout=0.5).run(["sh", "-c", "sleep 30 & sleep 30"])
-        return result.exit_code == 124, f"exit status {result.exit_code}"
+        """LocalGPT's "timeout enforcement": killed at the limit, its children with it."""
+        marker = _unique_seconds()
+        began = time.monotonic()
+        result = self.allowlist(timeout=0.5).run(["sh", "-c", f"sleep {marker} & sleep 30"])
+        took = time.monotonic() - began
+        gone = _wait_gone(b"sleep\0%s\0" % marker.encode(), 5)
+        passed = result.exit_code == 124 and took < 10 and gone
+        return passed, (f"exit status {result.exit_code} after {took:.1f}s"
+                        + ("" if gone else f"; sleep {marker} still alive"))
+
+    def child_inherits(self) -> tuple[bool, str]:
+        """LocalGPT's "child process inherits": a grandchild is confined as its parent."""
+        out = self.python(self.allowlist(), probes.GRANDCHILD_WRITES, probes.TRY_WRITE,
+                          os.path.join(self.inside, "grandchild"),
+                          os.path.join(self.outside, "grandchild"))
+        return out.split("\n") == ["written", "Permission denied"], out.replace("\n", "; ")
 
 
 CHECKS: list[tuple[str, Callable[[Selftest], tuple[bool, str]]]] = [
@@ -230,7 +245,8 @@ CHECKS: list[tuple[str, Callable[[Selftest], tuple[bool, str]]]] = [
     ("i386 (int 0x80) syscalls kill the process", Selftest.i386_syscalls),
     ("raw sockets are refused", Selftest.raw_socket),
     ("signals to processes outside are blocked", Selftest.signal_outside),
-    ("timeout kills the command and its children", Selftest.timeout),
+    ("timeout kills the command and its children at the limit", Selftest.timeout),
+    ("a child's child is confined as the command is", Selftest.child_inherits),
     ("the sandbox dies with sandlock", Selftest.dies_with_sandlock),
     ("network is closed by default", Selftest.network_denied),
     ("--net-allow opens exactly one host and port", Selftest.network_allowed),
@@ -267,79 +283,6 @@ def main() -> int:
     return 1 if failures else 0
 
 
-class _LocalServer:
-    """A TCP listener on 127.0.0.1 that accepts and closes, for the network checks."""
-
-    def __enter__(self) -> int:
-        import socket
-        import threading
-
-        self._socket = socket.socket()
-        self._socket.bind(("127.0.0.1", 0))
-        self._socket.listen()
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self._socket.getsockname()[1]
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                connection, _ = self._socket.accept()
-            except OSError:
-                return
-            connection.close()
-
-    def __exit__(self, *exc: object) -> None:
-        self._socket.close()
-
-
-class _HttpServer:
-    """An HTTP server on 127.0.0.1 answering 200 to every GET, for the HTTP checks;
-    with ``tls_name``, HTTPS with a certificate for that name (and its CA's PEM)."""
-
-    def __init__(self, tls_name: str | None = None) -> None:
-        self._tls_name = tls_name
-
-    def __enter__(self):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        class Ok(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
-        port = self._server.server_address[1]
-        authority = self._tls_name and self._serve_tls()
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return (port, authority) if self._tls_name else port
-
-    def _serve_tls(self) -> bytes:
-        import ssl
-
-        from .. import ca
-
-        upstream = ca.ephemeral_ca([self._tls_name])
-        cert, key = ca.server_certificate(upstream, self._tls_name)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        with tempfile.TemporaryDirectory() as directory:
-            paths = [os.path.join(directory, n) for n in ("cert.pem", "key.pem")]
-            for path, data in zip(paths, (cert, key)):
-                with open(path, "wb") as file:
-                    file.write(data)
-            context.load_cert_chain(*paths)
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        return upstream.cert_pem
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 def _granted_names(home: str, cwd: str) -> set[str]:
     """The names in ``home`` of what the default workspace grants beneath it."""
     from ..confinement import default_workspace
@@ -370,6 +313,11 @@ def _output(result: Result) -> str:
         return result.start_error
     text = (result.stdout or b"").decode(errors="replace").strip()
     return text or (result.stderr or b"").decode(errors="replace").strip()[-200:]
+
+
+def _unique_seconds() -> str:
+    """A sleep's argument no other process has: how a check finds its sleep in /proc."""
+    return f"{300 + time.monotonic() % 1:.6f}"
 
 
 def _wait_gone(cmdline: bytes, seconds: float) -> bool:

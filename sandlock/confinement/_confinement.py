@@ -142,6 +142,19 @@ class Confinement:
                    memory, filesystem is None or _writes_proc(filesystem.rules),
                    filesystem.grants if filesystem else None)
 
+    def level(self, policy: Policy) -> str:
+        """LocalGPT's name for what holds: full (filesystem, IPC and signal scoping, the
+        sandbox's namespaces, syscall filter), standard (filesystem and syscall filter:
+        a --best-effort run without the rest), minimal (the syscall filter only), none
+        (full-access)."""
+        if policy.full_access:
+            return "none"
+        if self.ruleset is None:
+            return "minimal"
+        if self.isolation is None or not (self.scopes_signals or policy.allow_ipc):
+            return "standard"
+        return "full"
+
     def apply(self) -> int:
         """Confine the calling process (the child, right before exec); returns the
         seccomp listener fd, for sandlock's supervisor."""

@@ -52,6 +52,10 @@ CACHE_VARIABLES_WRITE = ("XDG_CACHE_HOME", "GOCACHE", "GOMODCACHE", "npm_config_
 # Widening the default workspace without editing a policy (colon-separated paths).
 WIDEN_READ = "SANDLOCK_FS_READ"
 WIDEN_WRITE = "SANDLOCK_FS_WRITE"
+# zkit's names for the same (its operators' settings work unchanged): read, write.
+ZK_READ = "ZK_SANDBOX_RO"
+ZK_WRITE = "ZK_SANDBOX_RW"
+_WIDENERS = {WIDEN_READ: "read", ZK_READ: "read", WIDEN_WRITE: "write", ZK_WRITE: "write"}
 
 
 class WorkspaceError(SandlockError):
@@ -73,9 +77,8 @@ def default_workspace(home: str, cwd: str, env: Mapping[str, str],
     if repository is not None and _harmless(repository, home):  # git reads the whole tree
         read.append(repository)
         write.append(os.path.join(repository, ".git"))
-    widened = widening(widen)
-    read += [os.path.expanduser(path) for path in widened.get(WIDEN_READ, ())]
-    write += [os.path.expanduser(path) for path in widened.get(WIDEN_WRITE, ())]
+    for name, paths in widening(widen).items():
+        (read if _WIDENERS[name] == "read" else write).extend(map(os.path.expanduser, paths))
     return read, write, protected_paths(home, env)
 
 
@@ -106,9 +109,8 @@ def check_workspace(cwd: str, home: str) -> None:
 
 
 def widening(env: Mapping[str, str] = os.environ) -> dict[str, tuple[str, ...]]:
-    """What SANDLOCK_FS_READ/WRITE add, for --print-policy."""
-    found = {name: tuple(p for p in env.get(name, "").split(":") if p)
-             for name in (WIDEN_READ, WIDEN_WRITE)}
+    """What SANDLOCK_FS_READ/WRITE (and zkit's ZK_SANDBOX_RO/RW) add, by variable."""
+    found = {name: tuple(p for p in env.get(name, "").split(":") if p) for name in _WIDENERS}
     return {name: paths for name, paths in found.items() if paths}
 
 

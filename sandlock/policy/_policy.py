@@ -81,6 +81,9 @@ class Policy:
     clean_env: bool = _flag("--clean-env", "process.clean_env", default=False)
     cwd: str | None = _flag("--cwd", "process.cwd", path=True, default=None)
     timeout: float | None = _flag("--timeout", "process.timeout", default=None)
+    # LocalGPT's run indicator (what runs, where, with which network; how long it took)
+    # on sandlock run's stderr even when it is not a terminal (docs/usage.md).
+    announce: bool = _flag("--announce", "process.announce", default=False)
     best_effort: bool = _flag("--best-effort", "confinement.best_effort", default=False)
     # Upstream Sandlock's hardening (docs/usage.md, "Protections and hardening"): protections
     # skipped where missing or off, syscalls denied, the ids inside, process attributes.
@@ -373,6 +376,7 @@ _CHECKS = {
     "clean_env": check.boolean,
     "cwd": check.directory,
     "timeout": check.timeout,
+    "announce": check.boolean,
     "best_effort": check.boolean,
     "allow_degraded": _hardening_check("protections"),
     "disable": _hardening_check("protections"),

@@ -1,5 +1,7 @@
 """Profiles: policy files by name, NAME.toml in the profiles directory
-(``$XDG_CONFIG_HOME/sandlock/profiles``, by default ``~/.config/sandlock/profiles``)."""
+(``$XDG_CONFIG_HOME/sandlock/profiles``, by default ``~/.config/sandlock/profiles``),
+or one of sandlock's own (``BUILTIN``: ``agent``), which a file of the same name in
+the profiles directory replaces (the user's own choice, as for any profile)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     from ._policy import Policy
 
 SUFFIX = ".toml"
+BUILTIN = os.path.join(os.path.dirname(__file__), "profiles")  # shipped with sandlock
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a file name, never a path
 
 
@@ -25,13 +28,18 @@ def directory(env: Mapping[str, str] = os.environ) -> str:
 
 
 def names(where: str | None = None) -> list[str]:
-    """The profiles there are, sorted."""
+    """The profiles there are (and the built-in ones, without ``where``), sorted."""
+    found = set(_listed(where or directory()))
+    return sorted(found if where else found | set(_listed(BUILTIN)))
+
+
+def _listed(where: str) -> list[str]:
     try:
-        entries = os.listdir(where or directory())
+        entries = os.listdir(where)
     except OSError:
         return []
-    return sorted(entry[: -len(SUFFIX)] for entry in entries
-                  if entry.endswith(SUFFIX) and _NAME.fullmatch(entry[: -len(SUFFIX)]))
+    return [entry[: -len(SUFFIX)] for entry in entries
+            if entry.endswith(SUFFIX) and _NAME.fullmatch(entry[: -len(SUFFIX)])]
 
 
 def path_of(name: str) -> str:
@@ -41,10 +49,12 @@ def path_of(name: str) -> str:
         raise PolicySourceError(f"--profile {name}: not a profile name (letters, digits, "
                                 "'_', '.' and '-'; for a file, use --policy FILE)")
     path = os.path.join(where, name + SUFFIX)
+    if not os.path.exists(path) and os.path.exists(builtin := os.path.join(BUILTIN, name + SUFFIX)):
+        return builtin
     if not os.path.exists(path):
         from ._file import did_you_mean
 
-        known = names(where)
+        known = names()  # (the built-in ones too)
         hint = did_you_mean(name, known) if known else " (there are none)"
         raise PolicySourceError(f"--profile {name}: no such profile in {where}{hint}")
     return path

@@ -60,6 +60,10 @@ class SandboxedProcess:
         # A long-lived sandbox's resident is killed when its block ends: how the block
         # ended (0, or 1 for an exception) stands for its exit status.
         self.block_status: int | None = None
+        self.argv: list[str] = []  # what it runs (a function's name, for a call)
+        self.level = "nested"  # what confines it (Confinement.level), set by its launch
+        self.started = time.monotonic()  # for its duration, in the audit log
+        self.timed_out = False  # killed by end_for_timeout (its status: 124, as returned)
 
     def on_exit(self, hook: Callable[[], str | None]) -> None:
         """Run ``hook`` once the sandbox has ended (now, if it already has: a sandbox
@@ -100,6 +104,7 @@ class SandboxedProcess:
         if self.audit is not None:
             self.audit.limit("timeout", timeout, "kill",
                              f"timeout: killed the sandbox after {timeout:g} s")
+        self.timed_out = True
         self.kill()
         self.wait()
 
@@ -232,6 +237,7 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
         if fd >= 0:
             os.close(fd)
     process = SandboxedProcess(keeper_pid, report_r, foreground)
+    process.argv = spec.argv
     while not process.pid and process.returncode is None:
         process._read_reports()
     if adopt_listener:
