@@ -136,6 +136,12 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
                      f'[workspace]\ndir = "{work}"\non_error = "commit"'),
         "max_disk": (["--workdir", str(work), "--max-disk", "1G"],
                      f'[workspace]\ndir = "{work}"\nmax_disk = "1G"'),
+        "num_cpus": (["--num-cpus", "1"], "[limits]\nnum_cpus = 1"),
+        "time_start": (["--time-start", "2000-01-01T00:00:00Z"],
+                       '[determinism]\ntime_start = "2000-01-01T00:00:00Z"'),
+        "random_seed": (["--random-seed", "42"], "[determinism]\nrandom_seed = 42"),
+        "deterministic_dirs": (["--deterministic-dirs"],
+                               "[determinism]\ndeterministic_dirs = true"),
     }
 
 

@@ -266,6 +266,10 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
         overlay=overlay, scratch_size=_scratch_size(policy), masked=filesystem.masked,
         policy_files=policy_files)
     warnings += isolation.protection.policy_notices()
+    if policy.max_memory is not None or policy.num_cpus is not None:
+        from ._virtual import sandbox_cpus, virtual_files
+
+        isolation.virtual = virtual_files(policy, sandbox_cpus(policy))
     return isolation
 
 
@@ -286,7 +290,7 @@ def _seccomp_program(policy: Policy, count_processes: bool,
             raise SetupError(f"{what} is not available: the network policy cannot be "
                              "enforced (run `sandlock check`)")
     waived = {*policy.allow_syscalls, *(seccomp.SYSV_IPC if policy.allow_sysv_ipc else ())}
-    extra = dict(seccomp.FIXED_AFFINITY) if policy.cpu_cores else {}
+    extra = dict(seccomp.FIXED_AFFINITY) if policy.cpu_cores or policy.num_cpus else {}
     if count_processes:
         extra.update(seccomp.counted_process_creation(frozenset(waived)))
     if observed:  # (opens: for deny_path, answered at once until it is used)

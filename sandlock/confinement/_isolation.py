@@ -103,6 +103,8 @@ class Isolation:
         self.overlay = overlay
         self.masked = masked  # denied paths a grant encloses, covered by a mask
         self.layer_fd = -1  # (in init, after mount: the tmpfs layer of --max-disk)
+        # (path, content): files shown over the kernel's (``_virtual``), read-only.
+        self.virtual: tuple[tuple[str, bytes], ...] = ()
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
@@ -181,7 +183,7 @@ class Isolation:
         for path in self.protection.read_only:
             mounts.bind(path, path)
             mounts.make_read_only(path)
-        _mount_proc(pids_below, self.masked, self.private)
+        _mount_proc(pids_below, self.masked, self.private, self.virtual)
         for path, access in self.reanchored:
             try:
                 add_rule(path, access)
@@ -197,7 +199,8 @@ class Isolation:
             mounts.mount_tmpfs(scratch, options)
 
 
-def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ...]) -> None:
+def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ...],
+                virtual: tuple[tuple[str, bytes], ...] = ()) -> None:
     """The namespace's procfs, its kernel files masked by an empty file of mode 0, made
     in a tmpfs that the procfs then covers: nothing but the masks leads to it (a bind's
     source must be mounted in the namespace, so it is covered, not detached). The
@@ -205,12 +208,20 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ..
     is ``pids_below`` (if not 0), its sysctls read-only: nothing in a sandbox has to
     write one. A mask beneath a ``private`` scratch directory is mounted read-only: the
     write grant of that directory reaches it (Landlock looks up across mounts), and
-    nothing may change the mode or content all masks share."""
-    mounts.mount_tmpfs("/proc", b"mode=0700,size=4k")
+    nothing may change the mode or content all masks share. The ``virtual`` files are
+    written in that tmpfs too and mounted over their paths, read-only."""
+    size = 4096 + sum(4096 + len(content) for _, content in virtual)
+    mounts.mount_tmpfs("/proc", b"mode=0700,size=%d" % size)
     mask = os.open("/proc/mask", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0)
     os.mkdir("/proc/masks", 0)
     directory_mask = os.open("/proc/masks", _O_DIRECTORY_PATH)
+    shown = [(_written(f"/proc/virtual{index}", content), path)
+             for index, (path, content) in enumerate(virtual)]
     mounts.mount_proc("/proc", pids_below)
+    for fd, path in shown:
+        mounts.bind(f"/proc/self/fd/{fd}", path)
+        mounts.make_read_only(path)
+        os.close(fd)
     source = f"/proc/self/fd/{mask}"
     for name in PROC_MASKED:
         path = os.path.join("/proc", name)
@@ -226,6 +237,16 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ..
             mounts.make_read_only(path)
     os.close(mask)
     os.close(directory_mask)
+
+
+def _written(path: str, content: bytes) -> int:
+    """A new file of ``content``, mode 0444; an O_PATH descriptor on it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    try:
+        os.write(fd, content)  # (tmpfs: one write takes it all)
+    finally:
+        os.close(fd)
+    return os.open(path, os.O_PATH | os.O_CLOEXEC)
 
 
 def _make_mount_point(path: str, directory: bool) -> None:

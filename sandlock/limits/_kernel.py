@@ -42,6 +42,11 @@ class KernelLimits:
 
 def kernel_limits(policy: object) -> KernelLimits:
     """The per-process limits of a Policy."""
+    cpus = policy.cpu_cores  # type: ignore[attr-defined]
+    if policy.num_cpus is not None:  # type: ignore[attr-defined]
+        from ..confinement import sandbox_cpus  # (the first num_cpus: what /proc shows)
+
+        cpus = sandbox_cpus(policy)
     return KernelLimits(open_files=policy.max_open_files,  # type: ignore[attr-defined]
                         file_size=policy.max_file_size,  # type: ignore[attr-defined]
-                        cpus=policy.cpu_cores)  # type: ignore[attr-defined]
+                        cpus=cpus)

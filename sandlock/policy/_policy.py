@@ -23,6 +23,7 @@ DEFAULT_HTTP_PORTS = (80, 443)
 # has not yet received fails with EINTR when a signal comes (a kernel limit, see
 # docs/usage.md "Resource limits"): not a price every run should pay. 0: no cap.
 DEFAULT_MAX_PROCESSES = 0
+Instant = float  # Unix seconds (time_start: given as a date or as seconds)
 PortList = tuple[str, ...]  # port lists as --net-allow-bind takes them: "8080", "8000-8100", "*"
 HTTPS_INSPECT_MODES = ("auto", "on", "off")
 # How long the proxy lets an upstream send nothing while a request waits on it (then
@@ -127,6 +128,14 @@ class Policy:
     on_exit: str = _flag("--on-exit", "workspace.on_exit", default="commit")
     on_error: str = _flag("--on-error", "workspace.on_error", default="abort")
     max_disk: Size | None = _flag("--max-disk", "workspace.max_disk", default=None)
+    # The machine as the sandbox sees it, and reproducible runs (upstream's names;
+    # docs/usage.md, "Virtual /proc" and "Deterministic execution"). num_cpus: the
+    # first N of the CPUs it may run on (cpu_cores', if given), shown in /proc/cpuinfo.
+    num_cpus: int | None = _flag("--num-cpus", "limits.num_cpus", default=None)
+    time_start: Instant | None = _flag("--time-start", "determinism.time_start", default=None)
+    random_seed: int | None = _flag("--random-seed", "determinism.random_seed", default=None)
+    deterministic_dirs: bool = _flag("--deterministic-dirs", "determinism.deterministic_dirs",
+                                     default=False)
 
     __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
 
@@ -146,6 +155,10 @@ class Policy:
             raise PolicyError("net_deny", f"cannot be combined with {' or '.join(allows)} "
                               "(choose an allowlist or a denylist)")
         self._check_mode()
+        if self.num_cpus is not None and self.cpu_cores and self.num_cpus > len(self.cpu_cores):
+            raise PolicyError("num_cpus", f"{self.num_cpus} CPUs cannot be shown when --cpu-cores "
+                              f"gives {len(self.cpu_cores)}: the sandbox's are the first "
+                              "--num-cpus of them")
         self._check_workspace()
         self._check_credentials()
         if (self.http_ca is None) != (self.http_key is None):
@@ -248,6 +261,19 @@ def _credentials_check(function: str) -> Callable[[str, object], object]:
     return normalise
 
 
+def _determinism_check(function: str) -> Callable[[str, object], object]:
+    """A field checked by ``_determinism``, which only policies setting one load."""
+
+    def normalise(name: str, value: object) -> object:
+        if value is None:
+            return None
+        from . import _determinism
+
+        return getattr(_determinism, function)(name, value)
+
+    return normalise
+
+
 # Each field's check (``_values``): run in this order by Policy, one at a time by
 # check_field (a policy file's line).
 _CHECKS = {
@@ -300,6 +326,10 @@ _CHECKS = {
     "on_exit": check.choice(WORKSPACE_ACTIONS),
     "on_error": check.choice(WORKSPACE_ACTIONS),
     "max_disk": check.size,
+    "num_cpus": _determinism_check("num_cpus"),
+    "time_start": _determinism_check("time_start"),
+    "random_seed": _determinism_check("random_seed"),
+    "deterministic_dirs": check.boolean,
 }
 
 

@@ -360,7 +360,7 @@ def _start_http(policy: Policy, env: dict[str, str], cwd: str, *, audited: bool)
 
 
 def kernel_limits(policy: Policy) -> KernelLimits | None:
-    if not (policy.max_open_files or policy.max_file_size or policy.cpu_cores):
+    if not (policy.max_open_files or policy.max_file_size or policy.cpu_cores or policy.num_cpus):
         return None  # the limits package is not even imported
     from ..limits import kernel_limits
 
