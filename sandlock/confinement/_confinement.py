@@ -270,6 +270,16 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
         from ._virtual import sandbox_cpus, virtual_files
 
         isolation.virtual = virtual_files(policy, sandbox_cpus(policy))
+    isolation.clocks_from_zero = policy.time_start is not None
+    isolation.device_seed = policy.random_seed
+    # The grants of the files shown instead of the kernel's name those files' inodes: given
+    # again, by path, once init has mounted the new ones.
+    shown = {path for path, _ in isolation.virtual}
+    if isolation.device_seed is not None:
+        from ._isolation import RANDOM_DEVICES
+
+        shown.update(RANDOM_DEVICES)
+    isolation.reanchored += tuple(rule for rule in filesystem.rules if rule[0] in shown)
     return isolation
 
 
@@ -298,6 +308,10 @@ def _seccomp_program(policy: Policy, count_processes: bool,
         extra.update((name, seccomp.for_supervisor(name, frozenset(waived))) for name in OPEN_CALLS)
     if memfds:
         extra[MEMFD_CALL] = seccomp.Rule(default=seccomp.NOTIFY)
+    if unsupervised is None:
+        extra.update(seccomp.deterministic_calls(policy.time_start is not None,
+                                                 policy.random_seed is not None,
+                                                 policy.deterministic_dirs))
     if files and unsupervised is None:
         in_force = {name: rule for name, rule in seccomp.RULES.items() if name not in waived}
         extra.update(seccomp.judged_file_calls({**in_force, **extra}))

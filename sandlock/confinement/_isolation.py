@@ -42,6 +42,7 @@ PROC_MASKED = (
     "sysrq-trigger", "latency_stats", "kpagecount", "kpageflags", "kpagecgroup",
     "vmallocinfo",
 )
+RANDOM_DEVICES = ("/dev/urandom", "/dev/random")  # a seeded stream under --random-seed
 _SCRATCH_OPTIONS = b"mode=1777"  # as the directories they stand for (size: half the RAM)
 _O_DIRECTORY_PATH = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -105,6 +106,11 @@ class Isolation:
         self.layer_fd = -1  # (in init, after mount: the tmpfs layer of --max-disk)
         # (path, content): files shown over the kernel's (``_virtual``), read-only.
         self.virtual: tuple[tuple[str, bytes], ...] = ()
+        # --time-start: a time namespace whose monotonic clocks start at 0.
+        self.clocks_from_zero = False
+        # --random-seed: /dev/urandom and /dev/random are a pipe init feeds (its fd), with it.
+        self.device_seed: int | None = None
+        self.random_fifo = -1
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
@@ -146,15 +152,18 @@ class Isolation:
         which the PID namespace (``enter_pid_namespace``) and the mounts need."""
         mounts.enter_namespaces(mounts.CLONE_NEWUSER)
 
-    @staticmethod
-    def enter_pid_namespace() -> None:
+    def enter_pid_namespace(self) -> None:
         """The caller's next child is the first process of a new PID namespace, and the
         caller shares with it the new mount namespace that child fills (``mount``).
         Held by the caller (the keeper), the mount namespace is torn down when the
         keeper exits, after it has reported the command's end: that teardown waits for
         an RCU grace period (~3.5 ms), which init's exit would otherwise put between
-        the command's end and sandlock's."""
-        mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS)
+        the command's end and sandlock's. With --time-start, a time namespace too, its
+        monotonic clocks starting at 0."""
+        time = mounts.CLONE_NEWTIME if self.clocks_from_zero else 0
+        mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS | time)
+        if time:
+            mounts.clocks_from_zero()
 
     def mount(self, add_rule: Callable[[str, int], None], pids_below: int = 0) -> int:
         """In the first process of the PID namespace, in the mount namespace the keeper
@@ -183,7 +192,8 @@ class Isolation:
         for path in self.protection.read_only:
             mounts.bind(path, path)
             mounts.make_read_only(path)
-        _mount_proc(pids_below, self.masked, self.private, self.virtual)
+        self.random_fifo = _mount_proc(pids_below, self.masked, self.private, self.virtual,
+                                       self.device_seed is not None)
         for path, access in self.reanchored:
             try:
                 add_rule(path, access)
@@ -200,7 +210,7 @@ class Isolation:
 
 
 def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ...],
-                virtual: tuple[tuple[str, bytes], ...] = ()) -> None:
+                virtual: tuple[tuple[str, bytes], ...] = (), seeded: bool = False) -> int:
     """The namespace's procfs, its kernel files masked by an empty file of mode 0, made
     in a tmpfs that the procfs then covers: nothing but the masks leads to it (a bind's
     source must be mounted in the namespace, so it is covered, not detached). The
@@ -209,7 +219,8 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ..
     write one. A mask beneath a ``private`` scratch directory is mounted read-only: the
     write grant of that directory reaches it (Landlock looks up across mounts), and
     nothing may change the mode or content all masks share. The ``virtual`` files are
-    written in that tmpfs too and mounted over their paths, read-only."""
+    written in that tmpfs too and mounted over their paths, read-only; with ``seeded``,
+    so is a pipe over the random devices, whose descriptor (init feeds it) is returned."""
     size = 4096 + sum(4096 + len(content) for _, content in virtual)
     mounts.mount_tmpfs("/proc", b"mode=0700,size=%d" % size)
     mask = os.open("/proc/mask", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0)
@@ -217,6 +228,12 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ..
     directory_mask = os.open("/proc/masks", _O_DIRECTORY_PATH)
     shown = [(_written(f"/proc/virtual{index}", content), path)
              for index, (path, content) in enumerate(virtual)]
+    fifo = -1
+    if seeded:  # (mode 0444: nothing in the sandbox may write into the stream)
+        os.mkfifo("/proc/random", 0o444)
+        fifo = os.open("/proc/random", os.O_RDWR | os.O_CLOEXEC)  # (never an EOF for readers)
+        shown += [(os.open("/proc/random", os.O_PATH | os.O_CLOEXEC), device)
+                  for device in RANDOM_DEVICES]
     mounts.mount_proc("/proc", pids_below)
     for fd, path in shown:
         mounts.bind(f"/proc/self/fd/{fd}", path)
@@ -237,6 +254,7 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ..
             mounts.make_read_only(path)
     os.close(mask)
     os.close(directory_mask)
+    return fifo
 
 
 def _written(path: str, content: bytes) -> int:
