@@ -75,8 +75,12 @@ def _vdso_base(tid: int) -> int | None:
 
 
 def _own_vdso() -> bytes:
-    base = _vdso_base(os.getpid())
-    if base is None:
+    # (getauxval, not /proc/self/auxv: after setuid a process is not dumpable, and its
+    # auxv is root's, mode 0400)
+    getauxval = ctypes.CDLL(None).getauxval
+    getauxval.restype = ctypes.c_ulong
+    getauxval.argtypes = (ctypes.c_ulong,)
+    if not getauxval(_AT_SYSINFO_EHDR):
         return b""
     with open("/proc/self/maps") as maps:
         for line in maps:

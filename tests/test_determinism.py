@@ -1,0 +1,216 @@
+"""Reproducible runs (upstream Sandlock's deterministic execution), with real confined
+programs: --time-start (date, Python, a dynamically and a statically linked C
+program), --random-seed (os.urandom, /dev/urandom through head), --deterministic-dirs
+(ls -f, os.listdir); each with its control, and the attacks on what they show."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import SANDLOCK, sandlock
+
+Y2K = 946684800  # 2000-01-01T00:00:00Z
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def clock_readers(tmp_path_factory):
+    """The clock reader built dynamically and statically linked (skips without gcc)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the clock reader")
+    directory = tmp_path_factory.mktemp("clock")
+    built = {}
+    for kind, flags in (("dynamic", []), ("static", ["-static"])):
+        binary = directory / f"clock-{kind}"
+        made = subprocess.run(["gcc", "-O1", *flags, "-o", str(binary),
+                               os.path.join(HERE, "clock_reader.c")], capture_output=True)
+        if made.returncode == 0:
+            built[kind] = str(binary)
+    return built
+
+
+def test_date_and_python_start_at_the_given_date():
+    result = sandlock("run", "--time-start", "2000-01-01T00:00:00Z", "--", "sh", "-c",
+                      f"date -u +%Y-%m-%dT%H:%M; {sys.executable} -c 'import time; print(time.time())'")
+    lines = result.stdout.splitlines()
+    assert lines[0] == "2000-01-01T00:00", result.stderr
+    assert Y2K <= float(lines[1]) < Y2K + 60
+
+
+def test_without_time_start_the_clock_is_the_hosts():
+    result = sandlock("run", "--", sys.executable, "-c", "import time; print(time.time())")
+    assert abs(float(result.stdout) - time.time()) < 60
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_every_clock_call_of_a_c_program_shows_the_date(clock_readers, kind):
+    if kind not in clock_readers:
+        pytest.skip(f"no {kind} build here")
+    result = sandlock("run", "--time-start", str(Y2K), "--", clock_readers[kind])
+    values = [int(value) for value in result.stdout.split()]
+    assert len(values) == 3 and all(Y2K <= value < Y2K + 60 for value in values), result
+    control = sandlock("run", "--", clock_readers[kind])
+    assert all(abs(int(value) - time.time()) < 60 for value in control.stdout.split())
+
+
+RUNNING = """
+import time
+first, start = time.time(), time.monotonic()
+time.sleep(0.3)
+print(round(time.time() - first, 1), start < 60, time.monotonic() - start >= 0.3)
+"""
+
+
+def test_the_clock_runs_and_monotonic_clocks_start_near_zero():
+    result = sandlock("run", "--time-start", "2000-01-01T00:00:00Z", "--", sys.executable,
+                      "-c", RUNNING)
+    elapsed, near_zero, monotonic = result.stdout.split()
+    assert 0.3 <= float(elapsed) < 5 and near_zero == "True" and monotonic == "True", result
+    uptime = sandlock("run", "--time-start", "2000-01-01T00:00:00Z", "--", "cat", "/proc/uptime")
+    assert float(uptime.stdout.split()[0]) < 60  # the time namespace's boot time
+    with open("/proc/uptime") as host:  # control: the host's, which is not
+        host_uptime = float(host.read().split()[0])
+    control = sandlock("run", "--", sys.executable, "-c", "import time; print(time.monotonic())")
+    assert float(control.stdout) >= host_uptime - 1
+
+
+def test_time_start_as_an_unprivileged_user(as_nobody):
+    result = subprocess.run(as_nobody([*SANDLOCK, "run", "--time-start", "1999-12-31T23:59:30Z",
+                                       "--", "date", "-u", "+%Y"]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert result.stdout.strip() in ("1999", "2000"), result.stderr
+
+
+@pytest.mark.parametrize("value, message", [
+    ("yesterday", "--time-start: expected a date"),
+    ("1969-12-31T00:00:00Z", "--time-start: must be from 1970-01-01"),
+])
+def test_bad_time_start_is_exit_2_naming_the_option(value, message):
+    result = sandlock("run", "--time-start", value, "--", "true")
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+RANDOM = f"""{sys.executable} -c 'import os; print(os.urandom(16).hex())'
+head -c 16 /dev/urandom | od -An -tx1 | tr -d " \\n"; echo
+head -c 16 /dev/random | od -An -tx1 | tr -d " \\n"; echo"""
+
+
+def _random(*options: str) -> list[str]:
+    result = sandlock("run", *options, "--", "sh", "-c", RANDOM)
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and all(len(line) == 32 for line in lines), result
+    return lines
+
+
+def test_the_same_seed_gives_the_same_bytes_and_another_seed_others():
+    first, again, other = _random("--random-seed", "42"), _random("--random-seed", "42"), \
+        _random("--random-seed", "43")
+    assert first == again
+    assert all(mine != theirs for mine, theirs in zip(first, other))
+    assert len(set(first)) == 3  # the stream goes on: no two reads alike
+
+
+def test_without_a_seed_every_run_differs():
+    assert all(mine != theirs for mine, theirs in zip(_random(), _random()))
+
+
+# The command tries to choose what the sandbox's later reads of /dev/urandom give:
+# writing into it, changing its mode, unmounting it, mounting its own file over it.
+INJECT = r"""
+import ctypes, os, sys
+path = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+def said(name, result):
+    print(name, "ok" if result == 0 else os.strerror(ctypes.get_errno()))
+try:
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    os.write(fd, b"\0" * 16)
+    print("write ok")
+except OSError as exc:
+    print("write", exc.strerror)
+try:
+    os.chmod(path, 0o666)
+    print("chmod ok")
+except OSError as exc:
+    print("chmod", exc.strerror)
+said("umount", libc.umount2(path.encode(), 2))
+said("mount", libc.mount(b"/dev/zero", path.encode(), None, 4096, None))
+with open(path, "rb") as f:
+    print(f.read(16).hex())
+"""
+
+
+def test_the_command_cannot_feed_or_replace_the_seeded_devices():
+    result = sandlock("run", "--random-seed", "7", "--", sys.executable, "-c", INJECT, "/dev/urandom")
+    lines = result.stdout.splitlines()
+    assert len(lines) == 5 and not [line for line in lines[:-1] if line.endswith(" ok")], result
+    clean = sandlock("run", "--random-seed", "7", "--", sys.executable, "-c",
+                     "print(open('/dev/urandom', 'rb').read(16).hex())")
+    assert lines[-1] == clean.stdout.strip() and lines[-1] != "00" * 16
+
+
+def test_control_a_writable_pipe_takes_the_injected_bytes(tmp_path):
+    """Control: the same program, given a pipe it may write (what /dev/urandom is under
+    --random-seed, but with a writer's mode), reads back the zeros it injected."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo, 0o644)
+    keeper = os.open(fifo, os.O_RDWR)  # (a reader and writer: nothing blocks)
+    try:
+        result = subprocess.run([sys.executable, "-c", INJECT, str(fifo)], capture_output=True,
+                                text=True, timeout=60)
+    finally:
+        os.close(keeper)
+    assert "write ok" in result.stdout.splitlines() and result.stdout.splitlines()[-1] == "00" * 16
+
+
+def test_random_seed_as_an_unprivileged_user(as_nobody):
+    def run() -> str:
+        return subprocess.run(as_nobody([*SANDLOCK, "run", "--random-seed", "1", "--", "sh", "-c",
+                                         "head -c 8 /dev/urandom | od -An -tx1"]),
+                              capture_output=True, text=True, cwd=tempfile.gettempdir(),
+                              timeout=60).stdout
+    first = run()
+    assert first.strip() and first == run()
+
+
+NAMES = ["zeta", "alpha", "mu", "beta", "omega", "gamma", "delta", "kappa", "epsilon"]
+LIST = f"ls -f . | tr '\\n' ' '; echo; {sys.executable} -c 'import os; print(*os.listdir(\".\"))'"
+
+
+@pytest.fixture
+def unsorted(tmp_path):
+    directory = tmp_path / "listed"
+    directory.mkdir()
+    for name in NAMES:
+        (directory / name).touch()
+    many = tmp_path / "many"  # more entries than one getdents call returns
+    many.mkdir()
+    for number in range(3000):
+        (many / f"{(number * 7919) % 3000:05d}").touch()
+    return directory, many
+
+
+def test_deterministic_dirs_lists_entries_sorted(unsorted):
+    directory, many = unsorted
+    result = sandlock("run", "--deterministic-dirs", "--", "sh", "-c", LIST, cwd=directory)
+    shell, python = result.stdout.splitlines()
+    assert shell.split() == [".", "..", *sorted(NAMES)], result.stderr
+    assert python.split() == sorted(NAMES)
+    listed = sandlock("run", "--deterministic-dirs", "--", sys.executable, "-c",
+                      "import os; names = os.listdir('.'); print(len(names), names == sorted(names))",
+                      cwd=many)
+    assert listed.stdout.split() == ["3000", "True"], listed.stderr
+
+
+def test_control_without_it_the_file_systems_order_shows(unsorted):
+    directory, _ = unsorted
+    shell, python = sandlock("run", "--", "sh", "-c", LIST, cwd=directory).stdout.splitlines()
+    assert python.split() != sorted(NAMES) and sorted(python.split()) == sorted(NAMES)
