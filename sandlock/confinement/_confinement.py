@@ -97,6 +97,8 @@ class Confinement:
             if observed and isolation is None:
                 raise SetupError("policy_fn needs the sandbox's own PID namespace, which "
                                  "cannot be made here (run `sandlock check`)")
+            if isolation is None:
+                _needs_namespaces(policy)
             if overlay is not None and isolation is None:
                 raise SetupError("the copy-on-write workspace (--workdir) needs the sandbox's "
                                  "user and mount namespaces, which cannot be made here (run "
@@ -250,6 +252,17 @@ def _namespaces_usable(policy: Policy, warnings: list[str]) -> bool:
                             "(--best-effort)")
             return False
     return True
+
+
+def _needs_namespaces(policy: Policy) -> None:
+    """What is made in the sandbox's namespaces never silently goes without them."""
+    needing = [flag for flag, given in (("--time-start", policy.time_start is not None),
+                                        ("--random-seed", policy.random_seed is not None),
+                                        ("--num-cpus", policy.num_cpus is not None)) if given]
+    if needing:
+        raise SetupError(f"{needing[0]} needs the sandbox's own namespaces (its clocks, random "
+                         "devices and /proc files are made there), which cannot be made here "
+                         "(run `sandlock check`)")
 
 
 def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],

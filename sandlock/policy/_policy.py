@@ -173,6 +173,9 @@ class Policy:
         if self.mode == "full-access":
             given = [flag_of(name) for name in ("fs_readable", "fs_writable", "fs_denied",
                                                 "net_deny", "workdir") if getattr(self, name)]
+            # (made in the sandbox's namespaces, which an unconfined run has not)
+            given += [flag_of(name) for name in ("time_start", "random_seed", "num_cpus")
+                      if getattr(self, name) is not None]
             if given:
                 raise PolicyError("mode", f"full-access confines nothing: {', '.join(given)} "
                                   "would mean nothing with it")

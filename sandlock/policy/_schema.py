@@ -59,6 +59,8 @@ BOOLEAN = Kind("boolean", False, lambda value: isinstance(value, bool))
 STRING = Kind("string", False, _is_str)
 NUMBER = Kind("number", False, lambda value: _is_int(value) or isinstance(value, float))
 INTEGER = Kind("integer", False, _is_int)
+INSTANT = Kind('date (a string such as "2000-01-01T00:00:00Z") or Unix seconds', False,
+               lambda value: _is_int(value) or isinstance(value, (float, str)))
 SIZE = Kind('size (a string such as "512M", or a number of bytes)', False,
             lambda value: _is_int(value) or _is_str(value))
 
@@ -76,8 +78,7 @@ _KINDS = {
     "int": INTEGER,
     "int | None": INTEGER,
     "Size | None": SIZE,
-    "Instant | None": Kind('date (a string such as "2000-01-01T00:00:00Z") or Unix seconds',
-                           False, lambda value: _is_int(value) or isinstance(value, (float, str))),
+    "Instant | None": INSTANT,
 }
 
 
