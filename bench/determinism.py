@@ -4,6 +4,10 @@ realtime clock reads (--time-start), getrandom (--random-seed) and directory
 listings (--deterministic-dirs), each timed inside the sandbox with and without the
 option (interleaved runs, median of the per-call time the program measures itself).
 
+Then the start-up of `sandlock run OPTIONS -- /bin/true`: wall time and CPU time
+(user + system of sandlock and everything it started, from the children's rusage),
+interleaved; on a loaded machine the CPU time is the steadier of the two.
+
 Usage: python bench/determinism.py [--runs N] [--sandlock PATH]
 """
 
@@ -16,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 # Each program prints the seconds per call it measured (perf_counter: the monotonic
 # clock, which --time-start makes a syscall, never an answer of the supervisor: the
@@ -52,7 +57,39 @@ def main() -> int:
                 optioned.append(_per_call(args.sandlock, options, program))
             print(f"| `{name}` | {_shown(statistics.median(plain))} | "
                   f"{_shown(statistics.median(optioned))} | `{' '.join(options)}` |")
+    _startup(args.sandlock, args.runs * 4)
     return 0
+
+
+STARTUP = {
+    "(none)": [],
+    "-m 512M": ["-m", "512M"],
+    "-m 512M --num-cpus 1": ["-m", "512M", "--num-cpus", "1"],
+    "--time-start 2000-01-01T00:00:00Z": ["--time-start", "2000-01-01T00:00:00Z"],
+    "--random-seed 42": ["--random-seed", "42"],
+    "--deterministic-dirs": ["--deterministic-dirs"],
+}
+
+
+def _startup(sandlock: str, runs: int) -> None:
+    wall: dict[str, list[float]] = {name: [] for name in STARTUP}
+    cpu: dict[str, list[float]] = {name: [] for name in STARTUP}
+    for _ in range(runs):
+        for name, options in STARTUP.items():
+            before = os.times()
+            start = time.perf_counter()
+            subprocess.run([sandlock, "run", *options, "--", "/bin/true"], check=True,
+                           stdout=subprocess.DEVNULL)
+            wall[name].append(time.perf_counter() - start)
+            after = os.times()
+            cpu[name].append(after.children_user + after.children_system
+                             - before.children_user - before.children_system)
+    print(f"\n`sandlock run OPTIONS -- /bin/true`, {runs} interleaved runs each\n")
+    print("| options | wall median | CPU median (user + system) |")
+    print("| --- | --- | --- |")
+    for name in STARTUP:
+        print(f"| `{name}` | {_shown(statistics.median(wall[name]))} | "
+              f"{_shown(statistics.median(cpu[name]))} |")
 
 
 def _per_call(sandlock: str, options: list[str], program: str) -> float:

@@ -269,3 +269,16 @@ def test_what_needs_the_sandboxs_namespaces_is_refused_without_them():
         f"confine(Policy(fs_readable=['/usr'], time_start={Y2K}))")],
         capture_output=True, text=True, timeout=60)
     assert "PolicyError: time_start: the sandbox's own view" in confined.stderr, confined.stderr
+
+
+def test_a_function_called_confined_sees_the_sandboxs_clock_and_seed():
+    """Sandbox.call never execs: the function's process announces its start itself."""
+    from sandlock import Policy, Sandbox
+
+    policy = Policy(time_start=Y2K, random_seed=3)
+    assert Y2K <= Sandbox(policy).call(time.time).value < Y2K + 60
+    first = Sandbox(policy).call(os.urandom, (16,)).value
+    assert first == Sandbox(policy).call(os.urandom, (16,)).value
+    with Sandbox(policy) as live:  # a long-lived sandbox's calls are forks of its resident
+        assert Y2K <= live.call(time.time).value < Y2K + 60
+    assert abs(Sandbox(Policy()).call(time.time).value - time.time()) < 60  # control
