@@ -9,7 +9,8 @@ secret: a run with a seed must not make keys anyone relies on (docs/usage.md).
 from __future__ import annotations
 
 import _thread
-import hashlib
+
+from _blake2 import blake2b  # (hashlib's own, without hashlib's OpenSSL: ~3 ms less to import)
 
 _BLOCK = 64  # BLAKE2b's largest digest
 
@@ -29,7 +30,7 @@ class SeededStream:
             parts = [self._left]
             have = len(self._left)
             while have < count:
-                block = hashlib.blake2b(self._counter.to_bytes(16, "little"), digest_size=_BLOCK,
+                block = blake2b(self._counter.to_bytes(16, "little"), digest_size=_BLOCK,
                                         key=self._key, person=self._label).digest()
                 self._counter += 1
                 parts.append(block)

@@ -7,10 +7,10 @@ only after NOTIF_ID_VALID has said that the thread id still names the caller."""
 from __future__ import annotations
 
 import errno
+import os
 import sys
 
 from ..kernel import Gone, duplicate_fd, native_arch, open_pidfd, write_memory
-from ._stream import SeededStream
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ class Determinism:
                 self._answers[numbers[name]] = lambda n, write, answer=answer: answer(n.args, write)
             functions.update(CLOCKS)
         if policy.random_seed is not None:
+            from ._stream import SeededStream
             from ._vdso import RANDOM
 
             self._stream = SeededStream(policy.random_seed, b"getrandom")
@@ -106,8 +107,6 @@ class Determinism:
     def _getdents64(self, notification: Notification, write: Callable[[int, bytes], None]) -> int:
         fd, buffer, count = notification.args[0] & 0xFFFFFFFF, notification.args[1], \
             notification.args[2] & 0xFFFFFFFF
-        import os
-
         pidfd = open_pidfd(notification.pid)
         try:
             directory = duplicate_fd(pidfd, fd)
@@ -115,8 +114,7 @@ class Determinism:
             os.close(pidfd)
         try:
             records, end = self._listings.getdents64(directory, notification.pid, fd, count)
-            if records:
-                write(buffer, records)
+            write(buffer, records)  # (empty at the end: still the check that the fd was the caller's)
             os.lseek(directory, end, os.SEEK_SET)
         finally:
             os.close(directory)
