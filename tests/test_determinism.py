@@ -162,18 +162,23 @@ def test_the_command_cannot_feed_or_replace_the_seeded_devices():
     assert lines[-1] == clean.stdout.strip() and lines[-1] != "00" * 16
 
 
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
 def test_control_a_writable_pipe_takes_the_injected_bytes(tmp_path):
     """Control: the same program, given a pipe it may write (what /dev/urandom is under
-    --random-seed, but with a writer's mode), reads back the zeros it injected."""
+    --random-seed, but with a writer's mode), in user and mount namespaces of its own
+    where it may mount (never the host's: its mount would outlive the test), feeds the
+    pipe and then covers it with /dev/zero."""
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo, 0o644)
     keeper = os.open(fifo, os.O_RDWR)  # (a reader and writer: nothing blocks)
     try:
-        result = subprocess.run([sys.executable, "-c", INJECT, str(fifo)], capture_output=True,
-                                text=True, timeout=60)
+        result = subprocess.run(["unshare", "-rm", sys.executable, "-c", INJECT, str(fifo)],
+                                capture_output=True, text=True, timeout=60)
     finally:
         os.close(keeper)
-    assert "write ok" in result.stdout.splitlines() and result.stdout.splitlines()[-1] == "00" * 16
+    lines = result.stdout.splitlines()
+    assert "write ok" in lines and "mount ok" in lines, result.stdout + result.stderr
+    assert lines[-1] == "00" * 16
 
 
 def test_random_seed_as_an_unprivileged_user(as_nobody):

@@ -75,8 +75,11 @@ def said(name, result):
     print(name, "ok" if result == 0 else os.strerror(ctypes.get_errno()))
 said("umount", libc.umount2(b"/proc/meminfo", 2))
 said("umount-proc", libc.umount2(b"/proc", 2))
-open("/tmp/fake", "w").write("MemTotal: 1 kB\n")
-said("mount", libc.mount(b"/tmp/fake", b"/proc/meminfo", None, 4096, None))
+import tempfile
+fake = tempfile.NamedTemporaryFile("w", suffix=".meminfo")  # (removed when the program ends)
+fake.write("MemTotal: 1 kB\n")
+fake.flush()
+said("mount", libc.mount(fake.name.encode(), b"/proc/meminfo", None, 4096, None))
 try:
     with open("/proc/meminfo", "w") as f:
         f.write("MemTotal: 1 kB\n")
