@@ -287,3 +287,13 @@ def test_a_function_called_confined_sees_the_sandboxs_clock_and_seed():
     with Sandbox(policy) as live:  # a long-lived sandbox's calls are forks of its resident
         assert Y2K <= live.call(time.time).value < Y2K + 60
     assert abs(Sandbox(Policy()).call(time.time).value - time.time()) < 60  # control
+
+
+def test_time_start_as_upstream_gives_it_a_datetime():
+    from datetime import datetime, timezone
+
+    from sandlock import Policy, Sandbox
+
+    policy = Policy(time_start=datetime(2000, 6, 15, tzinfo=timezone.utc))
+    assert Sandbox(policy).run(["date", "+%Y-%m"]).stdout.strip() == b"2000-06"
+    assert Policy(time_start=datetime(2000, 6, 15)).time_start == policy.time_start  # naive: UTC

@@ -16,12 +16,14 @@ LAST_INSTANT = 253402300799.0
 
 
 def time_start(name: str, value: object) -> float | None:
-    """Unix seconds, from a number of them or an ISO 8601 date ("2000-01-01T00:00:00Z";
-    without a zone, UTC)."""
+    """Unix seconds, from a number of them, an ISO 8601 date ("2000-01-01T00:00:00Z";
+    without a zone, UTC) or a ``datetime`` (upstream's Python API takes one)."""
     if value is None:
         return None
     if isinstance(value, str):
         value = _instant(name, value)
+    elif not isinstance(value, (int, float)):
+        value = _moment(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise PolicyError(name, f"expected a date such as \"2000-01-01T00:00:00Z\" or Unix "
                           f"seconds, got {shown(value)}")
@@ -45,9 +47,18 @@ def _instant(name: str, text: str) -> float:
     except ValueError:
         raise PolicyError(name, f"expected a date such as \"2000-01-01T00:00:00Z\" or Unix "
                           f"seconds, got {shown(text)}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment.timestamp()
+    return _moment(moment)
+
+
+def _moment(value: object) -> object:
+    """A datetime's Unix seconds (naive: UTC); anything else as it is."""
+    import datetime
+
+    if not isinstance(value, datetime.datetime):
+        return value
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=datetime.timezone.utc)
+    return value.timestamp()
 
 
 def random_seed(name: str, value: object) -> int | None:
