@@ -297,3 +297,27 @@ def test_time_start_as_upstream_gives_it_a_datetime():
     policy = Policy(time_start=datetime(2000, 6, 15, tzinfo=timezone.utc))
     assert Sandbox(policy).run(["date", "+%Y-%m"]).stdout.strip() == b"2000-06"
     assert Policy(time_start=datetime(2000, 6, 15)).time_start == policy.time_start  # naive: UTC
+
+
+# init holds the seeded pipe open for writing: the command tries to reopen init's
+# descriptors (through /proc/1/fd) to get a writer of its own.
+REOPEN = r"""
+import os, sys
+holder = sys.argv[1]
+opened = []
+for name in os.listdir(f"/proc/{holder}/fd"):
+    try:
+        os.close(os.open(f"/proc/{holder}/fd/{name}", os.O_WRONLY | os.O_NONBLOCK))
+        opened.append(name)
+    except OSError:
+        pass
+print("opened", len(opened))
+"""
+
+
+def test_the_command_cannot_reopen_inits_writer_of_the_pipe():
+    result = sandlock("run", "--random-seed", "1", "--", sys.executable, "-c", REOPEN, "1")
+    assert result.stdout.strip() == "opened 0", result.stdout + result.stderr
+    # Control: the same program reopens its own descriptors (stdout among them).
+    control = sandlock("run", "--random-seed", "1", "--", sys.executable, "-c", REOPEN, "self")
+    assert control.stdout.strip() != "opened 0", control.stdout + control.stderr
