@@ -64,13 +64,7 @@ def _moment(value: object) -> object:
 def random_seed(name: str, value: object) -> int | None:
     if value is None:
         return None
-    if isinstance(value, str):
-        from .._grammar import whole
-
-        try:
-            value = whole(value, MAX_SEED)
-        except ValueError as exc:
-            raise PolicyError(name, str(exc)) from None
+    value = _whole(name, value, MAX_SEED)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
         raise PolicyError(name, f"expected a whole number from 0 to {MAX_SEED}, got {shown(value)}")
     return value
@@ -81,15 +75,22 @@ def num_cpus(name: str, value: object) -> int | None:
     first ``value`` of them (of cpu_cores', when given; checked by Policy)."""
     if value is None:
         return None
-    if isinstance(value, str):
-        from .._grammar import whole
-
-        try:
-            value = whole(value)
-        except ValueError as exc:
-            raise PolicyError(name, str(exc)) from None
+    value = _whole(name, value)
     most = len(os.sched_getaffinity(0))
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
         raise PolicyError(name, f"expected a number of CPUs from 1 to {most} (those sandlock "
                           f"may run on), got {shown(value)}")
     return value
+
+
+def _whole(name: str, value: object, most: int | None = None) -> object:
+    """A whole number given as text (an option's value) read by sandlock's grammar;
+    anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    from .._grammar import whole
+
+    try:
+        return whole(value) if most is None else whole(value, most)
+    except ValueError as exc:
+        raise PolicyError(name, str(exc)) from None
