@@ -160,10 +160,14 @@ class Isolation:
         an RCU grace period (~3.5 ms), which init's exit would otherwise put between
         the command's end and sandlock's. With --time-start, a time namespace too, its
         monotonic clocks starting at 0."""
-        time = mounts.CLONE_NEWTIME if self.clocks_from_zero else 0
-        mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS | time)
-        if time:
-            mounts.clocks_from_zero()
+        mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS)
+        if self.clocks_from_zero:
+            try:
+                mounts.enter_namespaces(mounts.CLONE_NEWTIME)
+                mounts.clocks_from_zero()
+            except OSError as exc:  # (not the namespaces' message: --best-effort is no way out)
+                raise RuntimeError(f"cannot make the time namespace --time-start needs "
+                                   f"({exc.strerror}; Linux 5.6 with CONFIG_TIME_NS)") from None
 
     def mount(self, add_rule: Callable[[str, int], None], pids_below: int = 0) -> int:
         """In the first process of the PID namespace, in the mount namespace the keeper
