@@ -3,12 +3,14 @@
 --net-allow, an inspecting --http-allow) vs bare, vs the interpreter alone and vs
 bubblewrap; then `Sandbox(policy).run` in a warm process vs `subprocess.run`.
 
-Usage: python bench/startup.py [--runs N] [--sandlock PATH]   (run it with the venv's
+Usage: python bench/startup.py [--runs N] [--sandlock PATH] [--virtual]   (run it with the venv's
 python: the interpreter row and the API rows use sys.executable and its sandlock)
 Prints Markdown tables (median and p90 wall time per run, ratio to bare) for
 docs/performance.md. Each configuration is timed in interleaved rounds so that a
 noisy neighbour affects all of them alike. The HTTP row's first run fills the
-per-user CA cache (docs/ca.md); the warm-up round does it.
+per-user CA cache (docs/ca.md); the warm-up round does it. --virtual adds the rows
+of the machine's view and reproducible runs (--max-memory and --num-cpus' /proc
+files, --time-start, --random-seed, --deterministic-dirs).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--sandlock", default=_default_sandlock())
+    parser.add_argument("--virtual", action="store_true",
+                        help="also the /proc files and reproducible-run options")
     args = parser.parse_args()
 
     pin = ["--resolve", "example.test=127.0.0.1"]
@@ -49,6 +53,14 @@ def main() -> int:
         "sandlock run --http-allow 'GET example.test/*' --resolve ... -- /bin/true":
             [args.sandlock, "run", "--http-allow", "GET example.test/*", *pin, "--", "/bin/true"],
     }
+    if args.virtual:
+        for options in (["-m", "512M"], ["-m", "512M", "--num-cpus", "1"],
+                        ["--time-start", "2000-01-01T00:00:00Z"], ["--random-seed", "42"],
+                        ["--deterministic-dirs"],
+                        ["--time-start", "2000-01-01T00:00:00Z", "--random-seed", "42",
+                         "--deterministic-dirs", "--num-cpus", "1"]):
+            configs[f"sandlock run {' '.join(options)} -- /bin/true"] = [
+                args.sandlock, "run", *options, "--", "/bin/true"]
     if shutil.which("bwrap"):
         configs["bwrap --ro-bind / / --dev /dev /bin/true"] = [
             "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "/bin/true"]

@@ -258,6 +258,13 @@ def vendor_listed(outcome: Outcome) -> None:
     assert {"A        - vendor/", "A       11 vendor/flask/__init__.py"} <= set(shown)
 
 
+def reproducible(outcome: Outcome) -> None:
+    year, seeded, *listed = outcome.stdout.split("\n")
+    assert year == "2000" and seeded.split() == ["db", "b1", "dd", "15"], outcome.stdout  # seed 42
+    names = [name for name in listed if name]
+    assert names == sorted(names) and {"a", "b", "build.sh"} <= set(names), names
+
+
 # --- the three lists -----------------------------------------------------------------------
 
 REPO_AGENT = {"~/repo/agent.sh+x": script("echo notes > notes.txt; touch todo.txt")}
@@ -310,6 +317,13 @@ AS_WRITTEN = {
     "sandlock policy test --policy anthropic.toml 'POST https://api.anthropic.com/v1/messages'": Case(
         files={"anthropic.toml": toml_block("# anthropic.toml")}),
     KEEP: Case(files=REPO_AGENT, check=kept),
+    "sandlock run --time-start 2000-01-01T00:00:00Z --random-seed 42 --deterministic-dirs "
+    "-- ./build.sh": Case(
+        files={"build.sh+x": script("date -u +%Y; head -c 4 /dev/urandom | od -An -tx1; ls -f"),
+               "b": "", "a": ""},
+        check=reproducible),
+    "sandlock run -m 512M --num-cpus 1 -- sh -c 'nproc; head -1 /proc/meminfo'": Case(
+        check=printed("1\nMemTotal:         524288 kB\n")),
     "sandlock workspace list": Case(files=REPO_AGENT, before=(KEEP,), check=listed),
 }
 

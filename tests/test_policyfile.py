@@ -161,6 +161,12 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
                          f'[workspace]\ndir = "{work}"\nfs_isolation = "overlayfs"'),
         "notif_policy": (["--notif-deny", "/proc/kcore", "--notif-deny", "/sys/fs/cgroup/"],
                          '[confinement]\nnotif_policy = ["/proc/kcore", "/sys/fs/cgroup"]'),
+        "num_cpus": (["--num-cpus", "1"], "[limits]\nnum_cpus = 1"),
+        "time_start": (["--time-start", "2000-01-01T00:00:00Z"],
+                       '[determinism]\ntime_start = "2000-01-01T00:00:00Z"'),
+        "random_seed": (["--random-seed", "42"], "[determinism]\nrandom_seed = 42"),
+        "deterministic_dirs": (["--deterministic-dirs"],
+                               "[determinism]\ndeterministic_dirs = true"),
     }
 
 

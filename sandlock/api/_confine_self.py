@@ -42,6 +42,9 @@ _REASONS = {
     ("best_effort", "allow_degraded", "disable"):
         "confine() applies all of the confinement or raises SetupError",
     ("user", "privileged"): "a process that confines itself keeps its own ids (no user namespace)",
+    ("num_cpus", "time_start", "random_seed", "deterministic_dirs"):
+        "the sandbox's own view of the machine is made in its namespaces and answered by "
+        "sandlock's supervisor, which a confined process has not (use Sandbox)",
 }
 REFUSED_BECAUSE = {name: reason for names, reason in _REASONS.items() for name in names}
 _IN_A_SANDBOX = ("sandlock runs inside a sandbox here, where it can make neither namespaces nor a "

@@ -88,6 +88,7 @@ GROUPS = {
                    "docs/credentials.md)",
     "limits": "resource limits, for the sandbox as a whole (see docs/usage.md)",
     "workspace": "copy-on-write workspace (see docs/workspace.md)",
+    "determinism": "the machine as COMMAND sees it; reproducible runs (see docs/usage.md)",
 }
 
 POLICY_OPTIONS = (
@@ -268,6 +269,17 @@ POLICY_OPTIONS = (
                    "or branchfs (refused unless DIR is on a BranchFS mount)"),
     _policy_option("confinement", "notif_policy", action="append", metavar="PATH",
                    help="deny PATH as upstream's NotifPolicy DENY rule does (as --fs-deny)"),
+    _policy_option("determinism", "num_cpus", type=whole_number, metavar="N",
+                   help="run on N CPUs (the first of --cpu-cores, if given), the number "
+                   "/proc/cpuinfo, nproc and os.cpu_count() show"),
+    _policy_option("determinism", "time_start", metavar="DATE",
+                   help="the wall clock starts at DATE (2000-01-01T00:00:00Z, or Unix "
+                   "seconds) and runs; monotonic clocks start near 0"),
+    _policy_option("determinism", "random_seed", type=whole_number, metavar="N",
+                   help="getrandom(), /dev/urandom and /dev/random give a stream seeded "
+                   "by N: the same bytes in every run with N"),
+    _policy_option("determinism", "deterministic_dirs", action="store_true",
+                   help="directories list their entries sorted by name (getdents)"),
 )
 
 # `run`'s own options, each with its value when not given.

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         workspace_store,
     )
     from ._isolation import SCRATCH, Isolation, Overlay
+    from ._virtual import sandbox_cpus
     from ._leftovers import Leftovers, check_kept_layer
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
     from ._hints import failure_notes
@@ -53,6 +54,7 @@ _EXPORTS = {
     "OPEN_CALLS": "_confinement",
     "RESERVED_PIDS": "_confinement",
     "Isolation": "_isolation",
+    "sandbox_cpus": "_virtual",
     "Leftovers": "_leftovers",
     "check_kept_layer": "_leftovers",
     "Overlay": "_isolation",

@@ -107,6 +107,8 @@ class Confinement:
             if observed and isolation is None:
                 raise SetupError("policy_fn needs the sandbox's own PID namespace, which "
                                  "cannot be made here (run `sandlock check`)")
+            if isolation is None:
+                _needs_namespaces(policy)
             if overlay is not None and isolation is None:
                 raise SetupError("the copy-on-write workspace (--workdir) needs the sandbox's "
                                  "user and mount namespaces, which cannot be made here (run "
@@ -305,6 +307,17 @@ def _inside_ids(policy: Policy) -> tuple[int, int] | None:
     return (int(uid), int(gid))
 
 
+def _needs_namespaces(policy: Policy) -> None:
+    """What is made in the sandbox's namespaces never silently goes without them."""
+    needing = [flag for flag, given in (("--time-start", policy.time_start is not None),
+                                        ("--random-seed", policy.random_seed is not None),
+                                        ("--num-cpus", policy.num_cpus is not None)) if given]
+    if needing:
+        raise SetupError(f"{needing[0]} needs the sandbox's own namespaces (its clocks, random "
+                         "devices and /proc files are made there), which cannot be made here "
+                         "(run `sandlock check`)")
+
+
 def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
                warnings: list[str], overlay: Overlay | None,
                policy_files: tuple[str, ...]) -> Isolation:
@@ -319,6 +332,20 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
         overlay=overlay, scratch_size=_scratch_size(policy), masked=filesystem.masked,
         policy_files=policy_files)
     warnings += isolation.protection.policy_notices()
+    if policy.max_memory is not None or policy.num_cpus is not None:
+        from ._virtual import sandbox_cpus, virtual_files
+
+        isolation.virtual = virtual_files(policy, sandbox_cpus(policy))
+    isolation.clocks_from_zero = policy.time_start is not None
+    isolation.device_seed = policy.random_seed
+    # The grants of the files shown instead of the kernel's name those files' inodes: given
+    # again, by path, once init has mounted the new ones.
+    shown = {path for path, _ in isolation.virtual}
+    if isolation.device_seed is not None:
+        from ._isolation import RANDOM_DEVICES
+
+        shown.update(RANDOM_DEVICES)
+    isolation.reanchored += tuple(rule for rule in filesystem.rules if rule[0] in shown)
     return isolation
 
 
@@ -342,7 +369,7 @@ def _seccomp_program(policy: Policy, count_processes: bool,
     if policy.deny_syscalls is not None:  # its list instead of the default one (SysV IPC)
         waived.update(seccomp.SYSV_IPC)
     denied = {*(policy.deny_syscalls or ()), *policy.extra_deny_syscalls}
-    extra = dict(seccomp.FIXED_AFFINITY) if policy.cpu_cores else {}
+    extra = dict(seccomp.FIXED_AFFINITY) if policy.cpu_cores or policy.num_cpus else {}
     if count_processes:
         extra.update(seccomp.counted_process_creation(frozenset(waived)))
     if observed:  # (opens: for deny_path, answered at once until it is used)
@@ -354,6 +381,10 @@ def _seccomp_program(policy: Policy, count_processes: bool,
     extra.update(denials)  # (first: the file calls' rules are made from those in force)
     if policy.port_remap and unsupervised is None:
         extra.update(seccomp.PORT_NAME_CALLS)
+    if unsupervised is None:
+        extra.update(seccomp.deterministic_calls(policy.time_start is not None,
+                                                 policy.random_seed is not None,
+                                                 policy.deterministic_dirs))
     if files and unsupervised is None:
         in_force = {name: rule for name, rule in seccomp.RULES.items() if name not in waived}
         extra.update(seccomp.judged_file_calls({**in_force, **extra}))

@@ -42,6 +42,7 @@ PROC_MASKED = (
     "sysrq-trigger", "latency_stats", "kpagecount", "kpageflags", "kpagecgroup",
     "vmallocinfo",
 )
+RANDOM_DEVICES = ("/dev/urandom", "/dev/random")  # a seeded stream under --random-seed
 _SCRATCH_OPTIONS = b"mode=1777"  # as the directories they stand for (size: half the RAM)
 _O_DIRECTORY_PATH = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -111,6 +112,13 @@ class Isolation:
         self.hostname: bytes | None = None
         self.rules: tuple[tuple[str, int], ...] = ()
         self.inside_ids: tuple[int, int] | None = None  # --user/--privileged (None: its own)
+        # (path, content): files shown over the kernel's (``_virtual``), read-only.
+        self.virtual: tuple[tuple[str, bytes], ...] = ()
+        # --time-start: a time namespace whose monotonic clocks start at 0.
+        self.clocks_from_zero = False
+        # --random-seed: /dev/urandom and /dev/random are a pipe init feeds (its fd), with it.
+        self.device_seed: int | None = None
+        self.random_fifo = -1
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
@@ -161,11 +169,19 @@ class Isolation:
         keeper exits, after it has reported the command's end: that teardown waits for
         an RCU grace period (~3.5 ms), which init's exit would otherwise put between
         the command's end and sandlock's. A named sandbox also gets a UTS namespace
-        whose hostname is its name (the keeper holds the capability to set it)."""
+        whose hostname is its name (the keeper holds the capability to set it); with
+        --time-start, a time namespace too, its monotonic clocks starting at 0."""
         named = mounts.CLONE_NEWUTS if self.hostname is not None else 0
         mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS | named)
         if self.hostname is not None:
             mounts.set_hostname(self.hostname)
+        if self.clocks_from_zero:
+            try:
+                mounts.enter_namespaces(mounts.CLONE_NEWTIME)
+                mounts.clocks_from_zero()
+            except OSError as exc:  # (not the namespaces' message: --best-effort is no way out)
+                raise RuntimeError(f"cannot make the time namespace --time-start needs "
+                                   f"({exc.strerror}; Linux 5.6 with CONFIG_TIME_NS)") from None
 
     def mount(self, add_rule: Callable[[str, int], None], pids_below: int = 0) -> int:
         """In the first process of the PID namespace, in the mount namespace the keeper
@@ -194,7 +210,13 @@ class Isolation:
         for path in self.protection.read_only:
             mounts.bind(path, path)
             mounts.make_read_only(path)
-        if _mount_proc(pids_below, self.masked, self.private, self.hostname):
+        # A named sandbox's /etc/hostname: its name, shown as the virtual files are
+        # (the host's is never written; where the host has none, there is none).
+        named = self.hostname is not None and os.path.isfile(HOSTNAME_FILE)
+        virtual = (*self.virtual, (HOSTNAME_FILE, self.hostname + b"\n")) if named else self.virtual
+        self.random_fifo = _mount_proc(pids_below, self.masked, self.private, virtual,
+                                       self.device_seed is not None)
+        if named:
             # Landlock skips the covered file when it walks up from the one bound over it:
             # the rules that reached the host's /etc/hostname are given to the new one.
             access = 0
@@ -218,7 +240,7 @@ class Isolation:
 
 
 def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ...],
-                hostname: bytes | None) -> bool:
+                virtual: tuple[tuple[str, bytes], ...] = (), seeded: bool = False) -> int:
     """The namespace's procfs, its kernel files masked by an empty file of mode 0, made
     in a tmpfs that the procfs then covers: nothing but the masks leads to it (a bind's
     source must be mounted in the namespace, so it is covered, not detached). The
@@ -226,15 +248,27 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ..
     is ``pids_below`` (if not 0), its sysctls read-only: nothing in a sandbox has to
     write one. A mask beneath a ``private`` scratch directory is mounted read-only: the
     write grant of that directory reaches it (Landlock looks up across mounts), and
-    nothing may change the mode or content all masks share. A ``hostname`` is shown as
-    /etc/hostname the same way: a read-only file of that tmpfs bound over the host's
-    (which is never written; where the host has none, there is none): True if it is."""
-    mounts.mount_tmpfs("/proc", b"mode=0700,size=4k")
+    nothing may change the mode or content all masks share. The ``virtual`` files are
+    written in that tmpfs too and mounted over their paths, read-only; with ``seeded``,
+    so is a pipe over the random devices, whose descriptor (init feeds it) is returned."""
+    size = 4096 + sum(4096 + len(content) for _, content in virtual)
+    mounts.mount_tmpfs("/proc", b"mode=0700,size=%d" % size)
     mask = os.open("/proc/mask", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0)
     os.mkdir("/proc/masks", 0)
-    shown = _hostname_file(hostname) if hostname is not None else -1
     directory_mask = os.open("/proc/masks", _O_DIRECTORY_PATH)
+    shown = [(_written(f"/proc/virtual{index}", content), path)
+             for index, (path, content) in enumerate(virtual)]
+    fifo = -1
+    if seeded:  # (mode 0444: nothing in the sandbox may write into the stream)
+        os.mkfifo("/proc/random", 0o444)
+        fifo = os.open("/proc/random", os.O_RDWR | os.O_CLOEXEC)  # (never an EOF for readers)
+        shown += [(os.open("/proc/random", os.O_PATH | os.O_CLOEXEC), device)
+                  for device in RANDOM_DEVICES]
     mounts.mount_proc("/proc", pids_below)
+    for fd, path in shown:
+        mounts.bind(f"/proc/self/fd/{fd}", path)
+        mounts.make_read_only(path)
+        os.close(fd)
     source = f"/proc/self/fd/{mask}"
     for name in PROC_MASKED:
         path = os.path.join("/proc", name)
@@ -250,21 +284,17 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ..
             mounts.make_read_only(path)
     os.close(mask)
     os.close(directory_mask)
-    if shown < 0:
-        return False
-    bound = os.path.isfile(HOSTNAME_FILE)
-    if bound:
-        mounts.bind(f"/proc/self/fd/{shown}", HOSTNAME_FILE)
-        mounts.make_read_only(HOSTNAME_FILE)
-    os.close(shown)
-    return bound
+    return fifo
 
 
-def _hostname_file(hostname: bytes) -> int:
-    """/etc/hostname's content in the covered tmpfs, as a descriptor to bind from."""
-    fd = os.open("/proc/hostname", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-    os.write(fd, hostname + b"\n")
-    return fd
+def _written(path: str, content: bytes) -> int:
+    """A new file of ``content``, mode 0444; an O_PATH descriptor on it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    try:
+        os.write(fd, content)  # (tmpfs: one write takes it all)
+    finally:
+        os.close(fd)
+    return os.open(path, os.O_PATH | os.O_CLOEXEC)
 
 
 def _make_mount_point(path: str, directory: bool) -> None:

@@ -18,6 +18,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWTIME = 0x00000080
 
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
@@ -167,6 +168,23 @@ def mount_proc(target: str, pid_max: int = 0) -> None:
             pass  # (RLIMIT_NPROC still holds those it does not exempt)
     bind(sysctls, sysctls)
     make_read_only(sysctls)
+
+
+def clocks_from_zero() -> None:
+    """After unshare(CLONE_NEWTIME), before the caller's first child: that child's time
+    namespace has its monotonic and boot-time clocks start at 0 (offsets by minus their
+    value now; the kernel refuses a clock made negative). The vDSO reads them too."""
+    import time
+
+    lines = []
+    for name, clock in (("monotonic", time.CLOCK_MONOTONIC), ("boottime", time.CLOCK_BOOTTIME)):
+        lines.append(b"%s -%d 0" % (name.encode(), int(time.clock_gettime(clock))))
+    dumpable = prctl(PR_GET_DUMPABLE)  # (/proc/self of a non-dumpable process is root's)
+    prctl(PR_SET_DUMPABLE, 1)
+    try:
+        _write("/proc/self/timens_offsets", b"\n".join(lines))
+    finally:
+        prctl(PR_SET_DUMPABLE, dumpable)
 
 
 def _write(path: str, data: bytes) -> None:

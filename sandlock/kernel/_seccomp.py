@@ -218,6 +218,30 @@ PROCESS_CREATION = ("clone", "fork", "vfork")  # the calls counted_process_creat
 # With policy_fn: execs are supervised; kernel AIO, which writes memory while its tasks are held, is refused.
 OBSERVED_EXEC = {"execve": Rule(default=NOTIFY), "execveat": Rule(default=NOTIFY), "io_setup": Rule(default=EPERM)}
 
+# Reproducible runs (sandlock.determinism), each only when asked for: the realtime
+# clocks (CLOCK_REALTIME, _COARSE, _TAI; the others are the time namespace's, in the
+# kernel), getrandom, and directory listings (the old getdents, which nothing on
+# x86_64 needs, refused rather than left unsorted) are answered by the supervisor;
+# arch_prctl, which every program calls before its own code runs, is its moment to
+# make the vDSO's clock and getrandom functions enter the kernel.
+_REALTIME_CLOCKS = (0, 5, 11)
+
+
+def deterministic_calls(clock: bool, random: bool, listings: bool) -> dict[str, Rule]:
+    rules: dict[str, Rule] = {}
+    if clock:
+        rules["clock_gettime"] = Rule(Clause(NOTIFY, Match(0, _REALTIME_CLOCKS)), default=ALLOW)
+        rules["gettimeofday"] = rules["time"] = Rule(default=NOTIFY)
+    if random:
+        rules["getrandom"] = Rule(default=NOTIFY)
+    if clock or random:
+        rules["arch_prctl"] = Rule(default=NOTIFY)
+    if listings:
+        rules["getdents64"] = Rule(default=NOTIFY)
+        rules["getdents"] = Rule(default=ENOSYS)
+    return rules
+
+
 # With --cpu-cores: the affinity sandlock set is not the command's to widen.
 FIXED_AFFINITY: dict[str, Rule] = {"sched_setaffinity": Rule(default=EPERM)}
 

@@ -113,6 +113,11 @@ _X86_64 = Arch(
         "fchownat": 260, "futimesat": 261, "fchmodat": 268, "utimensat": 280,
         "fanotify_mark": 301, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466,
         "file_setattr": 469,
+        # reproducible runs (sandlock.determinism): the clocks, randomness, listings, and
+        # the call every program makes before its own code runs (its TLS: the vDSO's
+        # moment)
+        "clock_gettime": 228, "gettimeofday": 96, "time": 201, "getrandom": 318,
+        "getdents64": 217, "getdents": 78, "arch_prctl": 158,
     },
 )
 

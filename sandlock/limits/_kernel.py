@@ -94,9 +94,13 @@ def limit_data(size: int, ceiling: int | None = None) -> None:
 def kernel_limits(policy: object) -> KernelLimits:
     """The per-process limits and attributes of a Policy."""
     refuse = policy.max_memory_mode == "refuse"  # type: ignore[attr-defined]
+    cpus = policy.cpu_cores  # type: ignore[attr-defined]
+    if policy.num_cpus is not None:  # type: ignore[attr-defined]
+        from ..confinement import sandbox_cpus  # (the first num_cpus: what /proc shows)
+        cpus = sandbox_cpus(policy)
     return KernelLimits(open_files=policy.max_open_files,  # type: ignore[attr-defined]
                         file_size=policy.max_file_size,  # type: ignore[attr-defined]
-                        cpus=policy.cpu_cores,  # type: ignore[attr-defined]
+                        cpus=cpus,
                         data=int(policy.max_memory) if refuse else None,  # type: ignore[attr-defined]
                         no_coredump=policy.no_coredump,  # type: ignore[attr-defined]
                         no_randomize_memory=policy.no_randomize_memory,  # type: ignore[attr-defined]

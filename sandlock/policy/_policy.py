@@ -24,6 +24,7 @@ DEFAULT_HTTP_PORTS = (80, 443)
 # has not yet received fails with EINTR when a signal comes (a kernel limit, see
 # docs/usage.md "Resource limits"): not a price every run should pay. 0: no cap.
 DEFAULT_MAX_PROCESSES = 0
+Instant = float  # Unix seconds (time_start: given as a date or as seconds)
 PortList = tuple[str, ...]  # port lists as --net-allow-bind takes them: "8080", "8000-8100", "*"
 HTTPS_INSPECT_MODES = ("auto", "on", "off")
 # How long the proxy lets an upstream send nothing while a request waits on it (then
@@ -164,6 +165,14 @@ class Policy:
     fs_isolation: str = _flag("--fs-isolation", "workspace.fs_isolation", default="none")
     notif_policy: tuple[str, ...] = _flag("--notif-deny", "confinement.notif_policy",
                                           path=True, default=())
+    # The machine as the sandbox sees it, and reproducible runs (upstream's names;
+    # docs/usage.md, "Virtual /proc" and "Deterministic execution"). num_cpus: the
+    # first N of the CPUs it may run on (cpu_cores', if given), shown in /proc/cpuinfo.
+    num_cpus: int | None = _flag("--num-cpus", "limits.num_cpus", default=None)
+    time_start: Instant | None = _flag("--time-start", "determinism.time_start", default=None)
+    random_seed: int | None = _flag("--random-seed", "determinism.random_seed", default=None)
+    deterministic_dirs: bool = _flag("--deterministic-dirs", "determinism.deterministic_dirs",
+                                     default=False)
 
     __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
 
@@ -191,6 +200,10 @@ class Policy:
             raise PolicyError("net_deny_bind", "cannot be combined with --net-bind (choose "
                               "the ports to allow or the ports to deny)")
         self._check_mode()
+        if self.num_cpus is not None and self.cpu_cores and self.num_cpus > len(self.cpu_cores):
+            raise PolicyError("num_cpus", f"{self.num_cpus} CPUs cannot be shown when --cpu-cores "
+                              f"gives {len(self.cpu_cores)}: the sandbox's are the first "
+                              "--num-cpus of them")
         self._check_workspace()
         if self.max_memory_mode != "kill" and self.max_memory is None:
             raise PolicyError("max_memory_mode", "--max-memory-mode refuse is about the memory "
@@ -213,6 +226,9 @@ class Policy:
             given = [flag_of(name) for name in ("fs_readable", "fs_writable", "fs_denied",
                                                 "net_deny", "net_deny_bind", "port_remap",
                                                 "workdir") if getattr(self, name)]
+            # (made in the sandbox's namespaces, which an unconfined run has not)
+            given += [flag_of(name) for name in ("time_start", "random_seed", "num_cpus")
+                      if getattr(self, name) is not None]
             if given:
                 raise PolicyError("mode", f"full-access confines nothing: {', '.join(given)} "
                                   "would mean nothing with it")
@@ -267,7 +283,7 @@ class Policy:
     @property
     def sets_process_limits(self) -> bool:
         """A limit or attribute the command's process sets before exec (KernelLimits)."""
-        return bool(self.max_open_files or self.max_file_size or self.cpu_cores
+        return bool(self.max_open_files or self.max_file_size or self.cpu_cores or self.num_cpus
                     or self.no_coredump or self.no_randomize_memory or self.no_huge_pages)
 
     @property
@@ -334,6 +350,19 @@ def _member_of(choices: tuple[str, ...]) -> Callable[[str, object], object]:
         if type(value).__module__ == _UPSTREAM:
             value = value.value  # type: ignore[attr-defined]
         return plain(name, value)
+
+    return normalise
+
+
+def _determinism_check(function: str) -> Callable[[str, object], object]:
+    """A field checked by ``_determinism``, which only policies setting one load."""
+
+    def normalise(name: str, value: object) -> object:
+        if value is None:
+            return None
+        from . import _determinism
+
+        return getattr(_determinism, function)(name, value)
 
     return normalise
 
@@ -427,6 +456,10 @@ _CHECKS = {
     "max_memory_mode": check.choice(MEMORY_MODES),
     "fs_isolation": _member_of(FS_ISOLATIONS),
     "notif_policy": _notif_paths,
+    "num_cpus": _determinism_check("num_cpus"),
+    "time_start": _determinism_check("time_start"),
+    "random_seed": _determinism_check("random_seed"),
+    "deterministic_dirs": check.boolean,
 }
 
 

@@ -16,7 +16,7 @@ from ._policy import FIELDS
 
 # Sections in the order a written policy shows them (docs/policy.md follows it).
 SECTIONS = ("filesystem", "network", "http", "ca", "credentials", "process", "limits",
-            "workspace", "confinement")
+            "workspace", "confinement", "determinism")
 # Sections that are one field's table as a whole ([credentials] NAME = "env:VAR").
 TABLE_SECTIONS = ("credentials",)
 DESCRIPTION = "description"  # the one top-level key: a line for `sandlock profile list`
@@ -62,6 +62,8 @@ INTEGER = Kind("integer", False, _is_int)
 # sandlock.Protection members, written by name: "SIGNAL_SCOPE" (numbers are read too)
 PROTECTIONS = Kind("list of protection names", True,
                    _list_of(lambda value: _is_str(value) or _is_int(value)))
+INSTANT = Kind('date (a string such as "2000-01-01T00:00:00Z") or Unix seconds', False,
+               lambda value: _is_int(value) or isinstance(value, (float, str)))
 SIZE = Kind('size (a string such as "512M", or a number of bytes)', False,
             lambda value: _is_int(value) or _is_str(value))
 
@@ -81,6 +83,7 @@ _KINDS = {
     "int": INTEGER,
     "int | None": INTEGER,
     "Size | None": SIZE,
+    "Instant | None": INSTANT,
 }
 
 

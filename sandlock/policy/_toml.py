@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._policy import Policy
-from ._schema import BY_SECTION, DESCRIPTION, ENV, PROTECTIONS, SECTIONS, SIZE, TABLE_SECTIONS, Key
+from ._schema import (BY_SECTION, DESCRIPTION, ENV, INSTANT, PROTECTIONS, SECTIONS, SIZE, TABLE_SECTIONS,
+                      Key)
 
 LINE_WIDTH = 88  # longer arrays are written one item per line
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
@@ -56,6 +57,11 @@ def _value(key: Key, value: object) -> str:
         value = tuple(protection.name for protection in value)
     if key.kind is SIZE:  # as written: "512M"
         return _string(str(value))
+    if key.kind is INSTANT:  # a date, as upstream's profiles write it
+        import datetime
+
+        moment = datetime.datetime.fromtimestamp(value, datetime.timezone.utc)
+        return _string(moment.isoformat().replace("+00:00", "Z"))
     if isinstance(value, tuple):
         return _array([_scalar(item) for item in value], indent=len(key.name) + 3)
     return _scalar(value)

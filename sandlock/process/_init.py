@@ -50,9 +50,14 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
             _child.exec_command(spec, 1, error_fd, report_fd=report_fd, host_pid=host_pid,
                                 host_proc=host_proc, layer=isolation.layer_fd)
         binder = (spec.binder_fd, ruleset.fileno()) if spec.binder_fd >= 0 and ruleset else ()
-        _reports.close_all_but(report_fd, status_fd, *binder)
+        fifo = (isolation.random_fifo,) if isolation.random_fifo >= 0 else ()
+        _reports.close_all_but(report_fd, status_fd, *binder, *fifo)
         if binder:
             _thread.start_new_thread(_binder, binder)
+        if fifo:
+            from ..determinism import feed_random_devices
+
+            _thread.start_new_thread(feed_random_devices, (*fifo, isolation.device_seed))
         status = _reports.wait_for_command(command_pid, report_fd)
         os.write(status_fd, b"%d" % status)
     except BaseException as exc:  # noqa: BLE001 - must never unwind into sandlock's code

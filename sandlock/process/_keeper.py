@@ -103,6 +103,9 @@ def _entering(error_fd: int, enter: Callable[[], None], workspace: bool) -> None
         _child.report_setup_error(error_fd, OSError(
             exc.errno, f"cannot make the sandbox's namespaces ({why}); {way_out}"))
         raise
+    except RuntimeError as exc:  # its own message (the time namespace of --time-start)
+        _child.report_setup_error(error_fd, exc)
+        raise
 
 
 def _fork_init(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd: int,

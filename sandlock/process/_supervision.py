@@ -109,6 +109,14 @@ class Supervision:
         self._file_grants = confinement.file_grants
         self._reanchored = confinement.isolation.reanchored if confinement.isolation else ()
         self._files: FileCalls | None = None
+        # Reproducible runs: their calls answered by sandlock.determinism (only they import it).
+        self._determinism = None
+        if policy.time_start is not None or policy.random_seed is not None \
+                or policy.deterministic_dirs:
+            from ..determinism import Determinism
+
+            self._determinism = Determinism(policy, quiet)
+        self._determined = self._determinism.numbers if self._determinism else frozenset()
         self._receivers = 0  # threads waiting for the command's calls
         self._grown = False  # the receivers joined at the first fork-like call
         self._over = _thread.allocate_lock()  # held until the last receiver is over
@@ -252,6 +260,9 @@ class Supervision:
                 return
 
     def _dispatch(self, listener: Listener, notification: Notification) -> None:
+        if notification.nr in self._determined:
+            self._determinism.handle(listener, notification)
+            return
         if notification.nr == self._memfd_nr:
             listener.proceed(notification.id)  # nothing read: the memory watch only learns
             self.watches.memfds_in_use()
