@@ -99,6 +99,8 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "resolve": (["--resolve", "api.test=127.0.0.2,::1"],
                     '[network]\nresolve = ["api.test=127.0.0.2,::1"]'),
         "dns_allow_private": (["--dns-allow-private"], "[network]\ndns_allow_private = true"),
+        "net_private_loopback": (["--net-private-loopback"],
+                                 "[network]\nprivate_loopback = true"),
         "http_allow": (["--http-allow", "GET api.github.com/repos/*"],
                        '[http]\nallow = ["GET api.github.com/repos/*"]'),
         "http_deny": (["--http-deny", "* */admin/*"], '[http]\ndeny = ["* */admin/*"]'),

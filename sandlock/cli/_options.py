@@ -125,6 +125,10 @@ POLICY_OPTIONS = (
                    help="pin HOST to these addresses without asking DNS (repeatable)"),
     _policy_option("network", "dns_allow_private", action="store_true",
                    help="let DNS answers pin loopback and private-range addresses"),
+    _policy_option("network", "net_private_loopback", action="store_true",
+                   help="a network namespace of the sandbox's own with only loopback: its "
+                   "servers on 127.0.0.1 are its own, the host's out of sight; what the "
+                   "rules allow is still reached (from the host's namespace)"),
     _policy_option("http", "http_allow", action="append", metavar="RULE",
                    help="allow requests matching 'METHODS HOST[/PATH]', e.g. "
                    "'GET api.github.com/repos/*'; implies reaching HOST on the HTTP ports "

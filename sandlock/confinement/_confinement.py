@@ -97,6 +97,12 @@ class Confinement:
             if observed and isolation is None:
                 raise SetupError("policy_fn needs the sandbox's own PID namespace, which "
                                  "cannot be made here (run `sandlock check`)")
+            if policy.net_private_loopback and isolation is None:
+                raise SetupError("--net-private-loopback needs the sandbox's own user and "
+                                 "network namespaces, which cannot be made here (run "
+                                 "`sandlock check`); it never falls back to the host's loopback")
+            if isolation is not None:
+                isolation.private_network = policy.net_private_loopback
             if overlay is not None and isolation is None:
                 raise SetupError("the copy-on-write workspace (--workdir) needs the sandbox's "
                                  "user and mount namespaces, which cannot be made here (run "

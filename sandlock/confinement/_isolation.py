@@ -103,6 +103,7 @@ class Isolation:
         self.overlay = overlay
         self.masked = masked  # denied paths a grant encloses, covered by a mask
         self.layer_fd = -1  # (in init, after mount: the tmpfs layer of --max-disk)
+        self.private_network = False  # --net-private-loopback: a network namespace too
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
@@ -144,15 +145,22 @@ class Isolation:
         which the PID namespace (``enter_pid_namespace``) and the mounts need."""
         mounts.enter_namespaces(mounts.CLONE_NEWUSER)
 
-    @staticmethod
-    def enter_pid_namespace() -> None:
+    def enter_pid_namespace(self) -> None:
         """The caller's next child is the first process of a new PID namespace, and the
         caller shares with it the new mount namespace that child fills (``mount``).
         Held by the caller (the keeper), the mount namespace is torn down when the
         keeper exits, after it has reported the command's end: that teardown waits for
         an RCU grace period (~3.5 ms), which init's exit would otherwise put between
         the command's end and sandlock's."""
-        mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS)
+        if not self.private_network:
+            mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS)
+            return
+        from ..kernel import netns
+
+        # The keeper enters it too (it never uses the network); init and the command
+        # find `lo` up. The user namespace owns it: the host's interfaces stay out.
+        mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS | netns.CLONE_NEWNET)
+        netns.bring_loopback_up()
 
     def mount(self, add_rule: Callable[[str, int], None], pids_below: int = 0) -> int:
         """In the first process of the PID namespace, in the mount namespace the keeper

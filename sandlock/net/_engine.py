@@ -124,8 +124,8 @@ class Network(Services):
         self._binder: Binder | None = None
         self._nesting: NestingService | None = None  # runs inside register there (_nesting)
         self._sink: UdpSink | None | bool = None  # where denied UDP connects go (_udpsink)
-        context = RunContext(rules, self.pins, self._listeners,
-                             ipc_scoped=not (policy.allow_ipc or policy.full_access))
+        context = RunContext(rules, self.pins, self._listeners, not (policy.allow_ipc or policy.full_access),
+                             policy.net_private_loopback)  # (ipc_scoped, private_loopback)
         self._supervisor = Supervisor(native_arch(), context, self.audit, self, review)
 
     def start(self) -> None:

@@ -89,6 +89,10 @@ class Policy:
     resolve: tuple[str, ...] = _flag("--resolve", "network.resolve", default=())
     dns_allow_private: bool = _flag("--dns-allow-private", "network.dns_allow_private",
                                     default=False)
+    # zkit's private network: a network namespace of the sandbox's own, only `lo` in it
+    # (docs/usage.md "A private loopback").
+    net_private_loopback: bool = _flag("--net-private-loopback", "network.private_loopback",
+                                       default=False)
     # HTTP: rules as written (validated here, compiled by the proxy), the ports they
     # govern, and how HTTPS is handled (see docs/http.md).
     http_allow: tuple[str, ...] = _flag("--http-allow", "http.allow", default=())
@@ -159,7 +163,8 @@ class Policy:
             raise PolicyError("mode", "read-only cannot be combined with --fs-write")
         if self.mode == "full-access":
             given = [flag_of(name) for name in ("fs_readable", "fs_writable", "fs_denied",
-                                                "net_deny", "workdir") if getattr(self, name)]
+                                                "net_deny", "workdir", "net_private_loopback")
+                     if getattr(self, name)]
             if given:
                 raise PolicyError("mode", f"full-access confines nothing: {', '.join(given)} "
                                   "would mean nothing with it")
@@ -275,6 +280,7 @@ _CHECKS = {
     "dns_servers": check.specs("read_dns_server"),
     "resolve": check.specs("read_resolve"),
     "dns_allow_private": check.boolean,
+    "net_private_loopback": check.boolean,
     "http_allow": check.http_rules,
     "http_deny": check.http_rules,
     "http_ports": check.ports,
