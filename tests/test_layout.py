@@ -17,9 +17,9 @@ SANDLOCK = ROOT / "sandlock"
 # Each may import only those before it (the base modules _auditlog, _errors, _grammar, _hostfile, _latch,
 # _lazy and _record are below them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca; those two and
 # shellpolicy are public, the others internal.
-LAYERS = ("kernel", "cow", "shellpolicy", "confinement", "files", "ca", "proxy", "netrules", "dns", "netcall", "net",
+LAYERS = ("kernel", "cow", "image", "shellpolicy", "confinement", "files", "ca", "proxy", "netrules", "dns", "netcall", "net",
           "limits", "policy", "runtime", "process", "cli")
-INTERNAL = ("kernel", "cow", "netrules", "dns", "netcall", "net", "confinement", "files", "limits", "policy", "runtime",
+INTERNAL = ("kernel", "cow", "image", "netrules", "dns", "netcall", "net", "confinement", "files", "limits", "policy", "runtime",
             "process", "cli")
 MAX_LINES = 400
 

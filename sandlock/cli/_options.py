@@ -209,6 +209,13 @@ POLICY_OPTIONS = (
     _policy_option("limits", "max_output", metavar="SIZE",
                    help="keep at most SIZE of COMMAND's stdout and of its stderr; the rest "
                    "is dropped, and said"),
+    _policy_option("filesystem", "chroot", metavar="DIR",
+                   help="run COMMAND with DIR as its root (read-only; its own /tmp, the "
+                   "sandbox's /proc and /dev), confined as usual"),
+    _policy_option("filesystem", "image", metavar="REF",
+                   help="run COMMAND in an OCI image: REF is a local OCI layout directory or "
+                   "`docker save` tarball, PATH[:TAG] (no registry pulls); unpacked once "
+                   "per user, then used as with --chroot"),
     _policy_option("workspace", "workdir", metavar="DIR",
                    help="run COMMAND in DIR, its writes to DIR captured copy-on-write: "
                    "the real DIR changes only when they are committed"),

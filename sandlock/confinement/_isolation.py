@@ -33,6 +33,8 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from ._newroot import NewRoot
+
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
 # Files of /proc that tell the sandbox about the kernel, not about itself: symbol
 # addresses, every key the user holds, memory maps of the kernel; masked by an
@@ -104,6 +106,7 @@ class Isolation:
         self.masked = masked  # denied paths a grant encloses, covered by a mask
         self.layer_fd = -1  # (in init, after mount: the tmpfs layer of --max-disk)
         self.private_network = False  # --net-private-loopback: a network namespace too
+        self.root: NewRoot | None = None  # --chroot, --image: another root (``_newroot``)
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
@@ -169,6 +172,8 @@ class Isolation:
         Returns an O_PATH descriptor on the host's /proc (close-on-exec), where "self"
         is a process's pid as seen from outside."""
         host_proc = os.open("/proc", _O_DIRECTORY_PATH)
+        if self.root is not None:  # first: before a mask could cover its path
+            self.root.take()
         if self.overlay is not None:  # first: a workspace under /tmp is bound back below
             self.layer_fd = self.overlay.mount()
         # Detached copies of what goes back in, taken while it is still in view.
@@ -195,6 +200,8 @@ class Isolation:
                 add_rule(path, access)
             except FileNotFoundError:
                 pass  # not in the new tree: nothing to grant
+        if self.root is not None:  # last: it needs the namespace's /proc and /dev
+            self.root.enter(add_rule)
         return host_proc
 
     def _mount_scratch(self) -> None:

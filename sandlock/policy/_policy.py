@@ -131,6 +131,10 @@ class Policy:
     on_exit: str = _flag("--on-exit", "workspace.on_exit", default="commit")
     on_error: str = _flag("--on-error", "workspace.on_error", default="abort")
     max_disk: Size | None = _flag("--max-disk", "workspace.max_disk", default=None)
+    # Another root for the command (docs/usage.md "Another root"): a directory
+    # (upstream's chroot) or an OCI image, unpacked into sandlock's per-user store.
+    chroot: str | None = _flag("--chroot", "filesystem.chroot", path=True, default=None)
+    image: str | None = _flag("--image", "filesystem.image", default=None)
 
     __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
 
@@ -150,6 +154,7 @@ class Policy:
             raise PolicyError("net_deny", f"cannot be combined with {' or '.join(allows)} "
                               "(choose an allowlist or a denylist)")
         self._check_mode()
+        self._check_root()
         self._check_workspace()
         self._check_credentials()
         if (self.http_ca is None) != (self.http_key is None):
@@ -163,11 +168,24 @@ class Policy:
             raise PolicyError("mode", "read-only cannot be combined with --fs-write")
         if self.mode == "full-access":
             given = [flag_of(name) for name in ("fs_readable", "fs_writable", "fs_denied",
-                                                "net_deny", "workdir", "net_private_loopback")
+                                                "net_deny", "workdir", "net_private_loopback",
+                                                "chroot", "image")
                      if getattr(self, name)]
             if given:
                 raise PolicyError("mode", f"full-access confines nothing: {', '.join(given)} "
                                   "would mean nothing with it")
+
+    def _check_root(self) -> None:
+        root = "chroot" if self.chroot else "image" if self.image else None
+        if root is None:
+            return
+        if self.chroot and self.image:
+            raise PolicyError("image", "--image and --chroot each give the command its "
+                              "root: choose one")
+        for other in ("cwd", "workdir"):
+            if getattr(self, other) is not None:
+                raise PolicyError(other, f"{flag_of(other)} names a directory of the host, "
+                                  f"which {flag_of(root)}'s root does not show")
 
     def _check_workspace(self) -> None:
         if self.workdir is None:
@@ -306,6 +324,8 @@ _CHECKS = {
     "on_exit": check.choice(WORKSPACE_ACTIONS),
     "on_error": check.choice(WORKSPACE_ACTIONS),
     "max_disk": check.size,
+    "chroot": check.directory,
+    "image": check.image_reference,
 }
 
 
