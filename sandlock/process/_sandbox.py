@@ -11,20 +11,15 @@ from ..confinement import Confinement
 from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
 from ..policy import Policy
 from ._child import ChildSpec
-from ._inputs import (
-    check_argv,
-    check_pass_fds,
-    check_timeout,
-    child_environment,
-    inherited_ignored_signals,
-)
+from ._inputs import (check_argv, check_pass_fds, check_timeout, child_environment,
+                      inherited_ignored_signals)
 from ._process import SandboxedProcess, TimeoutExpired, spawn
 from ._supervision import Supervision
 from ._terminal import Foreground
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
 
     from .._auditlog import AuditLog
     from ..limits import KernelLimits
@@ -73,7 +68,7 @@ class Sandbox:
                  work: Callable[[], object] | None = None, *, audit: str | None = None,
                  quiet: bool = False, dangerously_allow_full_access: bool = False,
                  policy_fn: Callable[[Event, Context], object] | None = None,
-                 **fields: object) -> None:
+                 events: Collection[str] = (), **fields: object) -> None:
         """``policy``: a Policy, or the name of a profile to load (``Sandbox("build")``);
         ``fields``: Policy fields, on top of it (``Sandbox(fs_readable=["/usr"])``).
         ``init``, ``work``: for COW clones (``fork``): ``init()`` runs once in the
@@ -83,7 +78,8 @@ class Sandbox:
         ``dangerously_allow_full_access``: the consent a policy in mode full-access needs
         (it never comes from the policy itself, which someone else may have written).
         ``policy_fn(event, ctx)``: hears of the command's network calls, execs and
-        processes as they happen, may deny them and tighten the sandbox (docs/api.md)."""
+        processes as they happen, may deny them and tighten the sandbox (docs/api.md);
+        ``events={"file"}``: of its opens too."""
         if isinstance(policy, str):
             from ..policy import load_profile, profile_path
 
@@ -96,6 +92,10 @@ class Sandbox:
         policy = policy if policy is not None else Policy()
         self.policy = policy.replace(**fields) if fields else policy
         self.init, self.work = init, work
+        if events:  # (a policy_fn told of more: only then an import)
+            from ..runtime import observing
+
+            policy_fn = observing(policy_fn, events)
         self.policy_fn, self.full_access_allowed = policy_fn, dangerously_allow_full_access
         self.audit, self.quiet = audit, quiet
         self.warnings: list[str] = []
