@@ -156,6 +156,19 @@ def test_a_registry_reference_is_refused_with_what_to_do(store):
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("content", [b"not a tar at all", b'{"manifests": [{"digest": 7}]}'])
+def test_what_is_not_an_image_is_one_line(tmp_path, store, content):
+    target = tmp_path / "thing"
+    if content.startswith(b"{"):  # a layout with a malformed index
+        target.mkdir()
+        (target / "index.json").write_bytes(content)
+    else:
+        target.write_bytes(content)
+    result = run(store, "--image", str(target), "--", "/bin/true")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr and "--image" in result.stderr
+
+
 def test_a_tampered_layer_is_refused_and_nothing_is_kept(tmp_path, store, probe):
     good = oci_layout(str(tmp_path / "good"), [base(probe)], compress=False)
     with open(os.path.join(good, "index.json")) as f:
