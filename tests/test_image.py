@@ -277,3 +277,23 @@ def test_chroot_and_image_refuse_what_they_cannot_mean(tmp_path, store):
                  ["--chroot", str(tmp_path / "missing")]):
         result = run(store, *args, "--", "true")
         assert result.returncode == 2 and "Traceback" not in result.stderr, (args, result.stderr)
+
+
+def test_symlinks_in_the_chroot_lead_nowhere_outside(tmp_path, store, probe):
+    """/tmp, /proc and /dev of the new root as symlinks to a host directory: nothing is
+    mounted or granted there; the command's writes find no way to it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "probe").write_bytes(probe)
+    (root / "bin" / "probe").chmod(0o755)
+    for name in ("tmp", "proc", "dev"):
+        (root / name).symlink_to(outside)
+    result = run(store, "--chroot", str(root), "--", "/bin/probe", "write", "/tmp/x",
+                 "write", f"{outside}/y", "ls", "/proc")
+    assert result.returncode == 0, result.stderr
+    assert list(outside.iterdir()) == []
+    # (the link leads to its own target's name inside the root: missing, or a loop
+    # when that name starts with /tmp, the link itself)
+    assert set(result.stdout.split()) <= {"ENOENT", "ELOOP"}, result.stdout

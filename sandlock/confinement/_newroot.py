@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 _READ = landlock.FS_READ_FILE | landlock.FS_READ_DIR | landlock.FS_EXECUTE
 _EVERYTHING = (1 << 16) - 1  # (narrowed to what the ruleset handles)
 _TMP_OPTIONS = b"mode=1777,size=50%"
+_DIRECTORY = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 # Bound from the sandbox's own namespace, where the root has a directory for them.
 _BOUND = ("proc", "dev")
 
@@ -48,17 +49,40 @@ class NewRoot:
         mounts.attach(self._tree, root)
         self._tree = -1
         mounts.make_read_only(root)
-        for name in _BOUND:
-            target = os.path.join(root, name)
-            if os.path.isdir(target) and not os.path.islink(target):
-                mounts.bind("/" + name, target, recursive=True)
-        add_rule(root, _READ)
-        tmp = os.path.join(root, "tmp")
-        if os.path.isdir(tmp) and not os.path.islink(tmp):
-            mounts.mount_tmpfs(tmp, _TMP_OPTIONS)
-            add_rule(tmp, _EVERYTHING)
-        os.chroot(root)
+        top = os.open(root, _DIRECTORY)
+        try:
+            for name in _BOUND:
+                _furnish(top, name, lambda target, name=name: mounts.bind(
+                    "/" + name, target, recursive=True))
+            add_rule(f"/proc/self/fd/{top}", _READ)
+            _furnish(top, "tmp", lambda target: mounts.mount_tmpfs(target, _TMP_OPTIONS),
+                     lambda target: add_rule(target, _EVERYTHING))
+            os.fchdir(top)
+        finally:
+            os.close(top)
+        os.chroot(".")
         os.chdir("/")
+
+
+def _furnish(top: int, name: str, mount: Callable[[str], None],
+             grant: Callable[[str], None] | None = None) -> None:
+    """``mount`` over the root's directory ``name``, if it has one: reached by
+    descriptor, never through a symlink (one planted there would lead to the host's
+    tree, which the mount, or the grant made after it, would then be about)."""
+    try:
+        fd = os.open(name, _DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+    except OSError:
+        return  # (none, or a symlink: left as it is)
+    try:
+        mount(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+    if grant is not None:  # the mount's own root, looked up again through it
+        mounted = os.open(name, _DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+        try:
+            grant(f"/proc/self/fd/{mounted}")
+        finally:
+            os.close(mounted)
 
 
 def _mount_point(path: str) -> str:
