@@ -74,7 +74,9 @@ def main() -> int:
         f"{args.connects} connects": (["python3", "-c", connects], args.connects),
         f"{args.opens} opens": (["python3", "-c", opens], args.opens),
         f"{args.opens} opens after a deny_path": (["python3", "-c", opens, "deny"], args.opens),
+        f"{args.opens} opens, file events": (["python3", "-c", opens], args.opens),
     }
+    events = {f"{args.opens} opens, file events": {"file"}}  # (Sandbox(events=...))
     policy = Policy(net_allow=[f"127.0.0.1:{port}"])
     times = {(name, fn): [] for name in cases for fn in (False, True)}
     with tempfile.TemporaryDirectory() as workdir:
@@ -82,7 +84,8 @@ def main() -> int:
         for _ in range(args.runs):
             for name, (argv, _count) in cases.items():
                 for fn in (False, True):
-                    sandbox = Sandbox(policy, policy_fn=_allow if fn else None, quiet=True)
+                    sandbox = Sandbox(policy, policy_fn=_allow if fn else None, quiet=True,
+                                      events=events.get(name, ()) if fn else ())
                     started = time.perf_counter()
                     result = sandbox.run(argv)
                     times[(name, fn)].append(time.perf_counter() - started)

@@ -312,7 +312,8 @@ def test_default_workspace_lists_the_credential_stores_and_ca():
     stores = {f"/h/{store}" for store in CREDENTIAL_STORES}
     runtime = {sandlock_runtime_dir({}, "/h"), sandlock_runtime_dir(os.environ, "/h")}
     assert set(deny) == stores | {"/h/.local/share/sandlock/ca",
-                                  "/h/.local/state/sandlock/workspaces"} | runtime
+                                  "/h/.local/state/sandlock/workspaces",
+                                  "/h/.local/state/sandlock/images"} | runtime
     assert {".ssh", ".aws", ".gnupg", ".netrc", ".config/gcloud", ".config/gh",
             ".local/share/keyrings", ".bash_history", ".cargo/credentials.toml",
             ".vault-token", ".pgpass", ".mozilla"} <= set(CREDENTIAL_STORES)

@@ -66,6 +66,9 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
     work.mkdir(exist_ok=True)
     pem, key = user_ca(tmp)
     both_ca = ([f"--http-ca={pem}", f"--http-key={key}"], f'[ca]\ncert = "{pem}"\nkey = "{key}"')
+    layout = tmp / "layout"  # (an OCI image layout as far as the policy checks see)
+    layout.mkdir(exist_ok=True)
+    (layout / "index.json").write_text("{}")
     return {
         "fs_readable": (["-r", str(work), "--fs-read", "/usr"],
                     f'[filesystem]\nread = ["{work}", "/usr"]'),
@@ -116,6 +119,10 @@ def equivalents(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "resolve": (["--resolve", "api.test=127.0.0.2,::1"],
                     '[network]\nresolve = ["api.test=127.0.0.2,::1"]'),
         "dns_allow_private": (["--dns-allow-private"], "[network]\ndns_allow_private = true"),
+        "net_private_loopback": (["--net-private-loopback"],
+                                 "[network]\nprivate_loopback = true"),
+        "chroot": (["--chroot", str(work)], f'[filesystem]\nchroot = "{work}"'),
+        "image": (["--image", str(layout)], f'[filesystem]\nimage = "{layout}"'),
         "http_allow": (["--http-allow", "GET api.github.com/repos/*"],
                        '[http]\nallow = ["GET api.github.com/repos/*"]'),
         "http_deny": (["--http-deny", "* */admin/*"], '[http]\ndeny = ["* */admin/*"]'),
@@ -355,7 +362,7 @@ def test_bad_option_on_top_of_a_file_names_the_option(tmp_path):
 def test_print_policy_round_trips(tmp_path):
     options, _ = zip(*equivalents(tmp_path).values())
     argv = [option for group in options
-            if not {"--net-deny", "--net-deny-bind", "--mode"} & set(group)
+            if not {"--net-deny", "--net-deny-bind", "--mode", "--chroot", "--image"} & set(group)
             for option in group]  # those refuse to combine with some of the others
     argv += ["--env", "QUOTE=a \"b\" \\ c\ttab é", "--http-allow", "POST api.openai.com/v1/*"]
     first = printed(*argv)

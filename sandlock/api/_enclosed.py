@@ -72,6 +72,9 @@ def launch_enclosed(sandbox: Sandbox, argv: list[str], function: Callable[[int],
     if policy.workdir is not None:
         raise SetupError("a copy-on-write workspace (--workdir) cannot be made inside a "
                          "sandbox (no namespaces of its own here)")
+    if policy.net_private_loopback:
+        raise SetupError("--net-private-loopback cannot be made inside a sandbox (no "
+                         "namespaces of its own here); give it to the enclosing run")
     env = child_environment(policy, os.environ)
     cwd = policy.cwd or os.getcwd()
     confined, network = enclosed_confinement(policy, cwd, env)

@@ -17,7 +17,7 @@ from ._result import Result
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
 
     from ..process import WorkspaceOutcome
     from ..runtime import Context, Event
@@ -40,7 +40,7 @@ class Sandbox:
                  policy_fn: Callable[[Event, Context], object] | None = None,
                  init_fn: Callable[[], object] | None = None,
                  work_fn: Callable[[int], object] | None = None, name: str | None = None,
-                 **fields: object) -> None:
+                 events: Collection[str] = (), **fields: object) -> None:
         """``policy``: a Policy, or the name of a profile to load (``Sandbox("build")``);
         ``fields``: Policy fields, on top of it (``Sandbox(fs_readable=["/usr"])``).
         ``init``, ``work``: for COW clones (``fork``): ``init()`` runs once in the
@@ -53,7 +53,8 @@ class Sandbox:
         ``policy_fn(event, ctx)``: hears of the command's network calls, execs and
         processes as they happen, may deny them and tighten the sandbox (docs/api.md).
         ``name``: the sandbox's name, its hostname and its entry in `sandlock ps` while it
-        runs (unique per user); without one, ``self.name`` is generated, and unregistered."""
+        runs (unique per user); without one, ``self.name`` is generated, and unregistered;
+        ``events={"file"}``: policy_fn hears of its opens too."""
         if isinstance(policy, str):
             from ..policy import load_profile, profile_path
 
@@ -74,6 +75,10 @@ class Sandbox:
         policy = policy if policy is not None else Policy()
         self.policy = policy.replace(**fields) if fields else policy
         self.init, self.work = init, work
+        if events:  # (a policy_fn told of more: only then an import)
+            from ..runtime import observing
+
+            policy_fn = observing(policy_fn, events)
         self.policy_fn, self.full_access_allowed = policy_fn, dangerously_allow_full_access
         self.audit, self.quiet = audit, quiet
         self.named = name is not None  # (only a name given is registered: docs/api.md)

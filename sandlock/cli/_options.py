@@ -139,6 +139,10 @@ POLICY_OPTIONS = (
                    help="pin HOST to these addresses without asking DNS (repeatable)"),
     _policy_option("network", "dns_allow_private", action="store_true",
                    help="let DNS answers pin loopback and private-range addresses"),
+    _policy_option("network", "net_private_loopback", action="store_true",
+                   help="a network namespace of the sandbox's own with only loopback: its "
+                   "servers on 127.0.0.1 are its own, the host's out of sight; what the "
+                   "rules allow is still reached (from the host's namespace)"),
     _policy_option("http", "http_allow", action="append", metavar="RULE",
                    help="allow requests matching 'METHODS HOST[/PATH]', e.g. "
                    "'GET api.github.com/repos/*'; implies reaching HOST on the HTTP ports "
@@ -244,6 +248,13 @@ POLICY_OPTIONS = (
     _policy_option("limits", "max_output", metavar="SIZE",
                    help="keep at most SIZE of COMMAND's stdout and of its stderr; the rest "
                    "is dropped, and said"),
+    _policy_option("filesystem", "chroot", metavar="DIR",
+                   help="run COMMAND with DIR as its root (read-only; its own /tmp, the "
+                   "sandbox's /proc and /dev), confined as usual"),
+    _policy_option("filesystem", "image", metavar="REF",
+                   help="run COMMAND in an OCI image: REF is a local OCI layout directory or "
+                   "`docker save` tarball, PATH[:TAG] (no registry pulls); unpacked once "
+                   "per user, then used as with --chroot"),
     _policy_option("workspace", "workdir", metavar="DIR",
                    help="run COMMAND in DIR, its writes to DIR captured copy-on-write: "
                    "the real DIR changes only when they are committed"),

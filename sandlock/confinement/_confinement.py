@@ -109,6 +109,20 @@ class Confinement:
                                  "cannot be made here (run `sandlock check`)")
             if isolation is None:
                 _needs_namespaces(policy)
+            if policy.net_private_loopback and isolation is None:
+                raise SetupError("--net-private-loopback needs the sandbox's own user and "
+                                 "network namespaces, which cannot be made here (run "
+                                 "`sandlock check`); it never falls back to the host's loopback")
+            if (policy.chroot or policy.image) and isolation is None:
+                raise SetupError(f"{'--chroot' if policy.chroot else '--image'} needs the "
+                                 "sandbox's own user and mount namespaces, which cannot be "
+                                 "made here (run `sandlock check`)")
+            if isolation is not None:
+                isolation.private_network = policy.net_private_loopback
+                if policy.chroot or policy.image:  # (only runs with another root load it)
+                    from ._newroot import new_root
+
+                    isolation.root = new_root(policy.chroot, policy.image)
             if overlay is not None and isolation is None:
                 raise SetupError("the copy-on-write workspace (--workdir) needs the sandbox's "
                                  "user and mount namespaces, which cannot be made here (run "

@@ -142,7 +142,8 @@ def protected_paths(home: str, env: Mapping[str, str]) -> tuple[str, ...]:
     if os.path.isabs(cargo):
         stores += [os.path.join(cargo, name) for name in ("credentials", "credentials.toml")]
     runtime = {sandlock_runtime_dir(env, home), sandlock_runtime_dir(os.environ, home)}
-    return (*stores, sandlock_ca_dir(env, home), workspace_store(env, home), *sorted(runtime))
+    return (*stores, sandlock_ca_dir(env, home), workspace_store(env, home),
+            image_store(env, home), *sorted(runtime))
 
 
 def sandlock_ca_dir(env: Mapping[str, str], home: str) -> str:
@@ -157,10 +158,20 @@ def workspace_store(env: Mapping[str, str], home: str) -> str:
     """Where copy-on-write workspaces keep what runs wrote (``sandlock.cow``):
     $XDG_STATE_HOME/sandlock/workspaces, default ~/.local/state/...; denied in every
     policy, so a sandbox writes a workspace only through its own overlay."""
+    return os.path.join(_state_home(env, home), "sandlock", "workspaces")
+
+
+def image_store(env: Mapping[str, str], home: str) -> str:
+    """Where unpacked images are kept (``sandlock.image``): beside the workspaces;
+    denied in every policy, so no sandbox changes a root another run will trust."""
+    return os.path.join(_state_home(env, home), "sandlock", "images")
+
+
+def _state_home(env: Mapping[str, str], home: str) -> str:
     state = env.get("XDG_STATE_HOME", "")
     if not os.path.isabs(state):  # the XDG spec says to ignore relative values
         state = os.path.join(home, ".local", "state")
-    return os.path.join(state, "sandlock", "workspaces")
+    return state
 
 
 def sandlock_runtime_dir(env: Mapping[str, str], home: str) -> str:

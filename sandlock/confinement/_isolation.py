@@ -33,6 +33,8 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from ._newroot import NewRoot
+
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
 # Files of /proc that tell the sandbox about the kernel, not about itself: symbol
 # addresses, every key the user holds, memory maps of the kernel; masked by an
@@ -119,6 +121,8 @@ class Isolation:
         # --random-seed: /dev/urandom and /dev/random are a pipe init feeds (its fd), with it.
         self.device_seed: int | None = None
         self.random_fifo = -1
+        self.private_network = False  # --net-private-loopback: a network namespace too
+        self.root: NewRoot | None = None  # --chroot, --image: another root (``_newroot``)
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
@@ -170,9 +174,18 @@ class Isolation:
         an RCU grace period (~3.5 ms), which init's exit would otherwise put between
         the command's end and sandlock's. A named sandbox also gets a UTS namespace
         whose hostname is its name (the keeper holds the capability to set it); with
-        --time-start, a time namespace too, its monotonic clocks starting at 0."""
+        --time-start, a time namespace too, its monotonic clocks starting at 0; with
+        --net-private-loopback, a network namespace whose `lo` is up."""
         named = mounts.CLONE_NEWUTS if self.hostname is not None else 0
-        mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS | named)
+        if self.private_network:
+            from ..kernel import netns
+
+            # The keeper enters it too (it never uses the network); init and the command
+            # find `lo` up. The user namespace owns it: the host's interfaces stay out.
+            mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS | named | netns.CLONE_NEWNET)
+            netns.bring_loopback_up()
+        else:
+            mounts.enter_namespaces(mounts.CLONE_NEWPID | mounts.CLONE_NEWNS | named)
         if self.hostname is not None:
             mounts.set_hostname(self.hostname)
         if self.clocks_from_zero:
@@ -190,6 +203,8 @@ class Isolation:
         Returns an O_PATH descriptor on the host's /proc (close-on-exec), where "self"
         is a process's pid as seen from outside."""
         host_proc = os.open("/proc", _O_DIRECTORY_PATH)
+        if self.root is not None:  # first: before a mask could cover its path
+            self.root.take()
         if self.overlay is not None:  # first: a workspace under /tmp is bound back below
             self.layer_fd = self.overlay.mount()
         # Detached copies of what goes back in, taken while it is still in view.
@@ -229,6 +244,8 @@ class Isolation:
                 add_rule(path, access)
             except FileNotFoundError:
                 pass  # not in the new tree: nothing to grant
+        if self.root is not None:  # last: it needs the namespace's /proc and /dev
+            self.root.enter(add_rule)
         return host_proc
 
     def _mount_scratch(self) -> None:

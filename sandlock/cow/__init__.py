@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._commit import CommitReport, commit
     from ._copy import copy_tree
     from ._patch import print_patch
+    from ._tree import remove_tree
     from ._store import CONFLICTS, INTERRUPTED, KEPT, RUNNING, Workspace, WorkspaceError
 
 _EXPORTS = {
@@ -50,6 +51,7 @@ _EXPORTS = {
     "commit": "_commit",
     "copy_tree": "_copy",
     "print_patch": "_patch",
+    "remove_tree": "_tree",
     "CONFLICTS": "_store",
     "INTERRUPTED": "_store",
     "KEPT": "_store",

@@ -14,6 +14,7 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from . import _netns as netns
     from . import _landlock as landlock, _mounts as mounts, _ptrace as ptrace, _seccomp as seccomp
     from . import _tasks as tasks
     from ._bpf import returns as filter_actions
@@ -91,6 +92,7 @@ _EXPORTS = {
     "filter_actions": "_bpf:returns",
     "landlock": "_landlock:",
     "mounts": "_mounts:",
+    "netns": "_netns:",
     "ptrace": "_ptrace:",
     "tasks": "_tasks:",
     "read_string": "_remote",

@@ -117,7 +117,8 @@ class Network(Services):
         self._nesting: NestingService | None = None  # runs inside register there (_nesting)
         self._sink: UdpSink | None | bool = None  # where denied UDP connects go (_udpsink)
         context = RunContext(rules, self.pins, self._listeners,
-                             ipc_scoped=not protection_disabled(policy, ABSTRACT_UNIX_SOCKET_SCOPE))
+                             ipc_scoped=not protection_disabled(policy, ABSTRACT_UNIX_SOCKET_SCOPE),
+                             private_loopback=policy.net_private_loopback)
         self._supervisor = Supervisor(native_arch(), context, self.audit, self, review,
                                       PortMap() if policy.port_remap else None)
 

@@ -80,6 +80,7 @@ class RunContext:
     pins: PinTable
     listeners: OwnListeners
     ipc_scoped: bool  # abstract unix sockets outside the sandbox are off limits
+    private_loopback: bool = False  # --net-private-loopback: loopback is the sandbox's own
     own_sockets: SandboxSockets = field(factory=SandboxSockets)
     inet_decisions: InetDecisions = field(factory=InetDecisions, compare=False, repr=False)
 
@@ -167,6 +168,8 @@ def judge_listen(sock: Socket, local: SockAddress, ctx: RunContext) -> Decision:
     """listen(): TCP servers need --net-allow-bind; unix and others are not governed."""
     if not isinstance(local, InetAddress) or sock.transport != "tcp":
         return Decision(True, local, _ALLOWED_UNGOVERNED, "")
+    if ctx.private_loopback:  # (performed only on a socket of the sandbox's namespace)
+        return Decision(True, local, PRIVATE_LOOPBACK, "tcp")
     endpoint = Endpoint("tcp", canonical_address(local.address), local.port)
     verdict = ctx.policy.listen(endpoint)
     return Decision(verdict.allowed, local, verdict, "tcp")
@@ -175,11 +178,17 @@ def judge_listen(sock: Socket, local: SockAddress, ctx: RunContext) -> Decision:
 def _judge_inet(protocol: str, address: InetAddress, ctx: RunContext, binding: bool) -> Decision:
     endpoint = Endpoint(protocol, canonical_address(address.address), address.port)
     if binding:
+        if ctx.private_loopback:  # (performed only on a socket of the sandbox's namespace)
+            return Decision(True, address, PRIVATE_LOOPBACK, protocol)
         verdict = ctx.policy.bind(endpoint)
         return Decision(verdict.allowed, address, verdict, protocol)
-    if ctx.listeners.own(address):
+    own = ctx.listeners.own(address)
+    if own and not (ctx.private_loopback and endpoint.address.is_loopback):
         return Decision(False, None, OWN_SERVICE, protocol)
     verdict = ctx.policy.connect(endpoint, ctx.pins)
+    if ctx.private_loopback and endpoint.address.is_loopback and (own or not verdict.allowed):
+        # Not a destination of the host's the rules allow: the sandbox's own loopback.
+        return Decision(True, address, PRIVATE_LOOPBACK, protocol)
     # A DNS redirect leaves target None: the responder's address is filled in by the
     # supervisor, which starts the responder on first use.
     if verdict.redirect_dns:
@@ -243,6 +252,12 @@ ABSTRACT_SCOPE = "abstract-unix"
 NESTING_NAME = b"sandlock-nesting"
 TO_NESTING = Verdict(True, "sandlock's nesting service")
 
+
+# --net-private-loopback: loopback in the sandbox's own network namespace, where
+# nothing but the sandbox lives (binds, listens, and the loopback destinations the
+# rules do not give to the host's). Performed on the command's socket only if that
+# socket is of that namespace (``_privatenet``).
+PRIVATE_LOOPBACK = Verdict(True, "the sandbox's private loopback")
 
 # A socket the sandbox bound itself (``SandboxSockets``): its own IPC.
 OWN_SOCKET = Verdict(True, "bound inside the sandbox")

@@ -66,6 +66,7 @@ from ._verdicts import Verdicts
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ._portmap import PortMap
+    from ._privatenet import PrivateNetwork
     from ._review import NetworkCall
 
 # Performed on the confined worker, a thread with the command's Landlock domain and
@@ -96,6 +97,11 @@ class Supervisor:
         self.nests: Nests | None = None  # set once a nested sandbox has network rules
         self.listening = SandboxListeners()  # the TCP ports the sandbox listens on
         self._verdicts = Verdicts(context, services, audit, self.listening, review, ports)
+        self._private: PrivateNetwork | None = None  # --net-private-loopback
+        if context.private_loopback:
+            from ._privatenet import PrivateNetwork
+
+            self._private = PrivateNetwork()
 
     def handle(self, listener: Listener, notification: Notification) -> None:
         """Answer one network call (read by the run's loop, ``process._supervision``)."""
@@ -248,11 +254,16 @@ class Supervisor:
             decision = self._verdicts.decide(request, request.address, binding=syscall == "bind")
         if not decision.allowed:
             return -1, decision.error
-        if decision.parked:  # a denied UDP connect: to the sink, said at its first datagram
-            return self._services.park(request, decision, self._verdicts.record)
+        if syscall == "connect" and self._private is not None and request.socket.transport:
+            return self._private.connect(self._listener, request, decision,
+                                         lambda moved: self._connect(moved, decision))
+        if syscall != "connect" and self._private is not None:
+            refused = self._private.performs_locally(decision, request.socket)
+            if refused is not None:
+                return refused
         if syscall == "listen":
             outcome = execute.listen(request.socket, request.flags)
-            if not outcome[1] and decision.protocol == "tcp":
+            if not outcome[1] and decision.protocol == "tcp" and self._private is None:
                 self.listening.add(request.socket)  # reachable from inside, on loopback
             return outcome
         if syscall == "bind":
@@ -266,6 +277,11 @@ class Supervisor:
                     and isinstance(decision.target, InetAddress):
                 return self.ports.bind(request.socket, decision.target)
             return execute.bind(request.socket, decision.target)
+        return self._connect(request, decision)
+
+    def _connect(self, request: Request, decision: Decision) -> Outcome | Deferred:
+        if decision.parked:  # a denied UDP connect: to the sink, said at its first datagram
+            return self._services.park(request, decision, self._verdicts.record)
         target = self._target(request, decision)
         if target is None:
             return -1, errno.ECONNREFUSED
@@ -344,7 +360,11 @@ class Supervisor:
         sent = 0
         for index, message in enumerate(request.messages):
             decision = self._verdicts.message(request, message)
-            outcome = self._send_one(request, message, decision)
+            if self._private is not None and request.socket.transport and message.destination:
+                outcome = self._private.send(self._listener, request, decision, lambda moved: (
+                    self._send_one(moved, message, decision)))
+            else:
+                outcome = self._send_one(request, message, decision)
             if callable(outcome):  # the rest of this message waits on a worker
                 waiting = request.replace(messages=())  # (it keeps no copy: _payload)
                 return lambda gone: self._sent(waiting, index, outcome(gone), late=True)

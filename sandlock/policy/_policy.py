@@ -118,6 +118,10 @@ class Policy:
     resolve: tuple[str, ...] = _flag("--resolve", "network.resolve", default=())
     dns_allow_private: bool = _flag("--dns-allow-private", "network.dns_allow_private",
                                     default=False)
+    # zkit's private network: a network namespace of the sandbox's own, only `lo` in it
+    # (docs/usage.md "A private loopback").
+    net_private_loopback: bool = _flag("--net-private-loopback", "network.private_loopback",
+                                       default=False)
     # HTTP: rules as written (validated here, compiled by the proxy), the ports they
     # govern, and how HTTPS is handled (see docs/http.md).
     http_allow: tuple[str, ...] = _flag("--http-allow", "http.allow", default=())
@@ -173,6 +177,10 @@ class Policy:
     random_seed: int | None = _flag("--random-seed", "determinism.random_seed", default=None)
     deterministic_dirs: bool = _flag("--deterministic-dirs", "determinism.deterministic_dirs",
                                      default=False)
+    # Another root for the command (docs/usage.md "Another root"): a directory
+    # (upstream's chroot) or an OCI image, unpacked into sandlock's per-user store.
+    chroot: str | None = _flag("--chroot", "filesystem.chroot", path=True, default=None)
+    image: str | None = _flag("--image", "filesystem.image", default=None)
 
     __dataclass_fields__ = DataclassView()  # dataclasses.fields/replace/asdict, on demand
 
@@ -204,6 +212,7 @@ class Policy:
             raise PolicyError("num_cpus", f"{self.num_cpus} CPUs cannot be shown when --cpu-cores "
                               f"gives {len(self.cpu_cores)}: the sandbox's are the first "
                               "--num-cpus of them")
+        self._check_root()
         self._check_workspace()
         if self.max_memory_mode != "kill" and self.max_memory is None:
             raise PolicyError("max_memory_mode", "--max-memory-mode refuse is about the memory "
@@ -225,13 +234,26 @@ class Policy:
         if self.mode == "full-access":
             given = [flag_of(name) for name in ("fs_readable", "fs_writable", "fs_denied",
                                                 "net_deny", "net_deny_bind", "port_remap",
-                                                "workdir") if getattr(self, name)]
+                                                "workdir", "net_private_loopback", "chroot", "image")
+                     if getattr(self, name)]
             # (made in the sandbox's namespaces, which an unconfined run has not)
             given += [flag_of(name) for name in ("time_start", "random_seed", "num_cpus")
                       if getattr(self, name) is not None]
             if given:
                 raise PolicyError("mode", f"full-access confines nothing: {', '.join(given)} "
                                   "would mean nothing with it")
+
+    def _check_root(self) -> None:
+        root = "chroot" if self.chroot else "image" if self.image else None
+        if root is None:
+            return
+        if self.chroot and self.image:
+            raise PolicyError("image", "--image and --chroot each give the command its "
+                              "root: choose one")
+        for other in ("cwd", "workdir"):
+            if getattr(self, other) is not None:
+                raise PolicyError(other, f"{flag_of(other)} names a directory of the host, "
+                                  f"which {flag_of(root)}'s root does not show")
 
     def _check_workspace(self) -> None:
         if self.workdir is None:
@@ -427,6 +449,7 @@ _CHECKS = {
     "dns_servers": check.specs("read_dns_server"),
     "resolve": check.specs("read_resolve"),
     "dns_allow_private": check.boolean,
+    "net_private_loopback": check.boolean,
     "http_allow": check.http_rules,
     "http_deny": check.http_rules,
     "http_ports": check.ports,
@@ -460,6 +483,8 @@ _CHECKS = {
     "time_start": _determinism_check("time_start"),
     "random_seed": _determinism_check("random_seed"),
     "deterministic_dirs": check.boolean,
+    "chroot": check.directory,
+    "image": check.image_reference,
 }
 
 

@@ -390,3 +390,18 @@ def _shown(value: object) -> str:
     from .._grammar import shown  # (errors only)
 
     return shown(value)
+
+
+def image_reference(name: str, value: object) -> str | None:
+    """--image: a local OCI layout or `docker save` tarball (checked by ``sandlock.image``,
+    loaded only by policies that name one)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise PolicyError(name, f"expected an image reference, got {_shown(value)}")
+    from ..image import ImageError, locate
+
+    try:
+        return locate(value).reference
+    except ImageError as exc:
+        raise PolicyError(name, str(exc)) from None

@@ -22,6 +22,7 @@ import ctypes
 import os
 import select
 
+from .._record import replace
 from ..confinement import RESERVED_PIDS, Isolation
 from ..kernel import PR_SET_PDEATHSIG, prctl
 from . import _child, _reports
@@ -44,6 +45,8 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
         except OSError as exc:
             raise OSError(exc.errno, f"cannot make the sandbox's mounts ({exc.strerror}); --allow-"
                                      "degraded NAMESPACES (or --best-effort) runs without them") from None
+        if isolation.root is not None:  # (chroot: the command starts inside it)
+            spec = replace(spec, cwd=isolation.root.cwd)
         command_pid = os.fork()
         if command_pid == 0:
             host_pid = int(os.readlink("self", dir_fd=host_proc))  # our pid outside

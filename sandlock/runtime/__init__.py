@@ -13,12 +13,13 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ._context import Context
-    from ._events import Event
+    from ._events import Event, observing
     from ._runtime import RuntimePolicy
 
 _EXPORTS = {
     "Context": "_context",
     "Event": "_events",
+    "observing": "_events",
     "RuntimePolicy": "_runtime",
 }
 

@@ -62,4 +62,6 @@ def _fields(event: Event) -> dict[str, object]:
             fields[name] = value
     if event.argv is not None:
         fields["argv"] = list(event.argv)
+    if event.flags is not None:
+        fields["flags"] = event.flags
     return fields

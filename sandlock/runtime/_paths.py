@@ -25,6 +25,7 @@ PATH_MAX = 4096
 _O_PATH = os.O_PATH | os.O_CLOEXEC
 _OPEN_HOW_SIZE = 24
 _MAX_DEPTH = 4096
+_CREAT_FLAGS = os.O_CREAT | os.O_WRONLY | os.O_TRUNC  # creat(2)
 
 
 @record
@@ -34,6 +35,7 @@ class PathCall:
 
     dirfd: int
     path: bytes
+    flags: int = 0  # the open's O_* flags (for file events)
 
     def absolute(self, tid: int) -> str:
         """The path as thread ``tid``'s root sees it, a relative one joined (not
@@ -50,12 +52,14 @@ class PathCall:
 def read_open(tid: int, syscall: str, args: tuple[int, ...]) -> PathCall:
     """Materialize open/openat/openat2/creat's path (OSError if unreadable)."""
     if syscall in ("openat", "openat2"):
-        dirfd, address = signed_int(args[0]), args[1]
+        dirfd, address, flags = signed_int(args[0]), args[1], args[2] & 0xFFFFFFFF
         if syscall == "openat2":
-            read_memory(tid, args[2], min(args[3], _OPEN_HOW_SIZE))  # EFAULT as the kernel
+            how = read_memory(tid, args[2], min(args[3], _OPEN_HOW_SIZE))  # EFAULT as the kernel
+            flags = int.from_bytes(how[:8], "little")
     else:
         dirfd, address = AT_FDCWD, args[0]
-    return PathCall(dirfd, read_string(tid, address, PATH_MAX))
+        flags = _CREAT_FLAGS if syscall == "creat" else args[1] & 0xFFFFFFFF
+    return PathCall(dirfd, read_string(tid, address, PATH_MAX), flags)
 
 
 class DeniedPaths:

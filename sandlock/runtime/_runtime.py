@@ -23,7 +23,7 @@ import time
 from ..kernel import Gone, ptrace, tasks
 from ._callback import Callback
 from ._context import Context
-from ._events import NETWORK, PROCESS, Answer, Event
+from ._events import FILE, NETWORK, PROCESS, Answer, Event
 from ._exec import absent, read_exec
 from ._exits import ExitWatch
 from ._freezer import ExecHold, Unfreezable
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .._auditlog import AuditLog
     from ..kernel import Listener, Notification
     from ..net import NetworkCall
+    from ._files import FileEvents
 
 _CREATION_OPTIONS = ptrace.O_TRACEFORK | ptrace.O_TRACEVFORK | ptrace.O_TRACECLONE
 _CREATION_SECONDS = 1.0  # a fork copies the caller's page tables: ~200 ms for 20 GB
@@ -64,6 +65,11 @@ class RuntimePolicy:
         self._exits = ExitWatch(self._exited)
         self._owners = Owners()  # the network calls' threads -> their processes
         self._said: set[str] = set()
+        self._files: FileEvents | None = None  # only when asked: each open is held for it
+        if FILE in getattr(fn, "events", ()):
+            from ._files import FileEvents
+
+            self._files = FileEvents(self._callback)
 
     @property
     def numbers(self) -> CallNumbers:
@@ -171,7 +177,7 @@ class RuntimePolicy:
     def open(self, listener: Listener, notification: Notification) -> None:
         """Until deny_path is used, an open goes on at once (nothing is read); then
         each is checked by the tracer with the sandbox held."""
-        if not self.rules.denied:
+        if not self.rules.denied and self._files is None:
             listener.proceed(notification.id)
             return
         self._tracer.submit(lambda: self._check_open(listener, notification), notification.pid)
@@ -184,10 +190,15 @@ class RuntimePolicy:
         hold.hold(None)
         call = read_open(notification.pid, syscall, notification.args)
         listener.check_valid(notification.id)
-        if self.rules.denied.denies(notification.pid, call):
+        if self.rules.denied and self.rules.denied.denies(notification.pid, call):
             self._refuse_path(listener, notification, syscall, os.fsdecode(call.path))
-        else:
-            hold.finish(lambda: listener.proceed(notification.id))
+            return
+        if self._files is not None:  # (asked with everyone held: see _files)
+            answer = self._files.answer(notification.pid, pid, parent, syscall, call)
+            if answer.error:
+                listener.reply(notification.id, error=answer.error)
+                return
+        hold.finish(lambda: listener.proceed(notification.id))
 
     def _held_check(self, listener: Listener, notification: Notification, what: str,
                     everyone: bool, judge: Callable[..., bool | None]) -> None:
@@ -297,6 +308,8 @@ class RuntimePolicy:
 
     def _exited(self, pid: int, parent: int) -> None:
         self.rules.forget(pid)
+        if self._files is not None:
+            self._files.forget(pid)
         self._callback.ask(Event("exit", PROCESS, pid, parent))
 
     def _refuse_on_error(self, listener: Listener, notification: Notification, what: str,
