@@ -10,6 +10,7 @@ from .._record import DataclassView, record
 from ..confinement import Confinement
 from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
 from ..policy import Policy
+from ._resources import kernel_limits, open_audit, start_http, start_workspace
 from ..process import (ChildSpec, Foreground, SandboxedProcess, Supervision, TimeoutExpired, check_argv,
                        check_pass_fds, check_timeout, child_environment, inherited_ignored_signals, spawn)
 
@@ -18,10 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from .._auditlog import AuditLog
-    from ..limits import KernelLimits
-    from ..net import HttpRun
     from ..runtime import Context, Event
-    from ..process import CowRun, WorkspaceOutcome
+    from ..process import WorkspaceOutcome
     from ._call import CallResult
     from ._handles import Clone, LiveProcess
     from ._live import LiveSandbox
@@ -212,7 +211,7 @@ class Sandbox:
         cow = http = None
         try:
             cow = start_workspace(policy, dry_run, audit)
-            http = _start_http(policy, env, cwd, audited=audit is not None)
+            http = start_http(policy, env, cwd, audited=audit is not None)
             # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
             # to --unix-allow, and listening to --net-allow-bind.
             confinement = Confinement.prepare(
@@ -320,44 +319,6 @@ class Sandbox:
         return Stage(self, argv)
 
 
-def start_workspace(policy: Policy, dry_run: bool, audit: AuditLog | None) -> CowRun | None:
-    """The run's copy-on-write workspace, if it has a workdir."""
-    if policy.workdir is None:
-        return None  # sandlock.cow is never imported by other runs
-    from ..process import CowRun
-
-    return CowRun(policy, dry_run=dry_run, audit=audit)
-
-
-def _start_http(policy: Policy, env: dict[str, str], cwd: str, *, audited: bool) -> HttpRun | None:
-    """The proxy for a run with HTTP rules (its trust variables go into ``env``); the
-    credentials' secrets are read here, once, and go to the proxy process only."""
-    secrets = None
-    if policy.credentials:  # (read even if no rule uses them: a missing one is an error)
-        from ..policy import check_sendable, read_secrets
-
-        secrets = read_secrets(policy.credentials)
-        check_sendable(policy.http_auth, secrets)
-    if not policy.has_http_rules:
-        return None  # the proxy package is never imported by other runs
-    from ..net import HttpRun
-
-    try:
-        http = HttpRun(policy, env, audited=audited, secrets=secrets, cwd=cwd)
-    except OSError as exc:
-        raise SetupError(f"the HTTP proxy could not start: {exc}") from None
-    env.update(http.env_updates)
-    return http
-
-
-def kernel_limits(policy: Policy) -> KernelLimits | None:
-    if not (policy.max_open_files or policy.max_file_size or policy.cpu_cores):
-        return None  # the limits package is not even imported
-    from ..limits import kernel_limits
-
-    return kernel_limits(policy)
-
-
 def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
     """Wait for the command; on timeout kill the tree. True if it timed out."""
     try:
@@ -380,11 +341,3 @@ def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
     if audit is not None and sandbox.policy.max_output is None:  # else: Capture.drop_notices
         process.on_exit(audit.close)
     return process
-
-
-def open_audit(path: str | None) -> AuditLog | None:
-    if path is None:
-        return None  # not even imported
-    from .._auditlog import AuditLog
-
-    return AuditLog(path)

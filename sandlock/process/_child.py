@@ -67,6 +67,9 @@ class ChildSpec:
     # In the sandbox's namespaces: init's end of the channel on which sandlock asks its
     # binder for the command's pathname binds (netcall._binder).
     binder_fd: int = -1
+    # Sandbox.create: the read end of a pipe the command waits on, confined and with
+    # its pid known, until sandlock writes "g" (Sandbox.start); EOF: it never runs.
+    gate: int = -1
 
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
@@ -111,6 +114,8 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
             _hand_over(listener, spec.handoff, host_pid or os.getpid(), (proc, layer, *scratch))
         if spec.limits:
             spec.limits.apply_rlimits()
+        if spec.gate >= 0 and os.read(spec.gate, 1) != b"g":
+            os._exit(EXIT_SETUP)  # created, never started: nothing of it runs
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
         report_setup_error(error_fd, exc)
         os._exit(EXIT_SETUP)
