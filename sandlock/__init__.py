@@ -15,7 +15,8 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
     from .policy import Policy
-    from .api import CallError, CallResult, Pipeline, PipelineResult, Result, Sandbox, Stage, confine
+    from .api import (CallError, CallResult, Pipeline, PipelineResult, Process, Result, Sandbox,
+                      Stage, StdioMode, confine)
     from .process import SandboxedProcess, TimeoutExpired
     from .runtime import Context, Event
 
@@ -30,10 +31,12 @@ _EXPORTS = {
     "Policy": "policy",
     "Pipeline": "api",
     "PipelineResult": "api",
+    "Process": "api",
     "Result": "api",
     "Sandbox": "api",
     "SandboxedProcess": "process",
     "Stage": "api",
+    "StdioMode": "api",
     "TimeoutExpired": "process",
     # Its own module, not "api": the names of one module are resolved together, and
     # `from sandlock import Sandbox` must not load what confine() alone needs.
@@ -49,12 +52,14 @@ __all__ = [
     "PipelineResult",
     "Policy",
     "PolicyError",
+    "Process",
     "Result",
     "Sandbox",
     "SandboxedProcess",
     "SandlockError",
     "SetupError",
     "Stage",
+    "StdioMode",
     "TimeoutExpired",
     "confine",
 ]

@@ -128,8 +128,8 @@ print(sorted(sandlock.__all__))
 """ % (LAYERS,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(sorted([
-        "CallError", "CallResult", "Context", "Event", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Result",
-        "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "TimeoutExpired",
+        "CallError", "CallResult", "Context", "Event", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Process", "Result",
+        "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "StdioMode", "TimeoutExpired",
         "confine"]))
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ._call import CallError, CallResult
     from ._confine_self import confine
     from ._pipeline import Pipeline, PipelineResult, Stage
+    from ._popen import Process, StdioMode
     from ._sandbox import Result, Sandbox
 
 # name -> the private module defining it; each module is imported on first use, so
@@ -25,6 +26,8 @@ _EXPORTS = {
     "confine": "_confine_self",
     "Pipeline": "_pipeline",
     "PipelineResult": "_pipeline",
+    "Process": "_popen",
+    "StdioMode": "_popen",
     "Result": "_sandbox",
     "Sandbox": "_sandbox",
     "Stage": "_pipeline",

@@ -12,14 +12,16 @@ if TYPE_CHECKING:
     from .._auditlog import AuditLog
     from ..limits import KernelLimits
     from ..net import HttpRun
-    from ..process import CowRun
+    from ..process import CowRun, SandboxedProcess
+    from ._sandbox import Sandbox
 
 
 def start_workspace(policy: Policy, dry_run: bool, audit: AuditLog | None) -> CowRun | None:
     """The run's copy-on-write workspace, if it has a workdir."""
     if policy.workdir is None:
         return None  # sandlock.cow is never imported by other runs
-    from ..process import CowRun
+    from ..process import CowRun, SandboxedProcess
+    from ._sandbox import Sandbox
 
     return CowRun(policy, dry_run=dry_run, audit=audit)
 
@@ -59,3 +61,17 @@ def open_audit(path: str | None) -> AuditLog | None:
     from .._auditlog import AuditLog
 
     return AuditLog(path)
+
+
+def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
+                  audit: AuditLog | None) -> SandboxedProcess:
+    """The hooks every started process has: its audit log, a file size limit's notice."""
+    process.audit = audit
+    limit = sandbox.policy.max_file_size
+    if limit is not None:
+        from ._runevents import file_size_exceeded
+
+        process.on_exit(lambda: file_size_exceeded(process, limit))
+    if audit is not None and sandbox.policy.max_output is None:  # else: Capture.drop_notices
+        process.on_exit(audit.close)
+    return process

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _weakref
 import os
 import sys
 
@@ -10,7 +11,7 @@ from .._record import DataclassView, record
 from ..confinement import Confinement
 from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
 from ..policy import Policy
-from ._resources import kernel_limits, open_audit, start_http, start_workspace
+from ._resources import finish_launch, kernel_limits, open_audit, start_http, start_workspace
 from ..process import (ChildSpec, Foreground, SandboxedProcess, Supervision, TimeoutExpired, check_argv,
                        check_pass_fds, check_timeout, child_environment, inherited_ignored_signals, spawn)
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from ._live import LiveSandbox
     from ._nested import NestedSandbox
     from ._pipeline import Stage
+    from ._popen import Process
 
 
 @record
@@ -90,6 +92,7 @@ class Sandbox:
         self.audit, self.quiet = audit, quiet
         self.warnings: list[str] = []
         self._live: LiveSandbox | None = None
+        self._own: Callable[[], Process | None] = _nothing  # (a weak reference) popen's, create's
         # After a block with a workdir: what became of its copy-on-write workspace.
         self.workspace: WorkspaceOutcome | None = None
 
@@ -154,16 +157,59 @@ class Sandbox:
                                f"`with Sandbox(policy) as sb: sb.{method}(...)`")
         return self._live
 
-    def start(self, argv: Sequence[str], *, stdin: int | None = None, stdout: int | None = None,
-              stderr: int | None = None, foreground: bool = False, pass_fds: Sequence[int] = (),
-              dry_run: bool = False) -> SandboxedProcess:
-        """Start ``argv`` confined; stdio are file descriptors (None: inherit).
+    def popen(self, argv: Sequence[str], *, stdin: object = None, stdout: object = None,
+              stderr: object = None, pass_fds: Sequence[int] = ()) -> Process:
+        """Start ``argv`` confined, each stdio a ``StdioMode`` (PIPED: a pipe the
+        returned ``Process`` owns; NULL; INHERIT) or a descriptor (docs/api.md, "popen")."""
+        return self._own_process("popen", argv, (stdin, stdout, stderr), pass_fds, False)
+
+    def create(self, argv: Sequence[str], *, stdin: object = None, stdout: object = None,
+               stderr: object = None, pass_fds: Sequence[int] = ()) -> Process:
+        """``popen``, parked: the command is confined and its pid known, and it waits
+        for ``start()`` to exec (killed, it never ran)."""
+        return self._own_process("create", argv, (stdin, stdout, stderr), pass_fds, True)
+
+    def _own_process(self, method: str, argv: Sequence[str], stdio: tuple[object, ...],
+                     pass_fds: Sequence[int], parked: bool) -> Process:
+        if self._live is not None:
+            raise RuntimeError(f"{method}() starts a sandbox of its own: in a running one, "
+                               f"use exec()")
+        if (own := self._own()) is not None and own.is_running:
+            raise RuntimeError(f"{method}(): this sandbox already runs {own.args[0]!r}: wait()")
+        from ._popen import popen
+
+        process = popen(self, argv, stdio, pass_fds, parked=parked)  # type: ignore[arg-type]
+        self._own = _weakref.ref(process)
+        return process
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the command ``popen``/``create`` started, while it runs."""
+        own = self._own()
+        return own.pid if own is not None and own.is_running else None
+
+    @property
+    def is_running(self) -> bool:
+        """A block's sandbox, or the command ``popen``/``create`` started, runs."""
+        own = self._own()
+        return self._live is not None or (own is not None and own.is_running)
+
+    def start(self, argv: Sequence[str] | None = None, *, stdin: int | None = None,
+              stdout: int | None = None, stderr: int | None = None, foreground: bool = False,
+              pass_fds: Sequence[int] = (), dry_run: bool = False) -> SandboxedProcess | Process:
+        """Start ``argv`` confined; stdio are file descriptors (None: inherit). Without
+        ``argv``: let the command ``create`` parked exec, and return its Process.
 
         The command inherits no other descriptor of this process but ``pass_fds``
         (under the same numbers). With ``foreground`` and a terminal, the command
         becomes the terminal's foreground job for as long as it runs (what the CLI does).
         ``dry_run``: see ``dry_run()``; the process's ``workspace`` says what it changed.
         """
+        if argv is None:
+            if (own := self._own()) is None or own._process._parked is None:
+                raise RuntimeError("start(): the sandbox has not been created (create(argv) first)")
+            own.start()
+            return own
         return self._launch(check_argv(argv), None, (stdin, stdout, stderr),
                             check_pass_fds(pass_fds), foreground, dry_run=dry_run)
 
@@ -182,10 +228,14 @@ class Sandbox:
     def _launch(self, argv: list[str], function: Callable[[int], int] | None,
                 stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
                 foreground: bool = False, resident: bool = False, *,
-                dry_run: bool = False) -> SandboxedProcess:
+                dry_run: bool = False, parked: bool = False,
+                pausable: bool = False) -> SandboxedProcess:
         """Start ``argv``, or run ``function`` instead of exec (``argv`` names it);
         ``resident``: the function is a long-lived sandbox's resident process;
-        ``dry_run``: the workspace's changes are listed and discarded."""
+        ``dry_run``: the workspace's changes are listed and discarded; ``parked``: the
+        command waits, confined, for ``release()`` before its exec (``create``);
+        ``pausable``: its processes can be stopped and continued (``popen``)."""
+        pausable = pausable or resident
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
                               "--dangerously-allow-full-access as well")
@@ -193,6 +243,9 @@ class Sandbox:
             from ._enclosed import enclosed, launch_enclosed
 
             if enclosed():  # sandlock itself in a sandbox: no namespaces, no listener
+                if parked:
+                    raise SetupError("create() parks the command under sandlock's own "
+                                     "supervisor, which sandlock cannot make inside a sandbox")
                 if self.policy_fn is not None:
                     raise SetupError("policy_fn needs a supervisor, which sandlock cannot "
                                      "make inside a sandbox")
@@ -240,9 +293,10 @@ class Sandbox:
             no_terminal=counted,
         )
         supervision = Supervision(policy, confinement, audit, self.quiet, http,
-                                  pausable=resident, policy_fn=self.policy_fn)
+                                  pausable=pausable, policy_fn=self.policy_fn)
         try:
-            process = spawn(supervision.prepared(spec), terminal, supervision.take_listener)
+            process = spawn(supervision.prepared(spec), terminal, supervision.take_listener,
+                            parked=parked)
         except BaseException:
             supervision.close()
             for resource in (cow, audit):
@@ -252,7 +306,7 @@ class Sandbox:
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
             supervision.launched()  # (its end of the binder's channel: init's now)
-        process.pauser = supervision.watches if resident else None
+        process.pauser = supervision.watches if pausable else None
         process.nest_network = supervision.nest_network if resident else None
         process.readable = http.readable_paths if http else ()  # (its CA bundle)
         process.on_exit(supervision.close)
@@ -329,15 +383,5 @@ def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
         return True
 
 
-def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
-                  audit: AuditLog | None) -> SandboxedProcess:
-    """The hooks every started process has: its audit log, a file size limit's notice."""
-    process.audit = audit
-    limit = sandbox.policy.max_file_size
-    if limit is not None:
-        from ._runevents import file_size_exceeded
-
-        process.on_exit(lambda: file_size_exceeded(process, limit))
-    if audit is not None and sandbox.policy.max_output is None:  # else: Capture.drop_notices
-        process.on_exit(audit.close)
-    return process
+def _nothing() -> None:
+    """``Sandbox._own`` before popen or create: a weak reference to nothing."""
