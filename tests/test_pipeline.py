@@ -319,3 +319,22 @@ def test_a_pipeline_as_an_ordinary_user(as_nobody, world_tmp):
     assert seen["out"] == "ID,NAME\n1,ALICE\n"
     assert seen["codes"] == [0, 1] and "Permission denied" in seen["err"][1]
     assert seen["uid"] == (65534 if os.getuid() == 0 else os.getuid())
+
+
+# --- the last stage's output to a descriptor ---------------------------------------------
+
+
+def test_run_stdout_sends_the_last_stages_output_to_a_descriptor(tmp_path):
+    out = tmp_path / "output.txt"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        result = (Sandbox().cmd(["echo", "to fd"]) | Sandbox().cmd(["cat"])).run(stdout=fd)
+    finally:
+        os.close(fd)
+    assert result.success and result.stdout == b""
+    assert out.read_text() == "to fd\n"
+    with open(out, "wb") as file:  # a file object, likewise
+        (Sandbox().cmd(["echo", "again"]) | Sandbox().cmd(["tr", "a-z", "A-Z"])).run(stdout=file)
+    assert out.read_text() == "AGAIN\n"
+    with pytest.raises(TypeError, match="stdout"):
+        (Sandbox().cmd(["true"]) | Sandbox().cmd(["true"])).run(stdout="out.txt")

@@ -68,19 +68,23 @@ class Pipeline:
         stages = _stages_of(other)
         return NotImplemented if stages is None else Pipeline((*self.stages, *stages))
 
-    def run(self, timeout: float | None = None, *, input: bytes | None = None) -> PipelineResult:
+    def run(self, timeout: float | None = None, *, input: bytes | None = None,
+            stdout: object = None) -> PipelineResult:
         """Run every stage to completion and return a ``PipelineResult``.
 
         ``timeout`` applies to each stage (default: its own policy's); a stage still
         running when it expires is killed with everything it started (exit 124).
         ``input`` is fed to the first stage's stdin (None: it inherits sandlock's).
+        ``stdout``: a descriptor or file the last stage writes to instead of being
+        captured (``result.stdout`` is then empty).
         """
         timeout = _check_timeout(timeout)
         input = _check_input(input)
+        output = _check_output(stdout)
         with ExitStack() as cleanup:
             captures = [cleanup.enter_context(_capture(stage, input if index == 0 else None))
                         for index, stage in enumerate(self.stages)]
-            processes = _start_all(self.stages, captures)
+            processes = _start_all(self.stages, captures, output)
             try:
                 killed = _wait_all(processes, _time_limits(self.stages, timeout))
             except BaseException:  # (Ctrl-C) the captures' threads would wait for EOF forever
@@ -152,7 +156,16 @@ def _capture(stage: Stage, input: bytes | None) -> Capture:
     return Capture(input, True, limit=stage.sandbox.policy.max_output)
 
 
-def _start_all(stages: Sequence[Stage], captures: Sequence[Capture]) -> list[SandboxedProcess]:
+def _check_output(stdout: object) -> int | None:
+    """The descriptor ``stdout`` names: an int, or a file object's."""
+    fd = stdout.fileno() if hasattr(stdout, "fileno") else stdout
+    if fd is None or (isinstance(fd, int) and not isinstance(fd, bool) and fd >= 0):
+        return fd
+    raise TypeError(f"stdout: expected a file or a descriptor, got {type(stdout).__name__}")
+
+
+def _start_all(stages: Sequence[Stage], captures: Sequence[Capture],
+               output: int | None = None) -> list[SandboxedProcess]:
     """Start the stages in order, each reading the pipe the one before writes. If one
     cannot start, those already running are killed and the error raised."""
     processes: list[SandboxedProcess] = []
@@ -166,6 +179,8 @@ def _start_all(stages: Sequence[Stage], captures: Sequence[Capture]) -> list[San
             if index < len(stages) - 1:
                 downstream = os.pipe()
                 stdio["stdout"] = downstream[1]
+            elif output is not None:
+                stdio["stdout"] = output  # (the capture's stdout pipe then reads EOF)
             processes.append(stage.sandbox.start(list(stage.argv), **stdio))
             capture.start()
             # Only the stages hold these now: sandlock's copies would keep a reader

@@ -75,7 +75,8 @@ class Process:
         stdout and stderr before (a full pipe stops a writer, as with subprocess)."""
         if self._result is not None:
             return self._result
-        timeout = None if timeout is None else check_timeout(timeout)
+        if timeout is not None and timeout != 0:  # (0: now, as subprocess's wait)
+            timeout = check_timeout(timeout)
         _close_quietly(self.stdin)
         if self._process._parked is not None:
             self._process.release()  # (a created command waited for: it is started)
