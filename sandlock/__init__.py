@@ -15,8 +15,9 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
     from .policy import Policy
-    from .api import (CallError, CallResult, Pipeline, PipelineResult, Process, Result, Sandbox,
-                      Stage, StdioMode, confine)
+    from .api._inputs import inputs
+    from .api import (CallError, CallResult, Gather, NamedStage, Pipeline, PipelineResult, Process,
+                      Result, Sandbox, Stage, StdioMode, confine)
     from .process import SandboxedProcess, TimeoutExpired
     from .runtime import Context, Event
 
@@ -25,6 +26,8 @@ _EXPORTS = {
     "CallResult": "api",
     "Context": "runtime",
     "Event": "runtime",
+    "Gather": "api",
+    "NamedStage": "api",
     "PolicyError": "_errors",
     "SandlockError": "_errors",
     "SetupError": "_errors",
@@ -41,6 +44,8 @@ _EXPORTS = {
     # Its own module, not "api": the names of one module are resolved together, and
     # `from sandlock import Sandbox` must not load what confine() alone needs.
     "confine": "api._confine_self:confine",
+    # Its own module too: it runs in a gather's confined consumer, which needs no more.
+    "inputs": "api._inputs:inputs",
 }
 
 __all__ = [
@@ -48,6 +53,8 @@ __all__ = [
     "CallResult",
     "Context",
     "Event",
+    "Gather",
+    "NamedStage",
     "Pipeline",
     "PipelineResult",
     "Policy",
@@ -62,6 +69,7 @@ __all__ = [
     "StdioMode",
     "TimeoutExpired",
     "confine",
+    "inputs",
 ]
 
 

@@ -128,9 +128,9 @@ print(sorted(sandlock.__all__))
 """ % (LAYERS,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(sorted([
-        "CallError", "CallResult", "Context", "Event", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Process", "Result",
+        "CallError", "CallResult", "Context", "Event", "Gather", "NamedStage", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Process", "Result",
         "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "StdioMode", "TimeoutExpired",
-        "confine"]))
+        "confine", "inputs"]))
 
 
 def test_importing_a_package_imports_none_of_its_modules():

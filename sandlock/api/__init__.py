@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._call import CallError, CallResult
     from ._confine_self import confine
-    from ._pipeline import Pipeline, PipelineResult, Stage
+    from ._pipeline import Gather, NamedStage, Pipeline, PipelineResult, Stage
     from ._popen import Process, StdioMode
     from ._sandbox import Result, Sandbox
 
@@ -24,6 +24,8 @@ _EXPORTS = {
     "CallError": "_call",
     "CallResult": "_call",
     "confine": "_confine_self",
+    "Gather": "_pipeline",
+    "NamedStage": "_pipeline",
     "Pipeline": "_pipeline",
     "PipelineResult": "_pipeline",
     "Process": "_popen",

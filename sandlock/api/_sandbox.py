@@ -228,13 +228,14 @@ class Sandbox:
     def _launch(self, argv: list[str], function: Callable[[int], int] | None,
                 stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
                 foreground: bool = False, resident: bool = False, *,
-                dry_run: bool = False, parked: bool = False,
-                pausable: bool = False) -> SandboxedProcess:
+                dry_run: bool = False, parked: bool = False, pausable: bool = False,
+                fd_map: tuple[tuple[int, int], ...] = ()) -> SandboxedProcess:
         """Start ``argv``, or run ``function`` instead of exec (``argv`` names it);
         ``resident``: the function is a long-lived sandbox's resident process;
         ``dry_run``: the workspace's changes are listed and discarded; ``parked``: the
         command waits, confined, for ``release()`` before its exec (``create``);
-        ``pausable``: its processes can be stopped and continued (``popen``)."""
+        ``pausable``: its processes can be stopped and continued (``popen``);
+        ``fd_map``: (target, source) descriptors at other numbers (a gather's sources)."""
         pausable = pausable or resident
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
@@ -243,9 +244,9 @@ class Sandbox:
             from ._enclosed import enclosed, launch_enclosed
 
             if enclosed():  # sandlock itself in a sandbox: no namespaces, no listener
-                if parked:
-                    raise SetupError("create() parks the command under sandlock's own "
-                                     "supervisor, which sandlock cannot make inside a sandbox")
+                if parked or fd_map:
+                    raise SetupError("create() and a gather's consumer need sandlock's own "
+                                     "keeper, which it cannot make inside a sandbox")
                 if self.policy_fn is not None:
                     raise SetupError("policy_fn needs a supervisor, which sandlock cannot "
                                      "make inside a sandbox")
@@ -291,6 +292,7 @@ class Sandbox:
             function=function,
             keep_host_proc=resident,
             no_terminal=counted,
+            fd_map=fd_map,
         )
         supervision = Supervision(policy, confinement, audit, self.quiet, http,
                                   pausable=pausable, policy_fn=self.policy_fn)
