@@ -14,7 +14,7 @@ from ._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
-    from .policy import Policy
+    from .policy import Checkpoint, Policy
     from .api._inputs import inputs
     from .api import (CallError, CallResult, Gather, NamedStage, Pipeline, PipelineResult, Process,
                       Result, Sandbox, Stage, StdioMode, confine)
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "CallError": "api",
     "CallResult": "api",
+    "Checkpoint": "policy",
     "Context": "runtime",
     "Event": "runtime",
     "Gather": "api",
@@ -51,6 +52,7 @@ _EXPORTS = {
 __all__ = [
     "CallError",
     "CallResult",
+    "Checkpoint",
     "Context",
     "Event",
     "Gather",

@@ -128,7 +128,7 @@ print(sorted(sandlock.__all__))
 """ % (LAYERS,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(sorted([
-        "CallError", "CallResult", "Context", "Event", "Gather", "NamedStage", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Process", "Result",
+        "CallError", "CallResult", "Checkpoint", "Context", "Event", "Gather", "NamedStage", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Process", "Result",
         "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "StdioMode", "TimeoutExpired",
         "confine", "inputs"]))
 

@@ -16,9 +16,10 @@ from ._sandbox import Result
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import IO
 
+    from ..policy import Checkpoint
     from ..process import SandboxedProcess
     from ._sandbox import Sandbox
 
@@ -166,6 +167,27 @@ def popen(sandbox: Sandbox, argv: Sequence[str], stdio: tuple[object, object, ob
     files = [os.fdopen(next(streams), "wb" if index == 0 else "rb")
              if mode is StdioMode.PIPED else None for index, mode in enumerate(modes)]
     return Process(process, argv, files)
+
+
+def checkpoint(sandbox: Sandbox, save_fn: Callable[[], bytes | None] | None) -> Checkpoint:
+    """``sandbox``'s policy and ``save_fn()``'s bytes, taken while every process of the
+    sandbox (a block's, or popen's/create's) is stopped: what they share stays still."""
+    from ..policy import Checkpoint
+
+    if save_fn is not None and not callable(save_fn):
+        raise TypeError(f"save_fn: expected a callable, got {type(save_fn).__name__}")
+    live, own = sandbox._live, sandbox._own()
+    if live is None and (own is None or not own.is_running):
+        raise RuntimeError("checkpoint(): the sandbox is not running (a `with Sandbox(...)` "
+                           "block, or a command popen/create started)")
+    stopped = live if live is not None else own
+    stopped.pause()
+    try:
+        state = save_fn() if save_fn is not None else None
+    finally:
+        stopped.resume()
+    argv = tuple(own.args) if live is None and own is not None else None
+    return Checkpoint(sandbox.policy, state, argv=argv)
 
 
 def _mode(name: str, value: object) -> StdioMode | int:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from .._auditlog import AuditLog
     from ..runtime import Context, Event
+    from ..policy import Checkpoint
     from ..process import WorkspaceOutcome
     from ._call import CallResult
     from ._handles import Clone, LiveProcess
@@ -92,7 +93,7 @@ class Sandbox:
         self.audit, self.quiet = audit, quiet
         self.warnings: list[str] = []
         self._live: LiveSandbox | None = None
-        self._own: Callable[[], Process | None] = _nothing  # (a weak reference) popen's, create's
+        self._own: Callable[[], Process | None] = type(None)  # (a weak ref) popen's, create's
         # After a block with a workdir: what became of its copy-on-write workspace.
         self.workspace: WorkspaceOutcome | None = None
 
@@ -150,6 +151,20 @@ class Sandbox:
         from ._nested import NestedSandbox
 
         return NestedSandbox(self._running("sandbox"), policy)
+
+    def checkpoint(self, save_fn: Callable[[], bytes | None] | None = None) -> Checkpoint:
+        """The running sandbox's policy and ``save_fn()``'s bytes, its processes stopped."""
+        from ._popen import checkpoint
+
+        return checkpoint(self, save_fn)
+
+    @classmethod
+    def restore(cls, checkpoint: Checkpoint, restore_fn: Callable[[bytes], object] | None = None,
+                **options: object) -> Sandbox:
+        """A Sandbox under ``checkpoint``'s policy, ``restore_fn(app_state)`` called first."""
+        if restore_fn is not None and checkpoint.app_state is not None:
+            restore_fn(checkpoint.app_state)
+        return cls(checkpoint.policy, **options)
 
     def _running(self, method: str) -> LiveSandbox:
         if self._live is None:
@@ -383,7 +398,3 @@ def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
     except TimeoutExpired:
         process.end_for_timeout(timeout)
         return True
-
-
-def _nothing() -> None:
-    """``Sandbox._own`` before popen or create: a weak reference to nothing."""
