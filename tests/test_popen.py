@@ -309,3 +309,35 @@ def test_a_long_lived_sandboxs_handles_say_whether_they_run():
         handle.kill()
         handle.wait(5)
         assert not handle.is_running and handle.poll() == 137
+
+
+KILLS = r"""
+import json, subprocess, sys
+from sandlock import Sandbox, TimeoutExpired
+busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+lost = []
+try:
+    for attempt in range(int(sys.argv[1])):
+        sandbox = Sandbox(quiet=True)
+        process = sandbox.create(["sleep", "300"]) if attempt % 2 else sandbox.popen(["sleep", "300"])
+        process.kill()  # at once: before its exec, or as it starts
+        result = process.wait(timeout=5)
+        if result.timed_out or result.exit_code != 137:
+            lost.append([attempt, result.exit_code])
+finally:
+    busy.kill()
+print(json.dumps(lost))
+"""
+
+
+def test_a_kill_right_after_popen_or_create_is_never_lost():
+    """Under CPU load: 100 popen/create-then-kill, each must end the sandbox (137), never
+    time out with the command running on."""
+    import json
+    import subprocess
+    import tempfile
+
+    result = subprocess.run([sys.executable, "-c", KILLS, "100"], capture_output=True, text=True,
+                            timeout=600, cwd=tempfile.gettempdir())
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
