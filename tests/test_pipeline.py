@@ -416,3 +416,27 @@ def test_gathers_are_written_with_names():
         stage.as_("x") + stage.as_("x")
     with pytest.raises(TypeError):
         stage | (stage.as_("a") + stage.as_("b"))  # a gather comes first
+
+
+GATHER_AS_NOBODY = r"""
+import sys
+from sandlock import Policy, Sandbox
+secret, python = sys.argv[1], sys.argv[2]
+data = Sandbox(Policy(fs_readable=["/usr", "/lib", secret]))
+other = Sandbox(Policy(fs_readable=["/usr", "/lib"]))
+consumer = "from sandlock import inputs; print(inputs['data'].strip(), inputs['code'].strip())"
+result = (data.cmd(["cat", secret + "/secret.csv"]).as_("data")
+          + other.cmd(["sh", "-c", f"echo code; cat {secret}/secret.csv >&2"]).as_("code")
+          | Sandbox().cmd([python, "-c", consumer])).run()
+print(result.exit_codes, result.stdout, b"Permission denied" in result.stderr[1])
+"""
+
+
+def test_a_gather_for_an_unprivileged_user(as_nobody, world_tmp):
+    (world_tmp / "secret.csv").write_text("id,name\n")
+    os.chmod(world_tmp / "secret.csv", 0o644)
+    result = subprocess.run(as_nobody([sys.executable, "-c", GATHER_AS_NOBODY, str(world_tmp),
+                                       sys.executable]),
+                            capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "(0, 1, 0) b'id,name code\\n' True\n"
