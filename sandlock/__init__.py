@@ -14,9 +14,10 @@ from ._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
-    from .policy import BranchAction, FsIsolation, NotifAction, NotifPolicy, PathRule, Policy, Protection
-    from .api import (CallError, CallResult, Change, ExitReason, ExitStatus, Pipeline, PipelineResult,
-                      Result, Sandbox, Stage, confine)
+    from .policy import BranchAction, Checkpoint, FsIsolation, NotifAction, NotifPolicy, PathRule, Policy, Protection
+    from .api._inputs import inputs
+    from .api import (CallError, CallResult, Change, ExitReason, ExitStatus, Gather, NamedStage, Pipeline,
+                      PipelineResult, Process, Result, Sandbox, Stage, StdioMode, confine)
     from .limits import Size as ByteSize
     from .process import SandboxedProcess, TimeoutExpired
     from .runtime import Context, Event
@@ -31,8 +32,11 @@ _EXPORTS = {
     # Upstream Sandlock's names for ours (docs/api.md, "Coming from upstream Sandlock").
     "ByteSize": "limits:Size",
     "SyscallEvent": "runtime:Event",
+    "Checkpoint": "policy",
     "Context": "runtime",
     "Event": "runtime",
+    "Gather": "api",
+    "NamedStage": "api",
     "PolicyError": "_errors",
     "SandlockError": "_errors",
     "SetupError": "_errors",
@@ -46,15 +50,19 @@ _EXPORTS = {
     "PathRule": "policy._upstream:PathRule",
     "Pipeline": "api",
     "PipelineResult": "api",
+    "Process": "api",
     "Result": "api",
     "Sandbox": "api",
     "Protection": "policy",
     "SandboxedProcess": "process",
     "Stage": "api",
+    "StdioMode": "api",
     "TimeoutExpired": "process",
     # Its own module, not "api": the names of one module are resolved together, and
     # `from sandlock import Sandbox` must not load what confine() alone needs.
     "confine": "api._confine_self:confine",
+    # Its own module too: it runs in a gather's confined consumer, which needs no more.
+    "inputs": "api._inputs:inputs",
 }
 
 __all__ = [
@@ -63,11 +71,14 @@ __all__ = [
     "CallError",
     "CallResult",
     "Change",
+    "Checkpoint",
     "Context",
     "Event",
     "ExitReason",
     "ExitStatus",
     "FsIsolation",
+    "Gather",
+    "NamedStage",
     "NotifAction",
     "NotifPolicy",
     "PathRule",
@@ -75,6 +86,7 @@ __all__ = [
     "PipelineResult",
     "Policy",
     "PolicyError",
+    "Process",
     "Protection",
     "Result",
     "Sandbox",
@@ -82,9 +94,11 @@ __all__ = [
     "SandlockError",
     "SetupError",
     "Stage",
+    "StdioMode",
     "SyscallEvent",
     "TimeoutExpired",
     "confine",
+    "inputs",
 ]
 
 

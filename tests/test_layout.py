@@ -128,9 +128,10 @@ print(sorted(sandlock.__all__))
 """ % (LAYERS,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(sorted([
-        "ByteSize", "CallError", "CallResult", "Change", "Context", "Event", "ExitReason", "ExitStatus", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Protection", "Result",
-        "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "SyscallEvent", "TimeoutExpired",
-        "confine",
+        "ByteSize", "CallError", "CallResult", "Change", "Checkpoint", "Context", "Event", "ExitReason", "ExitStatus",
+        "Gather", "NamedStage", "Pipeline", "PipelineResult", "Policy", "PolicyError", "Process", "Protection", "Result",
+        "Sandbox", "SandboxedProcess", "SandlockError", "SetupError", "Stage", "StdioMode", "SyscallEvent",
+        "TimeoutExpired", "confine", "inputs",
         # upstream Sandlock's value types for Policy fields (docs/api.md)
         "BranchAction", "FsIsolation", "NotifAction", "NotifPolicy", "PathRule"]))
 

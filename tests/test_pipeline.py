@@ -319,3 +319,124 @@ def test_a_pipeline_as_an_ordinary_user(as_nobody, world_tmp):
     assert seen["out"] == "ID,NAME\n1,ALICE\n"
     assert seen["codes"] == [0, 1] and "Permission denied" in seen["err"][1]
     assert seen["uid"] == (65534 if os.getuid() == 0 else os.getuid())
+
+
+# --- the last stage's output to a descriptor ---------------------------------------------
+
+
+def test_run_stdout_sends_the_last_stages_output_to_a_descriptor(tmp_path):
+    out = tmp_path / "output.txt"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        result = (Sandbox().cmd(["echo", "to fd"]) | Sandbox().cmd(["cat"])).run(stdout=fd)
+    finally:
+        os.close(fd)
+    assert result.success and result.stdout == b""
+    assert out.read_text() == "to fd\n"
+    with open(out, "wb") as file:  # a file object, likewise
+        (Sandbox().cmd(["echo", "again"]) | Sandbox().cmd(["tr", "a-z", "A-Z"])).run(stdout=file)
+    assert out.read_text() == "AGAIN\n"
+    with pytest.raises(TypeError, match="stdout"):
+        (Sandbox().cmd(["true"]) | Sandbox().cmd(["true"])).run(stdout="out.txt")
+
+
+# --- fan-in: named sources gathered into one stage ------------------------------------------
+
+
+def test_gather_two_sources_the_last_on_stdin_the_other_on_3():
+    result = (Sandbox().cmd(["echo", "hello"]).as_("greeting")
+              + Sandbox().cmd(["echo", "world"]).as_("name")
+              | Sandbox().cmd(["sh", "-c", 'read name; greeting=$(cat <&3); echo "$greeting $name"'])
+              ).run()
+    assert result.success, result.stderr
+    assert result.stdout == b"hello world\n"
+    assert result.exit_codes == (0, 0, 0)  # the sources first, then the consumer
+
+
+def test_gather_three_sources_then_a_further_stage():
+    result = (Sandbox().cmd(["echo", "aaa"]).as_("a") + Sandbox().cmd(["echo", "bbb"]).as_("b")
+              + Sandbox().cmd(["echo", "ccc"]).as_("c")
+              | Sandbox().cmd(["sh", "-c", 'read c; read a <&3; read b <&4; echo "$a $b $c"'])
+              | Sandbox().cmd(["tr", "a-z", "A-Z"])).run()
+    assert result.success, result.stderr
+    assert result.stdout == b"AAA BBB CCC\n"
+
+
+def test_a_shell_consumer_finds_its_sources_by_name():
+    result = (Sandbox().cmd(["echo", "D"]).as_("data") + Sandbox().cmd(["echo", "C"]).as_("code")
+              | Sandbox().cmd(["sh", "-c", 'echo "$SANDLOCK_INPUTS"; cat <&"$SANDLOCK_INPUT_data"; '
+                                           'cat <&"$SANDLOCK_INPUT_code"'])).run()
+    assert result.stdout == b"data=3 code=0\nD\nC\n", result.stderr
+
+
+def test_a_python_consumer_reads_sandlock_inputs():
+    consumer = ("from sandlock import inputs\n"
+                "print(sorted(inputs), 'code=' + inputs['code'].strip())\n"
+                "with inputs.file('data') as data: print('data=' + data.read().decode().strip())\n")
+    result = (Sandbox().cmd([PY, "-c", "print('DATA_CONTENT')"]).as_("data")
+              + Sandbox().cmd([PY, "-c", "print('CODE_CONTENT')"]).as_("code")
+              | Sandbox().cmd([PY, "-c", consumer])).run()
+    assert result.success, result.stderr
+    assert result.stdout == b"['code', 'data'] code=CODE_CONTENT\ndata=DATA_CONTENT\n"
+
+
+def test_each_source_has_its_own_policy(private):
+    """The data source may read the secret; the code source and the consumer may not:
+    the consumer gets the secret only through the data source's pipe."""
+    secret = str(private / "secret.csv")
+    data = Sandbox(Policy(fs_readable=["/usr", "/lib", str(private)]))
+    confined = Sandbox(Policy(fs_readable=["/usr", "/lib"]))
+    result = (data.cmd(["cat", secret]).as_("data")
+              + confined.cmd(["sh", "-c", f'echo "tr a-z A-Z <&3"; cat "{secret}"']).as_("code")
+              | confined.cmd(["sh", "-c", f'eval "$(cat)"; cat "{secret}"'])).run()
+    assert result.stdout == b"ID,NAME\n1,ALICE\n"  # through the data source's pipe
+    assert b"Permission denied" in result.stderr[1]  # the code source: denied
+    assert b"Permission denied" in result.stderr[2]  # the consumer: denied
+    assert result.exit_codes == (0, 1, 1)
+
+
+def test_no_stage_holds_another_ones_pipe():
+    """Each source holds its stdio alone (no other source's pipe, to read or to write
+    into), and the consumer its sources' read ends and nothing more."""
+    fds = ["sh", "-c", "ls /proc/self/fd >&2"]  # (ls's own directory descriptor is 3)
+    result = (Sandbox().cmd(fds).as_("a") + Sandbox().cmd(fds).as_("b")
+              + Sandbox().cmd(fds).as_("c")
+              | Sandbox().cmd(["sh", "-c", "cat >/dev/null; ls /proc/self/fd >&2"])).run()
+    assert result.stderr[:3] == (b"0\n1\n2\n3\n",) * 3
+    assert result.stderr[3] == b"0\n1\n2\n3\n4\n5\n"  # 3, 4: sources a and b; 5: ls's own
+
+
+def test_gathers_are_written_with_names():
+    stage = Sandbox().cmd(["echo"])
+    with pytest.raises(TypeError, match="as_"):
+        stage + stage
+    with pytest.raises(ValueError, match="name"):
+        stage.as_("two words")
+    with pytest.raises(ValueError, match="each name once"):
+        stage.as_("x") + stage.as_("x")
+    with pytest.raises(TypeError):
+        stage | (stage.as_("a") + stage.as_("b"))  # a gather comes first
+
+
+GATHER_AS_NOBODY = r"""
+import sys
+from sandlock import Policy, Sandbox
+secret, python = sys.argv[1], sys.argv[2]
+data = Sandbox(Policy(fs_readable=["/usr", "/lib", secret]))
+other = Sandbox(Policy(fs_readable=["/usr", "/lib"]))
+consumer = "from sandlock import inputs; print(inputs['data'].strip(), inputs['code'].strip())"
+result = (data.cmd(["cat", secret + "/secret.csv"]).as_("data")
+          + other.cmd(["sh", "-c", f"echo code; cat {secret}/secret.csv >&2"]).as_("code")
+          | Sandbox().cmd([python, "-c", consumer])).run()
+print(result.exit_codes, result.stdout, b"Permission denied" in result.stderr[1])
+"""
+
+
+def test_a_gather_for_an_unprivileged_user(as_nobody, world_tmp):
+    (world_tmp / "secret.csv").write_text("id,name\n")
+    os.chmod(world_tmp / "secret.csv", 0o644)
+    result = subprocess.run(as_nobody([sys.executable, "-c", GATHER_AS_NOBODY, str(world_tmp),
+                                       sys.executable]),
+                            capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "(0, 1, 0) b'id,name code\\n' True\n"

@@ -14,7 +14,8 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._call import CallError, CallResult
     from ._confine_self import confine
-    from ._pipeline import Pipeline, PipelineResult, Stage
+    from ._pipeline import Gather, NamedStage, Pipeline, PipelineResult, Stage
+    from ._popen import Process, StdioMode
     from ._result import Change, ExitReason, ExitStatus, Result
     from ._sandbox import Sandbox
 
@@ -27,8 +28,12 @@ _EXPORTS = {
     "ExitReason": "_result",
     "ExitStatus": "_result",
     "confine": "_confine_self",
+    "Gather": "_pipeline",
+    "NamedStage": "_pipeline",
     "Pipeline": "_pipeline",
     "PipelineResult": "_pipeline",
+    "Process": "_popen",
+    "StdioMode": "_popen",
     "Result": "_result",
     "Sandbox": "_sandbox",
     "Stage": "_pipeline",

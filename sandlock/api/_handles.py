@@ -30,6 +30,15 @@ class LiveProcess:
         self._pending: list[int] = []  # signals sent before its pid was known: sent once it is
 
     @property
+    def is_running(self) -> bool:
+        """It has not ended (the sandbox's reader says when it does)."""
+        return self.returncode is None
+
+    def poll(self) -> int | None:
+        """Its exit code if it has ended, else None."""
+        return self.returncode
+
+    @property
     def audit(self) -> object:
         """The sandbox's audit log, if it keeps one."""
         return self._live.audit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _weakref
 import os
 import sys
 
@@ -19,6 +20,7 @@ TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up pat
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
 
+    from ..policy import Checkpoint
     from ..process import WorkspaceOutcome
     from ..runtime import Context, Event
     from ._call import CallResult
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from ._live import LiveSandbox
     from ._nested import NestedSandbox
     from ._pipeline import Stage
+    from ._popen import Process
 
 
 class Sandbox:
@@ -86,12 +89,14 @@ class Sandbox:
         self.warnings: list[str] = []
         self._live: LiveSandbox | None = None
         self._process: SandboxedProcess | None = None  # the last one started (pid, ports)
+        self._own: Callable[[], Process | None] = type(None)  # (a weak ref) popen's, create's
         # After a block with a workdir: what became of its copy-on-write workspace.
         self.workspace: WorkspaceOutcome | None = None
 
     @property
     def pid(self) -> int | None:
-        """The pid of the command started last while it runs (of a block: its resident)."""
+        """The pid of the command started last (``run``, ``start``, ``popen``, ``create``)
+        while it runs; of a block, its resident."""
         process = self._process
         return (process.pid or None) if process and process.returncode is None else None
 
@@ -171,21 +176,73 @@ class Sandbox:
 
         return NestedSandbox(self._running("sandbox"), policy)
 
+    def checkpoint(self, save_fn: Callable[[], bytes | None] | None = None) -> Checkpoint:
+        """The running sandbox's policy and ``save_fn()``'s bytes, its processes stopped."""
+        from ._popen import checkpoint
+
+        return checkpoint(self, save_fn)
+
+    @classmethod
+    def restore(cls, checkpoint: Checkpoint, restore_fn: Callable[[bytes], object] | None = None,
+                **options: object) -> Sandbox:
+        """A Sandbox under ``checkpoint``'s policy, ``restore_fn(app_state)`` called first."""
+        if restore_fn is not None and checkpoint.app_state is not None:
+            restore_fn(checkpoint.app_state)
+        return cls(checkpoint.policy, **options)
+
     def _running(self, method: str) -> LiveSandbox:
         if self._live is None:
             raise RuntimeError(f"{method}() needs a running sandbox: "
                                f"`with Sandbox(policy) as sb: sb.{method}(...)`")
         return self._live
 
-    def start(self, argv: Sequence[str], *, stdin: int | None = None, stdout: int | None = None,
-              stderr: int | None = None, foreground: bool = False, pass_fds: Sequence[int] = (),
-              dry_run: bool = False) -> SandboxedProcess:
-        """Start ``argv`` confined; stdio are file descriptors (None: inherit).
+    def popen(self, argv: Sequence[str], *, stdin: object = None, stdout: object = None,
+              stderr: object = None, pass_fds: Sequence[int] = ()) -> Process:
+        """Start ``argv`` confined, each stdio a ``StdioMode`` (PIPED: a pipe the
+        returned ``Process`` owns; NULL; INHERIT) or a descriptor (docs/api.md, "popen")."""
+        return self._own_process("popen", argv, (stdin, stdout, stderr), pass_fds, False)
+
+    def create(self, argv: Sequence[str], *, stdin: object = None, stdout: object = None,
+               stderr: object = None, pass_fds: Sequence[int] = ()) -> Process:
+        """``popen``, parked: the command is confined and its pid known, and it waits
+        for ``start()`` to exec (killed, it never ran)."""
+        return self._own_process("create", argv, (stdin, stdout, stderr), pass_fds, True)
+
+    def _own_process(self, method: str, argv: Sequence[str], stdio: tuple[object, ...],
+                     pass_fds: Sequence[int], parked: bool) -> Process:
+        if self._live is not None:
+            raise RuntimeError(f"{method}() starts a sandbox of its own: in a running one, "
+                               f"use exec()")
+        if (own := self._own()) is not None and own.is_running:
+            raise RuntimeError(f"{method}(): this sandbox already runs {own.args[0]!r}: wait()")
+        from ._popen import popen
+
+        process = popen(self, argv, stdio, pass_fds, parked=parked)  # type: ignore[arg-type]
+        self._own = _weakref.ref(process)
+        return process
+
+    @property
+    def is_running(self) -> bool:
+        """A block's sandbox, or the command ``popen``/``create`` started, runs."""
+        own = self._own()
+        return self._live is not None or (own is not None and own.is_running)
+
+    def start(self, argv: Sequence[str] | None = None, *, stdin: int | None = None,
+              stdout: int | None = None, stderr: int | None = None, foreground: bool = False,
+              pass_fds: Sequence[int] = (), dry_run: bool = False) -> SandboxedProcess | Process:
+        """Start ``argv`` confined; stdio are file descriptors (None: inherit). Without
+        ``argv``: let the command ``create`` parked exec, and return its Process.
+
         The command inherits no other descriptor of this process but ``pass_fds``
         (under the same numbers). With ``foreground`` and a terminal, the command
         becomes the terminal's foreground job for as long as it runs (what the CLI does).
         ``dry_run``: see ``dry_run()``; the process's ``workspace`` says what it changed.
         """
+        if argv is None:
+            if (own := self._own()) is None or own._process._parked is None:
+                raise RuntimeError("start(): the sandbox has not been created (create(argv) first)")
+            own.start()
+            return own
         return self._launch(check_argv(argv), None, (stdin, stdout, stderr),
                             check_pass_fds(pass_fds), foreground, dry_run=dry_run)
 
@@ -204,9 +261,15 @@ class Sandbox:
     def _launch(self, argv: list[str], function: Callable[[int], int] | None,
                 stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
                 foreground: bool = False, resident: bool = False, *,
-                dry_run: bool = False) -> SandboxedProcess:
-        """Start ``argv``, or run ``function`` instead of exec (``argv`` names it); ``resident``:
-        it is a long-lived sandbox's resident; ``dry_run``: its changes listed, discarded."""
+                dry_run: bool = False, parked: bool = False, pausable: bool = False,
+                fd_map: tuple[tuple[int, int], ...] = ()) -> SandboxedProcess:
+        """Start ``argv``, or run ``function`` instead of exec (``argv`` names it);
+        ``resident``: the function is a long-lived sandbox's resident process;
+        ``dry_run``: the workspace's changes are listed and discarded; ``parked``: the
+        command waits, confined, for ``release()`` before its exec (``create``);
+        ``pausable``: its processes can be stopped and continued (``popen``);
+        ``fd_map``: (target, source) descriptors at other numbers (a gather's sources)."""
+        pausable = pausable or resident
         if self.policy.full_access and not self.full_access_allowed:
             raise PolicyError("mode", "full-access runs the command unconfined: it needs "
                               "--dangerously-allow-full-access as well")
@@ -216,6 +279,9 @@ class Sandbox:
             if enclosed():  # sandlock itself in a sandbox: no namespaces, no listener
                 if self.named:  # (the registry is out of its reach: docs/usage.md)
                     raise SetupError("--name: a sandbox in a sandbox cannot be named")
+                if parked or fd_map:
+                    raise SetupError("create() and a gather's consumer need sandlock's own "
+                                     "keeper, which it cannot make inside a sandbox")
                 if self.policy_fn is not None:
                     raise SetupError("policy_fn needs a supervisor, which sandlock cannot "
                                      "make inside a sandbox")
@@ -264,11 +330,13 @@ class Sandbox:
             function=function,
             keep_host_proc=resident,
             no_terminal=counted,
+            fd_map=fd_map,
         )
         supervision = Supervision(policy, confinement, audit, self.quiet, http,
-                                  pausable=resident, policy_fn=self.policy_fn)
+                                  pausable=pausable, policy_fn=self.policy_fn)
         try:
-            process = spawn(supervision.prepared(spec), terminal, supervision.take_listener)
+            process = spawn(supervision.prepared(spec), terminal, supervision.take_listener,
+                            parked=parked)
         except BaseException:
             supervision.close()
             for resource in (cow, audit, registration or None):
@@ -278,7 +346,7 @@ class Sandbox:
         finally:
             confinement.close()  # the child holds its own copy until it restricts itself
             supervision.launched()  # (its end of the binder's channel: init's now)
-        process.pauser, process.level = supervision.watches if resident else None, level
+        process.pauser, process.level = supervision.watches if pausable else None, level
         process.nest_network = supervision.nest_network if resident else None
         process.readable = http.readable_paths if http else ()  # (its CA bundle)
         process.ports = supervision.ports

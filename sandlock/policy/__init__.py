@@ -12,6 +12,7 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from ._checkpoint import Checkpoint
     from ._credentials import check_sendable, placeholder_for, read_secrets
     from ._file import PolicyFile, load as load_policy_file
     from ._learn import applied as apply_learned, learn, observing as observing_policy, read_audit
@@ -52,6 +53,7 @@ _EXPORTS = {
     "MODES": "_policy",
     "WORKSPACE_ACTIONS": "_policy",
     "Policy": "_policy",
+    "Checkpoint": "_checkpoint",
     "Protection": "_protection",
     "POLICY_FIELDS": "_policy:FIELDS",
     "PolicyFile": "_file",

@@ -67,6 +67,12 @@ class ChildSpec:
     # In the sandbox's namespaces: init's end of the channel on which sandlock asks its
     # binder for the command's pathname binds (netcall._binder).
     binder_fd: int = -1
+    # Sandbox.create: the read end of a pipe the command waits on, confined and with
+    # its pid known, until sandlock writes "g" (Sandbox.start); EOF: it never runs.
+    gate: int = -1
+    # (target, source): descriptors the command gets at other numbers than sandlock's
+    # (a gather stage's sources on 3, 4, ...), placed last, just before the exec.
+    fd_map: tuple[tuple[int, int], ...] = ()
 
 
 def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
@@ -113,6 +119,10 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
             spec.limits.apply_rlimits()
             if spec.function is None:
                 spec.limits.limit_data()
+        if spec.gate >= 0 and os.read(spec.gate, 1) != b"g":
+            os._exit(EXIT_SETUP)  # created, never started: nothing of it runs
+        if spec.fd_map:
+            error_fd = _place(spec.fd_map, error_fd)
     except BaseException as exc:  # noqa: BLE001 - must never unwind into the parent's code
         report_setup_error(error_fd, exc)
         os._exit(EXIT_SETUP)
@@ -270,6 +280,21 @@ def _install_stdio(stdio: tuple[int | None, int | None, int | None]) -> None:
     for target, fd in enumerate(stdio):
         if fd is not None and fd != target:
             os.dup2(fd, target)
+
+
+def _place(fd_map: tuple[tuple[int, int], ...], error_fd: int) -> int:
+    """Each source at its target number (inherited: dup2's copy is), the error pipe
+    first moved above every target, and every source too, so that placing one never
+    closes another still needed. Returns the error pipe's new number."""
+    import fcntl  # (a gather's consumer only)
+
+    above = max(target for target, _ in fd_map) + 1
+    error_fd = fcntl.fcntl(error_fd, fcntl.F_DUPFD_CLOEXEC, above)
+    moved = [(target, fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, above)) for target, source in fd_map]
+    for target, source in moved:
+        os.dup2(source, target)
+        os.close(source)
+    return error_fd
 
 
 def _keep_only(pass_fds: tuple[int, ...]) -> None:

@@ -8,6 +8,7 @@ sandlock ──fork──> keeper ──fork──> command (confined, exec)
 from __future__ import annotations
 
 import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
+import _warnings  # (the C half of warnings: loaded with every interpreter)
 import errno
 import gc
 import os
@@ -64,6 +65,54 @@ class SandboxedProcess:
         self.level = "nested"  # what confines it (Confinement.level), set by its launch
         self.started = time.monotonic()  # for its duration, in the audit log
         self.timed_out = False  # killed by end_for_timeout (its status: 124, as returned)
+        # Created (Sandbox.create), not yet started: the gate it waits on, the error
+        # pipe that says whether its exec worked, its argv[0] and cwd (for that report).
+        self._parked: tuple[int, int, str, str] | None = None
+
+    @property
+    def is_running(self) -> bool:
+        """The sandbox has not ended (created and not yet started counts as running)."""
+        return self.poll() is None
+
+    def poll(self) -> int | None:
+        """The exit code if the sandbox has ended, else None (never blocks)."""
+        if self.returncode is None and select.select([self._reports], [], [], 0)[0]:
+            self._read_reports()
+        return self.returncode
+
+    def release(self) -> None:
+        """Let a created command go on to its exec (Sandbox.start); its start error,
+        if the exec failed, is known on return."""
+        if self._parked is None:
+            raise RuntimeError("the command was not created, or is already started")
+        gate, errors, command, cwd = self._parked
+        self._parked = None
+        try:
+            os.write(gate, b"g")
+        except BrokenPipeError:
+            pass  # it was killed meanwhile: its error pipe says nothing, its exit all
+        finally:
+            os.close(gate)
+        self._take_start_report(errors, command, cwd)
+
+    def _take_start_report(self, errors: int, command: str, cwd: str) -> None:
+        report = _read_all(errors)  # (EOF at a successful exec: the pipe is close-on-exec)
+        self.start_error = describe_start_error(command, report, cwd)
+        self.start_errno = _start_errno(report)
+
+    def __del__(self) -> None:
+        """Dropped while its sandbox runs (never waited for): killed and reaped, with a
+        ResourceWarning, as subprocess.Popen warns; a sandbox nobody can reach again
+        must not run on (nor its keeper stay a zombie)."""
+        try:
+            if self.returncode is not None or self.poll() is not None:
+                return
+            _warnings.warn(f"sandbox of pid {self.pid} was still running when its handle was "
+                           f"dropped: killed", ResourceWarning, 2, source=self)
+            self.kill()
+            self.wait(_ABANDONED_WAIT)
+        except Exception:  # noqa: BLE001 - a finalizer must not raise (at shutdown, say)
+            pass
 
     def on_exit(self, hook: Callable[[], str | None]) -> None:
         """Run ``hook`` once the sandbox has ended (now, if it already has: a sandbox
@@ -152,6 +201,10 @@ class SandboxedProcess:
 
     def _finish(self, status: int | None) -> None:
         os.close(self._reports)
+        if self._parked is not None:  # created, killed before it was started
+            os.close(self._parked[0])
+            os.close(self._parked[1])
+            self._parked = None
         _reap_soon(self.keeper_pid)
         if self._foreground is not None:
             self._foreground.take_back()
@@ -161,6 +214,8 @@ class SandboxedProcess:
             if notice:
                 self.notices.append(notice)
 
+
+_ABANDONED_WAIT = 10.0  # the keeper reports within ms of the kill; this bounds a stuck one
 
 # Keepers that had reported but not yet exited, reaped at the next spawn.
 _exiting_keepers: list[int] = []
@@ -206,8 +261,9 @@ def _exit_code(status: int | None) -> int:
 
 def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
           adopt_listener: Callable[[int, int, int, int], Callable[[], None]] | None = None,
-          ) -> SandboxedProcess:
-    """Fork the keeper (which forks the command) and wait until the command exec'd.
+          *, parked: bool = False) -> SandboxedProcess:
+    """Fork the keeper (which forks the command) and wait until the command exec'd;
+    ``parked``: until it is confined and waits for ``release`` before its exec.
 
     With ``adopt_listener``, the command hands over its seccomp listener before exec:
     ``adopt_listener(pid, fd, proc, keeper_pid)`` must take it (and ``proc``, the sandbox's /proc,
@@ -221,19 +277,22 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     to_child, from_sandlock = os.pipe() if adopt_listener else (-1, -1)
     if adopt_listener:
         spec = spec.replace(handoff=(from_child, to_child))
+    gate_r, gate_w = os.pipe() if parked else (-1, -1)
+    if parked:
+        spec = spec.replace(gate=gate_r)
     keeper_pid = os.fork()
     if keeper_pid == 0:
         # No collections in sandlock's forked copies: each would touch (so copy) pages
         # of the parent's heap for garbage the exec or _exit frees anyway.
         gc.disable()
-        for fd in (report_r, error_r, to_sandlock, from_sandlock):
+        for fd in (report_r, error_r, to_sandlock, from_sandlock, gate_w):
             if fd >= 0:
                 os.close(fd)
         try:
             _keeper.run(spec, report_w, error_w)  # never returns...
         finally:
             os._exit(EXIT_SETUP)  # ...and must never unwind into the caller's code
-    for fd in (report_w, error_w, from_child, to_child):
+    for fd in (report_w, error_w, from_child, to_child, gate_r):
         if fd >= 0:
             os.close(fd)
     process = SandboxedProcess(keeper_pid, report_r, foreground)
@@ -243,9 +302,12 @@ def spawn(spec: _child.ChildSpec, foreground: Foreground | None,
     if adopt_listener:
         process.workspace_layer, process.scratch = _take_listener(
             to_sandlock, from_sandlock, lambda *handed: adopt_listener(*handed, keeper_pid))
-    report = _read_all(error_r)
-    process.start_error = describe_start_error(spec.argv[0], report, spec.cwd)
-    process.start_errno = _start_errno(report)
+    if parked and process.returncode is None:
+        process._parked = (gate_w, error_r, spec.argv[0], spec.cwd)
+        return process
+    if parked:
+        os.close(gate_w)
+    process._take_start_report(error_r, spec.argv[0], spec.cwd)
     return process
 
 
