@@ -18,9 +18,9 @@ SANDLOCK = ROOT / "sandlock"
 # _lazy and _record are below them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca; those two and
 # shellpolicy are public, the others internal.
 LAYERS = ("kernel", "cow", "shellpolicy", "confinement", "files", "ca", "proxy", "netrules", "dns", "netcall", "net",
-          "limits", "policy", "runtime", "process", "api", "cli")
+          "limits", "policy", "runtime", "process", "api", "mcp", "cli")
 INTERNAL = ("kernel", "cow", "netrules", "dns", "netcall", "net", "confinement", "files", "limits", "policy", "runtime",
-            "process", "api", "cli")
+            "process", "api", "mcp", "cli")
 MAX_LINES = 400
 
 

@@ -351,6 +351,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return workspace(args)
     if args.subcommand == "learn":
         return _learn(args)
+    if args.subcommand == "mcp":
+        from ._mcp import main as mcp
+
+        return mcp(args, _policy_of(args), _policy_files(args))
     if args.subcommand == "policy":
         from ._policy import policy_test
 

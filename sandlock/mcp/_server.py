@@ -1,0 +1,135 @@
+"""The MCP server over stdio: its tools, and each call's way from the request to the
+result and the audit log. Nothing but the protocol reaches stdout: the descriptor the
+client reads is set aside, and descriptor 1 becomes stderr for everything else."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from io import TextIOWrapper
+
+import anyio
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from .. import shellpolicy
+from .._errors import PolicyError, SandlockError, visible
+from . import _command, _report
+from ._tools import RUN_COMMAND
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._settings import Settings
+
+_VETTING = threading.Lock()  # one tree-sitter parse at a time (its parser is shared)
+
+
+class Session:
+    """The tools of one server session, over its settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def tools(self) -> list[types.Tool]:
+        return [RUN_COMMAND]
+
+    async def call(self, name: str, arguments: dict, request_id: object) -> types.CallToolResult:
+        if name == "run_command":
+            return await self.run_command(arguments, request_id)
+        return _error(f"no tool named {name!r}")
+
+    async def run_command(self, arguments: dict, request_id: object) -> types.CallToolResult:
+        command = arguments["command"]
+        call = {"tool": "run_command", "request_id": request_id, "command": command}
+        try:
+            cwd = self.settings.call_cwd(arguments.get("cwd"))
+            timeout = self.settings.call_timeout(arguments.get("timeout"))
+        except PolicyError as exc:
+            return self._refused(call, str(exc))
+        decision = await anyio.to_thread.run_sync(_vet, command)
+        if not decision.allowed:
+            return self._refused(call, f"refused by sandlock vet ({decision.code}): {decision.reason}")
+        handle = _command.Handle()
+        settings = self.settings
+        try:
+            outcome = await anyio.to_thread.run_sync(
+                lambda: _command.run(settings.policy, command, cwd, timeout, settings.output_cap,
+                                     handle, quiet=settings.quiet, policy_files=settings.policy_files),
+                abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            handle.kill()  # the client cancelled: the call's whole tree goes
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(handle.finished.wait)
+            self._log(call, outcome="cancelled")
+            raise
+        except SandlockError as exc:
+            return self._refused(call, f"the sandbox could not be set up: {exc}")
+        data = _report.result(outcome, cwd, settings.output_cap)
+        self._log(call, outcome="limit" if "limits" in data else "ran", exit_code=outcome.exit_code,
+                  denied=len(data["denied"]), records=outcome.records)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=_report.text(data))],
+                                    structuredContent=data, isError="limits" in data)
+
+    def _refused(self, call: dict, message: str) -> types.CallToolResult:
+        self._log(call, outcome="refused", reason=message)
+        return _error(message)
+
+    def _log(self, call: dict, *, records: list[dict] = (), **details: object) -> None:
+        """The call, then its own audit records, each with the client's request id."""
+        audit = self.settings.audit
+        if audit is None:
+            return
+        audit.write({"event": "mcp", **call, **details})
+        for record in records:
+            audit.write({**record, "tool": call["tool"], "request_id": call["request_id"]})
+
+
+def _vet(command: str) -> shellpolicy.Decision:
+    with _VETTING:
+        return shellpolicy.decide(command)
+
+
+def _error(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], isError=True)
+
+
+def build(session: Session) -> Server:
+    server: Server = Server("sandlock", instructions=(
+        "Commands run confined by sandlock: a result lists what the sandbox denied; "
+        "ask the user to widen the policy rather than retrying a denied access."))
+
+    @server.list_tools()
+    async def list_tools() -> list[types.Tool]:
+        return session.tools()
+
+    @server.call_tool()
+    async def call_tool(name: str, arguments: dict) -> types.CallToolResult:
+        return await session.call(name, arguments, server.request_context.request_id)
+
+    return server
+
+
+def serve(settings: Settings) -> int:
+    """Serve one client on stdin/stdout until it closes them."""
+    protocol = os.dup(1)
+    os.dup2(2, 1)  # a stray print, ours or a library's, lands on stderr, not in the protocol
+    sys.stdout = sys.stderr
+    out = anyio.wrap_file(TextIOWrapper(os.fdopen(protocol, "wb", buffering=0), encoding="utf-8",
+                                        write_through=True))
+    session = Session(settings)
+    server = build(session)
+
+    async def main() -> None:
+        async with stdio_server(stdout=out) as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    try:
+        anyio.run(main)
+    except KeyboardInterrupt:
+        pass
+    except BaseException as exc:  # a broken pipe, the client gone: one line, no traceback
+        print(f"sandlock: mcp: stopped: {visible(repr(exc))}", file=sys.stderr)
+        return 1
+    return 0

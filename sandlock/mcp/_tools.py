@@ -1,0 +1,28 @@
+"""The tools' schemas, as the client lists them (docs/mcp.md quotes them)."""
+
+from __future__ import annotations
+
+from mcp import types
+
+RUN_COMMAND = types.Tool(
+    name="run_command",
+    description=(
+        "Run a bash command line in sandlock's sandbox, in the workspace directory (or "
+        "`cwd` beneath it). The line is first vetted (no `cd` out of the workspace, no "
+        "writes outside it, no code built at run time): a refusal says why. The result "
+        "gives the exit status, stdout and stderr (cut at the server's cap, saying so) "
+        "and what the sandbox denied (paths, connections, DNS lookups, HTTP requests): "
+        "a denial is the policy's decision, so ask the user to widen it instead of retrying."),
+    inputSchema={
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "the bash command line"},
+            "cwd": {"type": "string",
+                    "description": "directory to run in, relative to the workspace (default: its root)"},
+            "timeout": {"type": "number", "exclusiveMinimum": 0,
+                        "description": "seconds (default and most: the server's timeout)"},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+)
