@@ -30,7 +30,13 @@ def main(args: Namespace, policy: Policy, policy_files: tuple[str, ...]) -> int:
             audit = AuditLog(args.audit)
         except SandlockError as exc:
             fail(f"--audit: {exc}")
-    settings = server.Settings.of(policy, audit=audit, quiet=args.quiet, policy_files=policy_files)
+    from .._errors import PolicyError
+    from ._main import _option_error
+
+    try:
+        settings = server.Settings.of(policy, audit=audit, quiet=args.quiet, policy_files=policy_files)
+    except PolicyError as exc:
+        fail(_option_error(exc))
     _check(settings)
     prctl(PR_SET_DUMPABLE, 0)  # the supervisors live here: not readable through /proc
     if not args.quiet:

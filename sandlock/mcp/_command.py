@@ -15,7 +15,10 @@ from ..process import Capture, TimeoutExpired
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..policy import Policy
+    from ..api._handles import LiveProcess
     from ..process import SandboxedProcess
 
 # Sandbox.start forks (the keeper) from whichever thread calls it: one start at a
@@ -45,11 +48,11 @@ class Handle:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._process: SandboxedProcess | None = None
+        self._process: SandboxedProcess | LiveProcess | None = None
         self.cancelled = False
         self.finished = threading.Event()
 
-    def started(self, process: SandboxedProcess) -> None:
+    def started(self, process: SandboxedProcess | LiveProcess) -> None:
         with self._lock:
             self._process = process
             if self.cancelled:
@@ -69,41 +72,66 @@ def run(policy: Policy, command: str, cwd: str, timeout: float, cap: int, handle
     try:
         with tempfile.TemporaryDirectory(prefix="sandlock-mcp-") as scratch:
             audit = os.path.join(scratch, "audit.jsonl")
-            # Read back through this descriptor, made before the run (as `learn` does):
-            # whatever a command granted the host's /tmp leaves at the name, never a link.
-            records = os.open(audit, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                              | os.O_CLOEXEC, 0o600)
-            with open(records, encoding="utf-8", errors="surrogateescape") as lines:
-                outcome = _run(policy.replace(cwd=cwd), [*SHELL, command], audit, timeout, cap,
-                               handle, quiet, policy_files)
-                outcome.records = [record for line in lines
-                                   if isinstance(record := _parsed(line), dict)]
+            with AuditReader(audit) as records:
+                sandbox = Sandbox(policy.replace(cwd=cwd), audit=audit, quiet=quiet)
+                sandbox.policy_files = policy_files
+
+                def start(stdio: dict) -> SandboxedProcess:
+                    with _STARTING:
+                        return sandbox.start([*SHELL, command], **stdio)
+
+                outcome = collect(start, lambda process: process.end_for_timeout(timeout),
+                                  timeout, cap, handle)
+                outcome.notices[:0] = sandbox.warnings
+                outcome.records = records.read()
             return outcome
     finally:
         handle.finished.set()
 
 
-def _run(policy: Policy, argv: list[str], audit: str, timeout: float, cap: int,
-         handle: Handle, quiet: bool, policy_files: tuple[str, ...]) -> Outcome:
-    sandbox = Sandbox(policy, audit=audit, quiet=quiet)
-    sandbox.policy_files = policy_files
+class AuditReader:
+    """The records an audit file gains, read through a descriptor made before the run
+    (as `learn` does): whatever a command granted the host's /tmp leaves at the name
+    later, never a link is followed."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           0o600)
+        self._lines = open(self._fd, encoding="utf-8", errors="surrogateescape")
+
+    def __enter__(self) -> AuditReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read(self) -> list[dict]:
+        """The records appended since the last read."""
+        return [record for line in self._lines.readlines() if isinstance(record := _parsed(line), dict)]
+
+    def close(self) -> None:
+        self._lines.close()
+
+
+def collect(start: Callable[[dict], object], on_timeout: Callable[[object], None], timeout: float,
+            cap: int, handle: Handle) -> Outcome:
+    """Start the process (``start(stdio)``: a run's or a long-lived sandbox's), capture
+    its output up to ``cap``, wait for it; past ``timeout``, ``on_timeout(process)``."""
     with Capture(b"", True, limit=cap) as capture:  # stdin: empty (ours is the protocol)
-        with _STARTING:
-            process = sandbox.start(argv, **capture.child_stdio())
+        process = start(capture.child_stdio())
         handle.started(process)
         capture.start()
         timed_out = False
         try:
             process.wait(timeout)
         except TimeoutExpired:
-            process.end_for_timeout(timeout)
+            on_timeout(process)
             timed_out = True
         stdout, stderr = capture.finish(_OUTPUT_GRACE)
     code = 124 if timed_out else process.returncode
     return Outcome(code if code is not None else 125, stdout or b"", stderr or b"",
                    (capture.dropped[0], capture.dropped[1]), timed_out,
-                   handle.cancelled and not timed_out, process.start_error,
-                   [*sandbox.warnings, *process.notices])
+                   handle.cancelled and not timed_out, process.start_error, list(process.notices))
 
 
 def _parsed(line: str) -> object:

@@ -17,7 +17,8 @@ from mcp.server.stdio import stdio_server
 from .. import shellpolicy
 from .._errors import PolicyError, SandlockError, visible
 from . import _command, _report
-from ._tools import RUN_COMMAND
+from ._tools import RUN_COMMAND, WORKSPACE_TOOLS
+from ._workspace import SessionWorkspace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,14 +32,35 @@ class Session:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.workspace = SessionWorkspace(settings) if settings.policy.workdir else None
 
     def tools(self) -> list[types.Tool]:
-        return [RUN_COMMAND]
+        return [RUN_COMMAND, *(WORKSPACE_TOOLS if self.workspace else ())]
 
     async def call(self, name: str, arguments: dict, request_id: object) -> types.CallToolResult:
         if name == "run_command":
             return await self.run_command(arguments, request_id)
+        if self.workspace is not None and name in ("workspace_diff", "workspace_commit", "workspace_abort"):
+            return await self.workspace_tool(name, request_id)
         return _error(f"no tool named {name!r}")
+
+    async def workspace_tool(self, name: str, request_id: object) -> types.CallToolResult:
+        action = getattr(self.workspace, name.removeprefix("workspace_"))
+        try:
+            lines = await anyio.to_thread.run_sync(action)
+        except (SandlockError, OSError) as exc:
+            self._log({"tool": name, "request_id": request_id}, outcome="failed", reason=str(exc))
+            return _error(f"{name}: {exc}")
+        self._log({"tool": name, "request_id": request_id}, outcome="done", lines=len(lines))
+        text = "\n".join(lines) if lines else "no changes"
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                    structuredContent={"lines": list(lines)})
+
+    def close(self) -> None:
+        if self.workspace is not None:
+            said = self.workspace.close()
+            if said:
+                print(visible(said), file=sys.stderr)
 
     async def run_command(self, arguments: dict, request_id: object) -> types.CallToolResult:
         command = arguments["command"]
@@ -53,11 +75,17 @@ class Session:
             return self._refused(call, f"refused by sandlock vet ({decision.code}): {decision.reason}")
         handle = _command.Handle()
         settings = self.settings
+        if self.workspace is not None:
+            workspace = self.workspace
+
+            def execute() -> _command.Outcome:
+                return workspace.run(command, cwd, timeout, handle)
+        else:
+            def execute() -> _command.Outcome:
+                return _command.run(settings.policy, command, cwd, timeout, settings.output_cap,
+                                    handle, quiet=settings.quiet, policy_files=settings.policy_files)
         try:
-            outcome = await anyio.to_thread.run_sync(
-                lambda: _command.run(settings.policy, command, cwd, timeout, settings.output_cap,
-                                     handle, quiet=settings.quiet, policy_files=settings.policy_files),
-                abandon_on_cancel=True)
+            outcome = await anyio.to_thread.run_sync(execute, abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
             handle.kill()  # the client cancelled: the call's whole tree goes
             with anyio.CancelScope(shield=True):
@@ -132,4 +160,6 @@ def serve(settings: Settings) -> int:
     except BaseException as exc:  # a broken pipe, the client gone: one line, no traceback
         print(f"sandlock: mcp: stopped: {visible(repr(exc))}", file=sys.stderr)
         return 1
+    finally:
+        session.close()
     return 0

@@ -34,7 +34,14 @@ class Settings:
     @classmethod
     def of(cls, policy: Policy, *, audit: AuditLog | None = None, quiet: bool = False,
            policy_files: tuple[str, ...] = ()) -> Settings:
-        root = os.path.realpath(policy.cwd or policy.workdir or os.getcwd())
+        if policy.workdir is not None and policy.max_disk is not None:
+            raise PolicyError("max_disk", "not with `sandlock mcp --workdir`: its layer is a tmpfs "
+                              "that workspace_diff cannot read while the session runs")
+        if policy.workdir is not None and policy.cwd is not None:
+            raise PolicyError("cwd", "not with `sandlock mcp --workdir`: calls start in the "
+                              "workdir (a call's own cwd may name a directory beneath it)")
+        root = os.path.realpath(policy.workdir or policy.cwd or os.getcwd())
+        # (with a workdir, calls are exec'd in one sandbox that starts there: no cwd)
         return cls(policy.replace(timeout=None, max_output=None, cwd=None), root,
                    policy.timeout or DEFAULT_TIMEOUT,
                    int(policy.max_output) if policy.max_output is not None else DEFAULT_OUTPUT_CAP,

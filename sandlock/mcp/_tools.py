@@ -26,3 +26,21 @@ RUN_COMMAND = types.Tool(
         "additionalProperties": False,
     },
 )
+
+
+def _workspace_tool(name: str, description: str) -> types.Tool:
+    return types.Tool(name=name, description=description,
+                      inputSchema={"type": "object", "properties": {}, "additionalProperties": False})
+
+
+# With --workdir: the calls' writes are held in a copy-on-write layer until one of these.
+WORKSPACE_TOOLS = (
+    _workspace_tool("workspace_diff", "List what the commands changed in the workspace so far, "
+                    "not yet applied: one line per path, A added, M modified, D deleted, with "
+                    "the new size."),
+    _workspace_tool("workspace_commit", "Apply the commands' changes to the real directory "
+                    "(what changed there meanwhile is left aside and named). Only when the user "
+                    "asked for it."),
+    _workspace_tool("workspace_abort", "Discard every change the commands made since the last "
+                    "commit or abort: the directory stays as it was."),
+)
