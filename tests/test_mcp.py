@@ -44,7 +44,7 @@ def test_lists_run_command(place):
         return (await session.list_tools()).tools
 
     tools = run(scenario, [], cwd=project, home=home)
-    assert [tool.name for tool in tools] == ["run_command"]
+    assert [tool.name for tool in tools] == ["run_command", "run_python"]
     schema = tools[0].inputSchema
     assert schema["required"] == ["command"] and set(schema["properties"]) == {"command", "cwd", "timeout"}
 
@@ -269,10 +269,10 @@ def _blocks(kind: str) -> list[str]:
 
 
 def test_the_docs_json_is_json_and_the_schema_is_the_tools():
-    from sandlock.mcp._tools import RUN_COMMAND
+    from sandlock.mcp._tools import RUN_COMMAND, RUN_PYTHON
 
     blocks = [json.loads(block) for block in _blocks("json")]
-    assert RUN_COMMAND.inputSchema in blocks
+    assert RUN_COMMAND.inputSchema in blocks and RUN_PYTHON.inputSchema in blocks
     configs = [block["mcpServers"]["sandlock"] for block in blocks if "mcpServers" in block]
     assert len(configs) == 3 and all(config["args"][0] == "mcp" for config in configs)
 

@@ -53,7 +53,7 @@ def test_writes_wait_for_a_commit_and_an_abort_drops_them(project, unscratched):
 
     names, diff, aborted, committed, empty = run(scenario, ["--workdir", str(project)],
                                                  cwd=unscratched)
-    assert names == ["run_command", "workspace_diff", "workspace_commit", "workspace_abort"]
+    assert names == ["run_command", "run_python", "workspace_diff", "workspace_commit", "workspace_abort"]
     assert seen["inside"] == ".:\nb.txt\nsrc\n\nsrc:\nmade\n"
     assert seen["host during"] == before
     assert diff == (False, "D        - a.txt\nA        2 b.txt\nA        0 src/made")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # Sandbox.start forks (the keeper) from whichever thread calls it: one start at a
 # time keeps the launch path as single-threaded as the CLI's; the calls then run,
 # and are waited for, concurrently.
-_STARTING = threading.Lock()
+STARTING = threading.Lock()
 _OUTPUT_GRACE = 2.0  # seconds to drain pipes that a process outliving the command holds
 SHELL = ("bash", "-c")
 
@@ -40,6 +40,8 @@ class Outcome:
     start_error: str | None = None
     notices: list[str] = field(default_factory=list)
     records: list[dict] = field(default_factory=list)  # the call's own audit records
+    value: str | None = None  # run_python: the repr of the code's last expression
+    error: str | None = None  # run_python: why the worker was ended (its reply broke the protocol...)
 
 
 class Handle:
@@ -77,7 +79,7 @@ def run(policy: Policy, command: str, cwd: str, timeout: float, cap: int, handle
                 sandbox.policy_files = policy_files
 
                 def start(stdio: dict) -> SandboxedProcess:
-                    with _STARTING:
+                    with STARTING:
                         return sandbox.start([*SHELL, command], **stdio)
 
                 outcome = collect(start, lambda process: process.end_for_timeout(timeout),

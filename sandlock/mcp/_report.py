@@ -85,6 +85,10 @@ def result(outcome: Outcome, cwd: str, cap: int) -> dict:
     data: dict = {"exit_code": outcome.exit_code,
                   "stdout": outcome.stdout.decode("utf-8", "replace"), "stderr": stderr,
                   "denied": found[:MAX_DENIALS]}
+    if outcome.value is not None:
+        data["value"] = outcome.value
+    if outcome.error is not None:
+        data["error"] = outcome.error
     if len(found) > MAX_DENIALS:
         data["denied_not_listed"] = len(found) - MAX_DENIALS
     cut = {name: dropped for name, dropped in zip(("stdout", "stderr"), outcome.dropped) if dropped}
@@ -107,8 +111,12 @@ def result(outcome: Outcome, cwd: str, cap: int) -> dict:
 def text(data: dict) -> str:
     """The structured result as the text a model reads."""
     lines = [f"exit status {data['exit_code']}"]
+    if data.get("error"):
+        lines.append(f"error: {data['error']}")
     for limit in data.get("limits", ()):
         lines.append(f"limit reached: {limit.get('reason') or limit['limit']}")
+    if data.get("value") is not None:
+        lines += ["--- value ---", data["value"]]
     for name in ("stdout", "stderr"):
         if data[name]:
             lines += [f"--- {name} ---", data[name].rstrip("\n")]

@@ -17,11 +17,14 @@ from mcp.server.stdio import stdio_server
 from .. import shellpolicy
 from .._errors import PolicyError, SandlockError, visible
 from . import _command, _report
-from ._tools import RUN_COMMAND, WORKSPACE_TOOLS
+from ._python import PythonSession
+from ._tools import RUN_COMMAND, RUN_PYTHON, WORKSPACE_TOOLS
 from ._workspace import SessionWorkspace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._settings import Settings
 
 _VETTING = threading.Lock()  # one tree-sitter parse at a time (its parser is shared)
@@ -33,13 +36,16 @@ class Session:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.workspace = SessionWorkspace(settings) if settings.policy.workdir else None
+        self._python: PythonSession | None = None
 
     def tools(self) -> list[types.Tool]:
-        return [RUN_COMMAND, *(WORKSPACE_TOOLS if self.workspace else ())]
+        return [RUN_COMMAND, RUN_PYTHON, *(WORKSPACE_TOOLS if self.workspace else ())]
 
     async def call(self, name: str, arguments: dict, request_id: object) -> types.CallToolResult:
         if name == "run_command":
             return await self.run_command(arguments, request_id)
+        if name == "run_python":
+            return await self.run_python(arguments, request_id)
         if self.workspace is not None and name in ("workspace_diff", "workspace_commit", "workspace_abort"):
             return await self.workspace_tool(name, request_id)
         return _error(f"no tool named {name!r}")
@@ -57,6 +63,8 @@ class Session:
                                     structuredContent={"lines": list(lines)})
 
     def close(self) -> None:
+        if self._python is not None:
+            self._python.close()
         if self.workspace is not None:
             said = self.workspace.close()
             if said:
@@ -73,19 +81,39 @@ class Session:
         decision = await anyio.to_thread.run_sync(_vet, command)
         if not decision.allowed:
             return self._refused(call, f"refused by sandlock vet ({decision.code}): {decision.reason}")
-        handle = _command.Handle()
         settings = self.settings
         if self.workspace is not None:
             workspace = self.workspace
 
-            def execute() -> _command.Outcome:
+            def execute(handle: _command.Handle) -> _command.Outcome:
                 return workspace.run(command, cwd, timeout, handle)
         else:
-            def execute() -> _command.Outcome:
+            def execute(handle: _command.Handle) -> _command.Outcome:
                 return _command.run(settings.policy, command, cwd, timeout, settings.output_cap,
                                     handle, quiet=settings.quiet, policy_files=settings.policy_files)
+        return await self._execute(call, execute, cwd)
+
+    async def run_python(self, arguments: dict, request_id: object) -> types.CallToolResult:
+        code = arguments["code"]
+        call = {"tool": "run_python", "request_id": request_id, "code": code}
         try:
-            outcome = await anyio.to_thread.run_sync(execute, abandon_on_cancel=True)
+            timeout = self.settings.call_timeout(arguments.get("timeout"))
+        except PolicyError as exc:
+            return self._refused(call, str(exc))
+        if self.workspace is not None:
+            run = self.workspace.python
+        else:
+            self._python = self._python or PythonSession(self.settings)
+            run = self._python.run
+        return await self._execute(call, lambda handle: run(code, timeout, handle), self.settings.root)
+
+    async def _execute(self, call: dict, execute: Callable[[_command.Handle], _command.Outcome],
+                       cwd: str) -> types.CallToolResult:
+        """``execute(handle)`` in a worker thread; the client's cancellation kills what
+        it started (through ``handle``) before the call is over."""
+        handle = _command.Handle()
+        try:
+            outcome = await anyio.to_thread.run_sync(lambda: execute(handle), abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
             handle.kill()  # the client cancelled: the call's whole tree goes
             with anyio.CancelScope(shield=True):
@@ -94,11 +122,11 @@ class Session:
             raise
         except SandlockError as exc:
             return self._refused(call, f"the sandbox could not be set up: {exc}")
-        data = _report.result(outcome, cwd, settings.output_cap)
+        data = _report.result(outcome, cwd, self.settings.output_cap)
         self._log(call, outcome="limit" if "limits" in data else "ran", exit_code=outcome.exit_code,
                   denied=len(data["denied"]), records=outcome.records)
         return types.CallToolResult(content=[types.TextContent(type="text", text=_report.text(data))],
-                                    structuredContent=data, isError="limits" in data)
+                                    structuredContent=data, isError="limits" in data or "error" in data)
 
     def _refused(self, call: dict, message: str) -> types.CallToolResult:
         self._log(call, outcome="refused", reason=message)

@@ -27,6 +27,27 @@ RUN_COMMAND = types.Tool(
     },
 )
 
+RUN_PYTHON = types.Tool(
+    name="run_python",
+    description=(
+        "Run Python code in a confined interpreter that lasts for the session: variables, "
+        "functions and imports stay defined from one call to the next. The value of a last "
+        "expression comes back as its repr, with what the code printed (its subprocesses' "
+        "output included, cut at the server's cap) and the traceback of an exception. Same "
+        "sandbox rules and denial reports as run_command; a timeout or a cancellation "
+        "ends the interpreter, and its state with it."),
+    inputSchema={
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "description": "Python source: statements, optionally ending in an expression"},
+            "timeout": {"type": "number", "exclusiveMinimum": 0,
+                        "description": "seconds (default and most: the server's timeout)"},
+        },
+        "required": ["code"],
+        "additionalProperties": False,
+    },
+)
+
 
 def _workspace_tool(name: str, description: str) -> types.Tool:
     return types.Tool(name=name, description=description,

@@ -21,6 +21,7 @@ from ..api import Sandbox
 from ..confinement import workspace_store
 from ..cow import Workspace, changes, escape, format_changes
 from ._command import SHELL, AuditReader, Handle, Outcome, collect
+from ._python import PythonWorker
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class SessionWorkspace:
         self._sandbox: Sandbox | None = None
         self._scratch: tempfile.TemporaryDirectory | None = None
         self._records: AuditReader | None = None
+        self._python = PythonWorker(self._exec_worker, settings.output_cap)
 
     # --- calls ---------------------------------------------------------------------------
 
@@ -67,6 +69,23 @@ class SessionWorkspace:
                 return outcome
         finally:
             handle.finished.set()
+
+    def python(self, code: str, timeout: float, handle: Handle) -> Outcome:
+        """run_python in the session's sandbox: its writes go to the layer too."""
+        try:
+            with self._turn:
+                if handle.cancelled:
+                    return Outcome(137, b"", b"", cancelled=True)
+                _, records = self._running()
+                records.read()
+                outcome = self._python.run(code, timeout, handle)
+                outcome.records = records.read()
+                return outcome
+        finally:
+            handle.finished.set()
+
+    def _exec_worker(self, argv: list[str], stdin: int, replies: int) -> LiveProcess:
+        return self._sandbox.exec(argv, stdin=stdin, pass_fds=(replies,))
 
     def diff(self) -> list[str]:
         """What the session's calls changed so far, one line each (A/M/D, size, path)."""
@@ -140,6 +159,7 @@ class SessionWorkspace:
         return self._sandbox, self._records
 
     def _end(self, *, failed: bool) -> object:
+        self._python.stop()  # (its state goes with the sandbox)
         sandbox, self._sandbox = self._sandbox, None
         sandbox.__exit__(*((SandlockError, SandlockError("ended"), None) if failed else (None, None, None)))
         self._forget()
