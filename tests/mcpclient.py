@@ -14,13 +14,14 @@ from conftest import SANDLOCK
 
 
 @asynccontextmanager
-async def connected(args, *, cwd, home=None, errlog=None, wrap=None, command=None):
+async def connected(args, *, cwd, home=None, errlog=None, wrap=None, command=None, env=None):
     """A ClientSession with `sandlock mcp ARGS` (or ``command``) run in ``cwd``, with
-    HOME=``home``; ``wrap`` prefixes the argv (setpriv, for the unprivileged cases)."""
+    HOME=``home`` and ``env`` added to this environment; ``wrap`` prefixes the argv
+    (setpriv, for the unprivileged cases)."""
     argv = list(command or [*SANDLOCK, "mcp", *args])
     if wrap is not None:
         argv = wrap(argv)
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     if home is not None:
         env["HOME"] = str(home)
     params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(cwd), env=env)

@@ -18,12 +18,12 @@ from .. import shellpolicy
 from .._errors import PolicyError, SandlockError, visible
 from . import _command, _report
 from ._python import PythonSession
-from ._tools import RUN_COMMAND, RUN_PYTHON, WORKSPACE_TOOLS
+from ._tools import RUN_COMMAND, RUN_PYTHON, WORKSPACE_TOOLS, without
 from ._workspace import SessionWorkspace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from ._settings import Settings
 
@@ -33,13 +33,18 @@ _VETTING = threading.Lock()  # one tree-sitter parse at a time (its parser is sh
 class Session:
     """The tools of one server session, over its settings."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tools: Mapping[str, Settings] | None = None) -> None:
         self.settings = settings
+        self._tools = dict(tools or {})  # a tool's own settings ([mcp] TOOL = "PROFILE")
         self.workspace = SessionWorkspace(settings) if settings.policy.workdir else None
         self._python: PythonSession | None = None
 
+    def settings_for(self, tool: str) -> Settings:
+        return self._tools.get(tool, self.settings)
+
     def tools(self) -> list[types.Tool]:
-        return [RUN_COMMAND, RUN_PYTHON, *(WORKSPACE_TOOLS if self.workspace else ())]
+        listed = [without(RUN_COMMAND, self.settings.fixed), without(RUN_PYTHON, self.settings.fixed)]
+        return [*listed, *(WORKSPACE_TOOLS if self.workspace else ())]
 
     async def call(self, name: str, arguments: dict, request_id: object) -> types.CallToolResult:
         if name == "run_command":
@@ -73,15 +78,15 @@ class Session:
     async def run_command(self, arguments: dict, request_id: object) -> types.CallToolResult:
         command = arguments["command"]
         call = {"tool": "run_command", "request_id": request_id, "command": command}
+        settings = self.settings_for("run_command")
         try:
-            cwd = self.settings.call_cwd(arguments.get("cwd"))
-            timeout = self.settings.call_timeout(arguments.get("timeout"))
+            cwd = settings.call_cwd(arguments.get("cwd"))
+            timeout = settings.call_timeout(arguments.get("timeout"))
         except PolicyError as exc:
             return self._refused(call, str(exc))
         decision = await anyio.to_thread.run_sync(_vet, command)
         if not decision.allowed:
             return self._refused(call, f"refused by sandlock vet ({decision.code}): {decision.reason}")
-        settings = self.settings
         if self.workspace is not None:
             workspace = self.workspace
 
@@ -91,24 +96,26 @@ class Session:
             def execute(handle: _command.Handle) -> _command.Outcome:
                 return _command.run(settings.policy, command, cwd, timeout, settings.output_cap,
                                     handle, quiet=settings.quiet, policy_files=settings.policy_files)
-        return await self._execute(call, execute, cwd)
+        return await self._execute(call, execute, cwd, settings)
 
     async def run_python(self, arguments: dict, request_id: object) -> types.CallToolResult:
         code = arguments["code"]
         call = {"tool": "run_python", "request_id": request_id, "code": code}
+        settings = self.settings_for("run_python")
         try:
-            timeout = self.settings.call_timeout(arguments.get("timeout"))
+            timeout = settings.call_timeout(arguments.get("timeout"))
         except PolicyError as exc:
             return self._refused(call, str(exc))
         if self.workspace is not None:
             run = self.workspace.python
         else:
-            self._python = self._python or PythonSession(self.settings)
+            self._python = self._python or PythonSession(settings)
             run = self._python.run
-        return await self._execute(call, lambda handle: run(code, timeout, handle), self.settings.root)
+        return await self._execute(call, lambda handle: run(code, timeout, handle), settings.root,
+                                   settings)
 
     async def _execute(self, call: dict, execute: Callable[[_command.Handle], _command.Outcome],
-                       cwd: str) -> types.CallToolResult:
+                       cwd: str, settings: Settings) -> types.CallToolResult:
         """``execute(handle)`` in a worker thread; the client's cancellation kills what
         it started (through ``handle``) before the call is over."""
         handle = _command.Handle()
@@ -122,7 +129,7 @@ class Session:
             raise
         except SandlockError as exc:
             return self._refused(call, f"the sandbox could not be set up: {exc}")
-        data = _report.result(outcome, cwd, self.settings.output_cap)
+        data = _report.result(outcome, cwd, settings.output_cap)
         self._log(call, outcome="limit" if "limits" in data else "ran", exit_code=outcome.exit_code,
                   denied=len(data["denied"]), records=outcome.records)
         return types.CallToolResult(content=[types.TextContent(type="text", text=_report.text(data))],
@@ -167,14 +174,15 @@ def build(session: Session) -> Server:
     return server
 
 
-def serve(settings: Settings) -> int:
-    """Serve one client on stdin/stdout until it closes them."""
+def serve(settings: Settings, tools: Mapping[str, Settings] | None = None) -> int:
+    """Serve one client on stdin/stdout until it closes them; ``tools``: the settings of
+    the tools that have their own ([mcp] TOOL = "PROFILE")."""
     protocol = os.dup(1)
     os.dup2(2, 1)  # a stray print, ours or a library's, lands on stderr, not in the protocol
     sys.stdout = sys.stderr
     out = anyio.wrap_file(TextIOWrapper(os.fdopen(protocol, "wb", buffering=0), encoding="utf-8",
                                         write_through=True))
-    session = Session(settings)
+    session = Session(settings, tools)
     server = build(session)
 
     async def main() -> None:

@@ -30,10 +30,11 @@ class Settings:
     audit: AuditLog | None = None
     quiet: bool = False
     policy_files: tuple[str, ...] = ()
+    fixed: tuple[str, ...] = ()  # call options the model may not give ([mcp] fixed)
 
     @classmethod
     def of(cls, policy: Policy, *, audit: AuditLog | None = None, quiet: bool = False,
-           policy_files: tuple[str, ...] = ()) -> Settings:
+           policy_files: tuple[str, ...] = (), fixed: tuple[str, ...] = ()) -> Settings:
         if policy.workdir is not None and policy.max_disk is not None:
             raise PolicyError("max_disk", "not with `sandlock mcp --workdir`: its layer is a tmpfs "
                               "that workspace_diff cannot read while the session runs")
@@ -45,11 +46,13 @@ class Settings:
         return cls(policy.replace(timeout=None, max_output=None, cwd=None), root,
                    policy.timeout or DEFAULT_TIMEOUT,
                    int(policy.max_output) if policy.max_output is not None else DEFAULT_OUTPUT_CAP,
-                   audit, quiet, policy_files)
+                   audit, quiet, policy_files, fixed)
 
     def call_cwd(self, asked: str | None) -> str:
         """The directory a call asked for, which must be the root or beneath it
         (relative: to the root). Raises PolicyError naming ``cwd``."""
+        if asked is not None:
+            self._may_give("cwd")
         if not asked:
             return self.root
         path = os.path.realpath(os.path.join(self.root, asked))
@@ -64,6 +67,12 @@ class Settings:
         """The server's timeout, or a shorter one the call asked for."""
         if asked is None:
             return self.timeout
+        self._may_give("timeout")
         if not asked > 0:
             raise PolicyError("timeout", f"expected a number of seconds above 0, got {asked!r}")
         return min(float(asked), self.timeout)
+
+    def _may_give(self, option: str) -> None:
+        if option in self.fixed:
+            raise PolicyError(option, "fixed by the server's policy ([mcp] fixed): a call may "
+                              "not give it")

@@ -65,3 +65,13 @@ WORKSPACE_TOOLS = (
     _workspace_tool("workspace_abort", "Discard every change the commands made since the last "
                     "commit or abort: the directory stays as it was."),
 )
+
+
+def without(tool: types.Tool, fixed: tuple[str, ...]) -> types.Tool:
+    """``tool`` as the client sees it when the policy fixes some call options: they are
+    not in its schema (and the schema admits no other properties)."""
+    if not fixed:
+        return tool
+    schema = dict(tool.inputSchema)
+    schema["properties"] = {name: spec for name, spec in schema["properties"].items() if name not in fixed}
+    return tool.model_copy(update={"inputSchema": schema})
