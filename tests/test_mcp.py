@@ -273,8 +273,11 @@ def test_the_docs_json_is_json_and_the_schema_is_the_tools():
 
     blocks = [json.loads(block) for block in _blocks("json")]
     assert RUN_COMMAND.inputSchema in blocks and RUN_PYTHON.inputSchema in blocks
-    configs = [block["mcpServers"]["sandlock"] for block in blocks if "mcpServers" in block]
-    assert len(configs) == 3 and all(config["args"][0] == "mcp" for config in configs)
+    servers = [block["mcpServers"] for block in blocks if "mcpServers" in block]
+    ours = [found["sandlock"] for found in servers if "sandlock" in found]
+    assert len(ours) == 3 and all(config["args"][0] == "mcp" for config in ours)
+    recipe = next(found["files"] for found in servers if "files" in found)
+    assert recipe["args"][:2] == ["run", "--policy"] and "--" in recipe["args"]
 
 
 def test_what_the_model_reads_is_what_the_doc_shows(place):
