@@ -51,6 +51,18 @@ def test_control_without_fixed_a_call_may_narrow(project):
     assert not failed and data["stdout"] == f"{project / 'sub'}\n"
 
 
+def test_a_calls_grants_are_the_servers_whatever_its_cwd(project):
+    """The sandbox starts in the root (the default workspace of the root), the call's
+    cwd is entered inside it: from sub/ the root is writable, its parent is not."""
+
+    async def scenario(session):
+        return await command(session, "touch ../top.txt ../../beside.txt; pwd", cwd="sub")
+
+    _, data, _ = run(scenario, [], cwd=project)
+    assert data["stdout"] == f"{project / 'sub'}\n"
+    assert (project / "top.txt").exists() and not (project.parent / "beside.txt").exists()
+
+
 def test_a_call_never_widens(project):
     """A cwd out of the workspace (by .., by an absolute path, by a symlink) is refused;
     a longer timeout than the server's is cut to the server's."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -68,19 +69,31 @@ class Handle:
                 self._process.kill()
 
 
-def run(policy: Policy, command: str, cwd: str, timeout: float, cap: int, handle: Handle, *,
-        quiet: bool = False, policy_files: tuple[str, ...] = ()) -> Outcome:
-    """``command`` by bash in ``cwd``, confined by ``policy``, killed after ``timeout``."""
+def shell_line(command: str, cwd: str, root: str) -> list[str]:
+    """bash's argv for ``command`` run in ``cwd``. The sandbox always starts in the root
+    (its default workspace is the root's, decided once): a cwd beneath it is entered by
+    the line's first step, inside the sandbox, so that a directory swapped for a symlink
+    after the call's cwd was checked moves the command, never the grants."""
+    if cwd == root:
+        return [*SHELL, command]
+    return [*SHELL, f"cd -- {shlex.quote(cwd)} || exit 126\n{command}"]
+
+
+def run(policy: Policy, command: str, cwd: str, root: str, timeout: float, cap: int, handle: Handle,
+        *, quiet: bool = False, policy_files: tuple[str, ...] = ()) -> Outcome:
+    """``command`` by bash in ``cwd`` (the root or beneath it), confined by ``policy``
+    in the root, killed after ``timeout``."""
     try:
         with tempfile.TemporaryDirectory(prefix="sandlock-mcp-") as scratch:
             audit = os.path.join(scratch, "audit.jsonl")
             with AuditReader(audit) as records:
-                sandbox = Sandbox(policy.replace(cwd=cwd), audit=audit, quiet=quiet)
+                sandbox = Sandbox(policy.replace(cwd=root), audit=audit, quiet=quiet)
                 sandbox.policy_files = policy_files
+                argv = shell_line(command, cwd, root)
 
                 def start(stdio: dict) -> SandboxedProcess:
                     with STARTING:
-                        return sandbox.start([*SHELL, command], **stdio)
+                        return sandbox.start(argv, **stdio)
 
                 outcome = collect(start, lambda process: process.end_for_timeout(timeout),
                                   timeout, cap, handle)

@@ -94,8 +94,9 @@ class Session:
                 return workspace.run(command, cwd, timeout, handle)
         else:
             def execute(handle: _command.Handle) -> _command.Outcome:
-                return _command.run(settings.policy, command, cwd, timeout, settings.output_cap,
-                                    handle, quiet=settings.quiet, policy_files=settings.policy_files)
+                return _command.run(settings.policy, command, cwd, settings.root, timeout,
+                                    settings.output_cap, handle, quiet=settings.quiet,
+                                    policy_files=settings.policy_files)
         return await self._execute(call, execute, cwd, settings)
 
     async def run_python(self, arguments: dict, request_id: object) -> types.CallToolResult:

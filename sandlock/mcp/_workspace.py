@@ -20,7 +20,7 @@ from .._errors import SandlockError
 from ..api import Sandbox
 from ..confinement import workspace_store
 from ..cow import Workspace, changes, escape, format_changes
-from ._command import SHELL, AuditReader, Handle, Outcome, collect
+from ._command import AuditReader, Handle, Outcome, collect, shell_line
 from ._python import PythonWorker
 
 TYPE_CHECKING = False
@@ -57,12 +57,10 @@ class SessionWorkspace:
                     return Outcome(137, b"", b"", cancelled=True)
                 sandbox, records = self._running()
                 records.read()  # what came between calls (a background process): not this call's
-                # (the sandbox starts in the workdir; a call's cwd beneath it is entered first)
-                line = command if cwd == self.settings.root else \
-                    f"cd -- {shlex.quote(cwd)} || exit 126\n{command}"
+                argv = shell_line(command, cwd, self.settings.root)  # (the sandbox starts in DIR)
 
                 def start(stdio: dict) -> LiveProcess:
-                    return sandbox.exec([*SHELL, line], **stdio)
+                    return sandbox.exec(argv, **stdio)
 
                 outcome = collect(start, _kill_and_wait, timeout, self.settings.output_cap, handle)
                 outcome.records = records.read()
