@@ -290,3 +290,45 @@ def test_what_the_model_reads_is_what_the_doc_shows(place):
 
     _, _, text = run(scenario, [], cwd=project, home=home)
     assert text.replace(str(home), "/home/me") + "\n" == sample
+
+
+def test_without_the_sdk_one_line(place, tmp_path):
+    """`sandlock mcp` where `import mcp` fails (the extra not installed): one line, 125."""
+    home, project = place
+    (tmp_path / "mcp.py").write_text("raise ImportError('no mcp here')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run([*SANDLOCK, "mcp"], cwd=project, env=env, capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, timeout=60)
+    assert (result.returncode, result.stderr) == (
+        125, "sandlock: error: mcp: the MCP SDK is not installed: pip install 'sandlock[mcp]'\n")
+
+
+# A client of the SDK's 2.x line cannot share this venv (its h11 and mitmproxy 11's
+# exclude each other): with SANDLOCK_MCP2_PYTHON naming a venv's python that has it,
+# that client drives the server too (docs/mcp.md, "Protocol version and SDK").
+CLIENT_2X = '''
+import sys, anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    params = StdioServerParameters(command=sys.argv[1], args=sys.argv[2:])
+    async with stdio_client(params) as streams:
+        async with ClientSession(*streams[:2]) as session:
+            init = await session.initialize()
+            print(getattr(init, "protocol_version", None) or init.protocolVersion)
+            print(*[tool.name for tool in (await session.list_tools()).tools])
+            result = await session.call_tool("run_command", {"command": "echo hi"})
+            print(result.content[0].text.splitlines()[2])
+
+anyio.run(main)
+'''
+
+
+@pytest.mark.skipif(not os.environ.get("SANDLOCK_MCP2_PYTHON"), reason="no 2.x SDK client here "
+                    "(SANDLOCK_MCP2_PYTHON: a python whose venv has mcp 2.x)")
+def test_a_2x_client_speaks_to_the_server(place):
+    home, project = place
+    result = subprocess.run([os.environ["SANDLOCK_MCP2_PYTHON"], "-c", CLIENT_2X, *SANDLOCK, "mcp"],
+                            cwd=project, capture_output=True, text=True, timeout=120)
+    assert result.stdout.splitlines() == ["2025-11-25", "run_command run_python", "hi"], result.stderr
