@@ -93,7 +93,8 @@ def test_control_a_wider_policy_reads_home_but_never_the_key(place):
     assert key["stdout"] == "" and key["denied"][0]["path"] == str(home / ".ssh" / "id_ed25519")
 
 
-def test_a_denied_connect_and_a_denied_lookup_are_reported(place, upstreams):
+@users
+def test_a_denied_connect_and_a_denied_lookup_are_reported(place, upstreams, as_nobody_or_self):
     home, project = place
     allowed, denied = upstreams
     curl = "curl -s -o /dev/null -w '%{http_code}\\n' --max-time 5"
@@ -104,7 +105,7 @@ def test_a_denied_connect_and_a_denied_lookup_are_reported(place, upstreams):
                              "getent hosts forbidden.example; true")
 
     failed, data, text = run(scenario, ["--net-allow", f"127.0.0.2:{allowed.port}"],
-                             cwd=project, home=home)
+                             cwd=project, home=home, wrap=as_nobody_or_self)
     assert data["stdout"].startswith("200\n")  # control: the allowed one went through
     assert allowed.paths() == ["/ok"] and denied.paths() == []
     assert {"kind": "connect", "protocol": "tcp", "destination": f"127.0.0.3:{denied.port}",

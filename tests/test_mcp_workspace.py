@@ -112,3 +112,35 @@ def test_options_mcp_refuses_with_a_workdir(project, unscratched):
     assert disk.returncode == 2 and disk.stderr.startswith("sandlock: error: --max-disk: not with")
     cwd = sandlock("mcp", "--workdir", str(project), "--cwd", str(project), cwd=unscratched)
     assert cwd.returncode == 2 and cwd.stderr.startswith("sandlock: error: --cwd: not with")
+
+
+def test_a_cancelled_call_in_the_session_is_killed(project, unscratched):
+    import anyio
+    from conftest import unique_sleep, wait_no_process
+    from mcpclient import cancel
+    from test_mcp import running
+
+    marker = unique_sleep()
+
+    async def scenario(session):
+        request_id = session._request_id
+        outcome = {}
+
+        async def call():
+            try:
+                outcome["result"] = await command(session, f"sleep {marker}", timeout=60)
+            except Exception as error:
+                outcome["error"] = error
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            with anyio.fail_after(20):
+                while not running("sleep", marker):
+                    await anyio.sleep(0.05)
+            await cancel(session, request_id)
+        outcome["next"] = (await command(session, "echo still here"))[1]["stdout"]
+        return outcome
+
+    outcome = run(scenario, ["--workdir", str(project)], cwd=unscratched)
+    assert "result" not in outcome and outcome["next"] == "still here\n"
+    assert wait_no_process("sleep", marker, seconds=10)
