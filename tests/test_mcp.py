@@ -116,6 +116,28 @@ def test_a_denied_connect_and_a_denied_lookup_are_reported(place, upstreams, as_
     assert f"connect to 127.0.0.3:{denied.port}" in text and "DNS lookup of forbidden.example" in text
 
 
+def test_a_denied_http_request_is_reported(place):
+    """HTTP rules: the proxy's decision comes back with the call (method, host, path)."""
+    from httpservers import Upstream, free_port_on
+
+    home, project = place
+    port = free_port_on("127.0.0.2")
+    curl = "curl -s -o /dev/null -w '%{http_code}\\n' --max-time 10"
+
+    async def scenario(session):
+        return await command(session, f"{curl} http://api.test:{port}/repos/x; {curl} http://api.test:{port}/user")
+
+    with Upstream("127.0.0.2", port, name="api") as api:
+        failed, data, text = run(scenario, ["--resolve", "api.test=127.0.0.2", "--http-port", str(port),
+                                            "--https-inspect", "off", "--http-allow", "GET api.test/repos/*"],
+                                 cwd=project, home=home)
+        assert api.paths() == ["/repos/x"]  # control: the allowed request went through
+    assert data["stdout"] == "200\n403\n"
+    assert {"kind": "http", "method": "GET", "host": "api.test", "path": "/user",
+            "reason": "no --http-allow rule matches"} in data["denied"]
+    assert "HTTP GET api.test/user (no --http-allow rule matches)" in text
+
+
 def test_a_refused_command_never_runs(place):
     home, project = place
 
