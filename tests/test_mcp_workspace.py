@@ -71,11 +71,16 @@ def test_a_session_that_ends_uncommitted_keeps_its_layer(project, unscratched, t
     async def scenario(session):
         await command(session, "touch left")
 
+    state = tmp_path / "state"  # (where it is kept: not the user's own store)
     with open(errors, "w") as errlog:
-        run(scenario, ["--workdir", str(project)], cwd=unscratched, errlog=errlog)
+        run(scenario, ["--workdir", str(project)], cwd=unscratched, errlog=errlog,
+            env={"XDG_STATE_HOME": str(state)})
     assert not (project / "left").exists()
     said = errors.read_text()
-    assert "the session's 1 change(s) to " in said and "sandlock workspace --fs-storage " in said
+    assert "the session's 1 change(s) to " in said and f"sandlock workspace --fs-storage {state}/" in said
+    (session,) = (state / "sandlock" / "mcp").iterdir()
+    (kept,) = session.iterdir()
+    assert (kept / "layer" / "upper" / "left").exists()
 
 
 def test_each_call_is_told_only_its_own_denials(project, unscratched):
