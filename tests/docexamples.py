@@ -32,7 +32,7 @@ from conftest import CHECKOUT, PYTHON, UNPRIVILEGED_UID
 from httpservers import Upstream
 
 ROOT = Path(__file__).resolve().parent.parent
-LANGUAGES = ("sh", "console", "python", "toml", "text")
+LANGUAGES = ("sh", "console", "python", "toml", "text", "json")
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\S*)\n(?P<body>.*?)^(?P=indent)```$", re.M | re.S)
 
 

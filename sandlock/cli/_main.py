@@ -38,9 +38,14 @@ if TYPE_CHECKING:
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
+def _options_of(args: Namespace) -> dict[str, object]:
+    """The policy options given on the command line (each a Policy field)."""
+    return {name: getattr(args, name) for name in POLICY_FIELDS if hasattr(args, name)}
+
+
 def _policy_of(args: Namespace) -> Policy:
     """The files and profiles given, in order, then the options given on top of them."""
-    options = {name: getattr(args, name) for name in POLICY_FIELDS if hasattr(args, name)}
+    options = _options_of(args)
     if not args.sources:  # the usual run: no files, no merging machinery to import
         try:
             return Policy(**options)
@@ -400,6 +405,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return sandboxes(args)
     if args.subcommand == "learn":
         return _learn(args)
+    if args.subcommand == "mcp":
+        from ._mcp import main as mcp
+
+        return mcp(args, _policy_of(args), _policy_files(args))
     if args.subcommand == "policy":
         from ._policy import policy_test
 

@@ -110,6 +110,7 @@ COMMANDS = {
     "selftest": "run real confined programs and check each protection",
     "sandbox": "LocalGPT's names: `sandbox status` is check, `sandbox test` is selftest",
     "vet": "check an agent's shell command before it runs (cd, redirects, syntax; --verify: changes)",
+    "mcp": "serve a confined shell to an AI client (Model Context Protocol, stdio)",
 }
 
 
@@ -144,7 +145,7 @@ def _build(wanted: str | None) -> argparse.ArgumentParser:
                 "policy": _add_policy_parser, "profile": _add_profile_parser,
                 "vet": _add_vet_parser, "workspace": _add_workspace_parser,
                 "ps": _add_ps_parser, "inspect": _add_inspect_parser, "kill": _add_kill_parser,
-                "sandbox": _add_sandbox_parser}
+                "sandbox": _add_sandbox_parser, "mcp": _add_mcp_parser}
     if wanted not in COMMANDS:
         wanted = None  # build them all: --help, or argparse's error listing the choices
     for name, summary in COMMANDS.items():
@@ -184,6 +185,20 @@ def _add_vet_parser(commands: argparse._SubParsersAction) -> None:
     vet.add_argument("--json", action="store_true",
                      help='print {"allowed": ..., "code": ..., "reason": ...}')
     vet.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND")
+
+
+def _add_mcp_parser(commands: argparse._SubParsersAction) -> None:
+    mcp = commands.add_parser(
+        "mcp", help=COMMANDS["mcp"],
+        usage="sandlock mcp [--policy FILE | -p PROFILE] [--workdir DIR] [OPTIONS]",
+        description="Serve the Model Context Protocol on stdin/stdout: an AI client's "
+        "run_command calls are vetted, then each runs confined by this policy (default: "
+        "the default workspace of the current directory, or --cwd DIR; no network). "
+        "--timeout and --max-output bound each call. docs/mcp.md.")
+    groups = _add_policy_options(mcp)
+    for option, default in RUN_OPTIONS:
+        if option.dest in ("audit", "quiet"):
+            _add(groups[option.group], option, default=default)
 
 
 def _add_run_parser(commands: argparse._SubParsersAction) -> None:

@@ -21,11 +21,16 @@ from collections.abc import Iterable
 
 from .._errors import PolicyError, PolicySourceError
 from .._record import record
+from . import _mcpsection as mcp_section
 from ._policy import check_field
 from ._schema import BY_FIELD, BY_SECTION, DESCRIPTION, ENV, KEYS, SECTIONS, Key
 from ._sources import Origin, Setting
 from ._tomlbounds import past_bounds
 from ._tomllines import Path, locate
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._mcpsection import McpSection
 
 MAX_SIZE = 256 << 10  # a policy is a few hundred bytes; reading this much takes about 1 s
 _TOML_POSITION = re.compile(r" \(at line (\d+), column (\d+)\)$")
@@ -37,6 +42,7 @@ class PolicyFile:
     text: str
     description: str | None
     settings: tuple[Setting, ...]
+    mcp: McpSection | None = None  # its [mcp] section, for `sandlock mcp` (_mcpsection)
 
 
 def load(path: str) -> PolicyFile:
@@ -55,7 +61,10 @@ def load(path: str) -> PolicyFile:
                               f"{_shown(first[key.field])} does (line {where.line(first[key.field])})")
         first[key.field] = at
         settings.append(_setting(key, value, at, where, base))
-    return PolicyFile(path, text, description, tuple(settings))
+    mcp = None
+    if mcp_section.SECTION in data:
+        mcp = mcp_section.read(data[mcp_section.SECTION], where.error, _toml_type, did_you_mean)
+    return PolicyFile(path, text, description, tuple(settings), mcp)
 
 
 # --- the file itself ---------------------------------------------------------------
@@ -182,7 +191,7 @@ def _shown(path: Path) -> str:
 
 def _keys_and_values(data: dict, where: _Locator) -> Iterable[tuple[Key, object, Path]]:
     for section, table in data.items():
-        if section == DESCRIPTION:
+        if section in (DESCRIPTION, mcp_section.SECTION):  # ([mcp]: not Policy's, read apart)
             continue
         if section in BY_FIELD:  # the flat form
             yield BY_FIELD[section], table, (section,)
