@@ -37,7 +37,7 @@ _TIMED_RUN = r"""
 import os, sys, time
 T0 = time.perf_counter()
 import sandlock.process._process as process
-import sandlock.api._sandbox as sandbox
+import sandlock.api._launching as launching
 import sandlock.process._supervision as supervision
 marks = {}
 def timed(owner, name, label):
@@ -52,7 +52,7 @@ def timed(owner, name, label):
 timed(supervision.Supervision, "__init__", "supervision")
 timed(os, "fork", "fork")
 timed(supervision.Supervision, "take_listener", "listener")
-timed(sandbox, "spawn", "spawn")
+timed(launching, "spawn", "spawn")
 timed(process.SandboxedProcess, "wait", "wait")
 from sandlock.cli import main
 me = os.getpid()

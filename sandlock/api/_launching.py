@@ -1,19 +1,140 @@
-"""What a launch sets up around the command's process, each only when the policy asks
-for it (its package is not even imported otherwise): the copy-on-write workspace, the
-HTTP proxy, the kernel limits, the audit log; and the hooks every started process gets."""
+"""A launch: the policy → confinement, network, proxy → a started command (``launch``,
+what ``Sandbox._launch`` does); what it sets up around the command's process, each only
+when the policy asks for it (its package is not even imported otherwise): the
+copy-on-write workspace, the HTTP proxy, the kernel limits, the audit log; the hooks
+every started process gets; and what a run says of its particular ends (a command
+killed for its file size, a full-access run, a command that could not start)."""
 
 from __future__ import annotations
 
-from .._errors import SetupError
+import _signal as signal
+import os
+import sys
+
+from .._errors import PolicyError, SetupError
+from ..confinement import Confinement
+from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
+from ..process import ChildSpec, Foreground, Supervision, child_environment, inherited_ignored_signals, spawn
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from .._auditlog import AuditLog
     from ..limits import KernelLimits
     from ..net import HttpRun
     from ..policy import Policy
     from ..process import CowRun, SandboxedProcess
     from ._sandbox import Sandbox
+
+
+def launch(sandbox: Sandbox, argv: list[str], function: Callable[[int], int] | None,
+           stdio: tuple[int | None, int | None, int | None], pass_fds: tuple[int, ...],
+           foreground: bool = False, resident: bool = False, *, dry_run: bool = False,
+           parked: bool = False, pausable: bool = False,
+           fd_map: tuple[tuple[int, int], ...] = ()) -> SandboxedProcess:
+    """``sandbox._launch``'s work (its docstring says what each argument asks for)."""
+    pausable = pausable or resident
+    if sandbox.policy.full_access and not sandbox.full_access_allowed:
+        raise PolicyError("mode", "full-access runs the command unconfined: it needs "
+                          "--dangerously-allow-full-access as well")
+    if prctl(PR_GET_SECCOMP) == SECCOMP_MODE_FILTER:
+        from ._enclosed import enclosed, launch_enclosed
+
+        if enclosed():  # sandlock itself in a sandbox: no namespaces, no listener
+            _check_enclosable(sandbox, parked, fd_map)
+            return launch_enclosed(sandbox, argv, function, stdio, pass_fds, foreground, resident)
+    policy = sandbox.policy
+    if dry_run and policy.workdir is None:  # the current directory, previewed
+        policy = policy.replace(workdir=policy.cwd or os.getcwd())
+    env = child_environment(policy, os.environ)
+    cwd = policy.cwd or policy.workdir or os.getcwd()
+    audit = open_audit(sandbox.audit)
+    if sandbox.policy.full_access:
+        record_full_access(audit, argv)
+    cow = http = registration = None
+    try:
+        if sandbox.named:
+            from ..process import registry
+
+            registration = registry.Registration(sandbox.name, policy, argv)
+        cow = start_workspace(policy, dry_run, audit)
+        http = start_http(policy, env, cwd, audited=audit is not None)
+        # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
+        # to --unix-allow, and listening to --net-allow-bind.
+        confinement = Confinement.prepare(
+            policy, cwd, env, http.readable_paths if http else (), observed=sandbox.policy_fn is not None,
+            overlay=cow and cow.overlay, dry_run=dry_run, policy_files=sandbox.policy_files)
+    except BaseException:
+        _close(http, cow, audit, registration)
+        raise
+    if registration and confinement.isolation is not None:  # the name is its hostname
+        confinement.isolation.hostname = sandbox.name.encode()
+    sandbox.warnings, level = confinement.warnings, confinement.level(policy)
+    counted = policy.max_output is not None  # no terminal past it: leave_the_terminal
+    terminal = Foreground.detect() if foreground and not counted else None
+    spec = ChildSpec(
+        argv=argv,
+        env=env,
+        cwd=cwd,
+        confinement=confinement,
+        stdio=stdio,
+        tty_fd=terminal.fd if terminal else None,
+        ignored_signals=inherited_ignored_signals(),
+        pass_fds=pass_fds,
+        limits=kernel_limits(sandbox.policy),
+        function=function,
+        keep_host_proc=resident,
+        no_terminal=counted,
+        fd_map=fd_map,
+    )
+    supervision = Supervision(policy, confinement, audit, sandbox.quiet, http,
+                              pausable=pausable, policy_fn=sandbox.policy_fn)
+    try:
+        process = spawn(supervision.prepared(spec), terminal, supervision.take_listener,
+                        parked=parked)
+    except BaseException:
+        supervision.close()
+        _close(cow, audit, registration)
+        raise
+    finally:
+        confinement.close()  # the child holds its own copy until it restricts itself
+        supervision.launched()  # (its end of the binder's channel: init's now)
+    process.pauser, process.level = supervision.watches if pausable else None, level
+    process.nest_network = supervision.nest_network if resident else None
+    process.readable = http.readable_paths if http else ()  # (its CA bundle)
+    process.ports = supervision.ports
+    process.limits_hit = supervision.limits_hit
+    process.on_exit(supervision.close)
+    process.on_task_cap(supervision.task_cap_reached)
+    if registration:
+        registration.started(process)
+    if (leftovers := confinement.leftovers(audit)) is not None:  # what it left for later
+        process.on_exit(leftovers.check)
+    if cow is not None:
+        cow.follow(process, leftovers)
+    if supervision.watches is not None:
+        supervision.watches.watch(process.kill, process.scratch)
+    return finish_launch(sandbox, process, audit)
+
+
+def _check_enclosable(sandbox: Sandbox, parked: bool, fd_map: tuple[tuple[int, int], ...]) -> None:
+    """What a run inside a sandbox cannot have, refused by name."""
+    if sandbox.named:  # (the registry is out of its reach: docs/usage.md)
+        raise SetupError("--name: a sandbox in a sandbox cannot be named")
+    if parked or fd_map:
+        raise SetupError("create() and a gather's consumer need sandlock's own "
+                         "keeper, which it cannot make inside a sandbox")
+    if sandbox.policy_fn is not None:
+        raise SetupError("policy_fn needs a supervisor, which sandlock cannot "
+                         "make inside a sandbox")
+
+
+def _close(*resources: object) -> None:
+    """What a launch that failed had set up (None: not yet)."""
+    for resource in resources:
+        if resource is not None:
+            resource.close()  # type: ignore[attr-defined]
 
 
 def start_workspace(policy: Policy, dry_run: bool, audit: AuditLog | None) -> CowRun | None:
@@ -68,11 +189,50 @@ def finish_launch(sandbox: Sandbox, process: SandboxedProcess,
     process.audit, sandbox._process = audit, process  # (sandbox.pid, ports())
     limit = sandbox.policy.max_file_size
     if limit is not None:
-        from ._runevents import file_size_exceeded
-
         process.on_exit(lambda: file_size_exceeded(process, limit))
     if audit is not None:
         audit.follow(process)  # its execution: the log's last record, when it closes
         if sandbox.policy.max_output is None:  # else: Capture.drop_notices closes it
             process.on_exit(audit.close)
     return process
+
+
+def file_size_exceeded(process: SandboxedProcess, limit: int) -> str | None:
+    """The command was killed by SIGXFSZ: it wrote past --max-file-size (a process that
+    handles or ignores the signal gets EFBIG instead, and knows)."""
+    if process.returncode != 128 + signal.SIGXFSZ:
+        return None
+    reason = f"file size limit {limit} exceeded: the command was killed by SIGXFSZ (--max-file-size)"
+    process.limits_hit.append(("max_file_size", "kill"))
+    if process.audit is not None:
+        process.audit.limit("max_file_size", str(limit), "kill", reason)
+    return f"sandlock: {reason}"
+
+
+def record_full_access(audit: AuditLog | None, argv: list[str]) -> None:
+    """Announced on stderr whatever -q says, and recorded in the audit log."""
+    program = os.path.basename(argv[0])  # not the arguments: they may carry tokens
+    print(f"sandlock: warning: full-access mode: {program} runs unconfined (filesystem, "
+          "network and IPC open; only the syscall filter stays)", file=sys.stderr, flush=True)
+    if audit is not None:
+        audit.write({"event": "full-access", "program": program})
+
+
+def start_report(sandbox: Sandbox, argv: Sequence[str], process: SandboxedProcess,
+                 stderr: bytes | None) -> bytes | None:
+    """A command that could not start says why in its Result's ``stderr`` (else empty:
+    only ``start_error`` would tell), as the CLI prints it, with the notes naming the
+    grant that would let it start (unless quiet); without a capture (``stderr`` None),
+    on sandlock's own stderr."""
+    from ..confinement import failure_notes
+
+    policy = sandbox.policy
+    lines = [f"sandlock: {process.start_error}"]
+    if not sandbox.quiet:
+        cwd = policy.cwd or policy.workdir or os.getcwd()
+        lines += failure_notes(policy, argv, cwd, child_environment(policy, os.environ),
+                               process.start_errno)
+    if stderr is None:
+        print(*lines, sep="\n", file=sys.stderr)
+        return None
+    return "".join(f"{line}\n" for line in lines).encode(errors="replace") + stderr

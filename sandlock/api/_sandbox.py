@@ -6,14 +6,10 @@ import _weakref
 import os
 import sys
 
-from .._errors import EXIT_TIMEOUT, PolicyError, SetupError
-from ..confinement import Confinement
-from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
+from .._errors import EXIT_TIMEOUT
 from ..policy import Policy
-from ..process import (ChildSpec, Foreground, SandboxedProcess, Supervision, TimeoutExpired, check_argv,
-                       check_pass_fds, check_timeout, child_environment, inherited_ignored_signals, spawn,
-                       wait_or_kill)
-from ._launching import finish_launch, kernel_limits, open_audit, start_http, start_workspace
+from ..process import SandboxedProcess, check_argv, check_pass_fds, check_timeout, wait_or_kill
+from ._launching import launch, start_report
 from ._result import Result
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
@@ -71,7 +67,7 @@ class Sandbox:
         if (init and init_fn) or (work and work_fn):
             raise TypeError("init/work and init_fn/work_fn are two spellings of one thing: give one")
         if work_fn is not None:
-            from ._fork import numbered
+            from ._handles import numbered
 
             work = numbered(work_fn)
         init = init or init_fn
@@ -134,7 +130,7 @@ class Sandbox:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise TypeError(f"n: expected a number of clones (an int >= 0), got {n!r}")
         if self._live is None:
-            from ._fork import fork_apart
+            from ._handles import fork_apart
 
             return fork_apart(self, n)
         return self._running("fork").fork(n)
@@ -142,7 +138,7 @@ class Sandbox:
     def reduce(self, argv: Sequence[str], clones: Sequence[Clone], timeout: float | None = None) -> Result:
         """Run ``argv`` with what ``clones`` wrote to their stdout as its input, clone
         by clone in their order (upstream's map-reduce: ``reducer.reduce(argv, clones)``)."""
-        from ._fork import gathered
+        from ._handles import gathered
 
         return self.run(argv, timeout, input=gathered(clones))
 
@@ -269,98 +265,8 @@ class Sandbox:
         command waits, confined, for ``release()`` before its exec (``create``);
         ``pausable``: its processes can be stopped and continued (``popen``);
         ``fd_map``: (target, source) descriptors at other numbers (a gather's sources)."""
-        pausable = pausable or resident
-        if self.policy.full_access and not self.full_access_allowed:
-            raise PolicyError("mode", "full-access runs the command unconfined: it needs "
-                              "--dangerously-allow-full-access as well")
-        if prctl(PR_GET_SECCOMP) == SECCOMP_MODE_FILTER:
-            from ._enclosed import enclosed, launch_enclosed
-
-            if enclosed():  # sandlock itself in a sandbox: no namespaces, no listener
-                if self.named:  # (the registry is out of its reach: docs/usage.md)
-                    raise SetupError("--name: a sandbox in a sandbox cannot be named")
-                if parked or fd_map:
-                    raise SetupError("create() and a gather's consumer need sandlock's own "
-                                     "keeper, which it cannot make inside a sandbox")
-                if self.policy_fn is not None:
-                    raise SetupError("policy_fn needs a supervisor, which sandlock cannot "
-                                     "make inside a sandbox")
-                return launch_enclosed(self, argv, function, stdio, pass_fds, foreground,
-                                       resident)
-        policy = self.policy
-        if dry_run and policy.workdir is None:  # the current directory, previewed
-            policy = policy.replace(workdir=policy.cwd or os.getcwd())
-        env = child_environment(policy, os.environ)
-        cwd = policy.cwd or policy.workdir or os.getcwd()
-        audit = open_audit(self.audit)
-        if self.policy.full_access:
-            from ._runevents import record_full_access
-
-            record_full_access(audit, argv)
-        cow = http = registration = None
-        try:
-            registration = self.named and _names().Registration(self.name, policy, argv)
-            cow = start_workspace(policy, dry_run, audit)
-            http = start_http(policy, env, cwd, audited=audit is not None)
-            # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
-            # to --unix-allow, and listening to --net-allow-bind.
-            confinement = Confinement.prepare(
-                policy, cwd, env, http.readable_paths if http else (), observed=self.policy_fn is not None,
-                overlay=cow and cow.overlay, dry_run=dry_run, policy_files=self.policy_files)
-        except BaseException:
-            for resource in (http, cow, audit, registration or None):
-                if resource is not None:
-                    resource.close()
-            raise
-        if registration and confinement.isolation is not None:  # the name is its hostname
-            confinement.isolation.hostname = self.name.encode()
-        self.warnings, level = confinement.warnings, confinement.level(policy)
-        counted = policy.max_output is not None  # no terminal past it: leave_the_terminal
-        terminal = Foreground.detect() if foreground and not counted else None
-        spec = ChildSpec(
-            argv=argv,
-            env=env,
-            cwd=cwd,
-            confinement=confinement,
-            stdio=stdio,
-            tty_fd=terminal.fd if terminal else None,
-            ignored_signals=inherited_ignored_signals(),
-            pass_fds=pass_fds,
-            limits=kernel_limits(self.policy),
-            function=function,
-            keep_host_proc=resident,
-            no_terminal=counted,
-            fd_map=fd_map,
-        )
-        supervision = Supervision(policy, confinement, audit, self.quiet, http,
-                                  pausable=pausable, policy_fn=self.policy_fn)
-        try:
-            process = spawn(supervision.prepared(spec), terminal, supervision.take_listener,
-                            parked=parked)
-        except BaseException:
-            supervision.close()
-            for resource in (cow, audit, registration or None):
-                if resource is not None:
-                    resource.close()
-            raise
-        finally:
-            confinement.close()  # the child holds its own copy until it restricts itself
-            supervision.launched()  # (its end of the binder's channel: init's now)
-        process.pauser, process.level = supervision.watches if pausable else None, level
-        process.nest_network = supervision.nest_network if resident else None
-        process.readable = http.readable_paths if http else ()  # (its CA bundle)
-        process.ports = supervision.ports
-        process.limits_hit = supervision.limits_hit
-        process.on_exit(supervision.close)
-        process.on_task_cap(supervision.task_cap_reached)
-        registration and registration.started(process)
-        if (leftovers := confinement.leftovers(audit)) is not None:  # what it left for later
-            process.on_exit(leftovers.check)
-        if cow is not None:
-            cow.follow(process, leftovers)
-        if supervision.watches is not None:
-            supervision.watches.watch(process.kill, process.scratch)
-        return finish_launch(self, process, audit)
+        return launch(self, argv, function, stdio, pass_fds, foreground, resident, dry_run=dry_run,
+                      parked=parked, pausable=pausable, fd_map=fd_map)
 
     def run(
         self,
@@ -400,7 +306,6 @@ class Sandbox:
             for notice in drops:
                 print(notice, file=sys.stderr)
         if process.start_error:  # where users look, as the CLI says it (docs/api.md)
-            from ._runevents import start_report
             stderr = start_report(self, argv, process, stderr)
         code = EXIT_TIMEOUT if timed_out else process.returncode
         return Result(code, stdout, stderr, timed_out, process.start_error, process.workspace)
