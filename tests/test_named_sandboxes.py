@@ -469,7 +469,7 @@ def test_entries_are_json_whatever_the_name_and_command_hold():
     not import it): whatever a name or an argv holds reads back the same."""
     import random
 
-    from sandlock.process._registry import _json
+    from sandlock.registry._registry import _json
 
     for _ in range(2000):
         text = "".join(chr(random.choice((random.randrange(0, 128), random.randrange(128, 0x110000))))

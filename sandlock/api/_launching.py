@@ -14,7 +14,14 @@ import sys
 from .._errors import PolicyError, SetupError
 from ..confinement import Confinement
 from ..kernel import PR_GET_SECCOMP, SECCOMP_MODE_FILTER, prctl
-from ..process import ChildSpec, Foreground, Supervision, child_environment, inherited_ignored_signals, spawn
+from ..process import (
+    ChildSpec,
+    Foreground,
+    Supervision,
+    child_environment,
+    inherited_ignored_signals,
+    spawn,
+)
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -55,7 +62,7 @@ def launch(sandbox: Sandbox, argv: list[str], function: Callable[[int], int] | N
     cow = http = registration = None
     try:
         if sandbox.named:
-            from ..process import registry
+            from .. import registry
 
             registration = registry.Registration(sandbox.name, policy, argv)
         cow = start_workspace(policy, dry_run, audit)

@@ -8,7 +8,13 @@ import sys
 
 from .._errors import EXIT_TIMEOUT
 from ..policy import Policy
-from ..process import SandboxedProcess, check_argv, check_pass_fds, check_timeout, wait_or_kill
+from ..process import (
+    SandboxedProcess,
+    check_argv,
+    check_pass_fds,
+    check_timeout,
+    wait_or_kill,
+)
 from ._launching import launch, start_report
 from ._result import Result
 
@@ -322,6 +328,6 @@ _COUNT = __import__("itertools").count(1)  # generated names: sandbox-PID-N (ups
 
 
 def _names():  # noqa: ANN202 - (the registry: imported by named sandboxes only)
-    from ..process import registry
+    from .. import registry
 
     return registry

@@ -1,5 +1,5 @@
 """`sandlock ps`, `sandlock inspect NAME [--toml]`, `sandlock kill NAME [--signal SIG]`:
-the user's running named sandboxes (``process.registry``; docs/usage.md, "Named
+the user's running named sandboxes (``sandlock.registry``; docs/usage.md, "Named
 sandboxes"). What a sandbox's name or command holds is printed escaped (``visible``):
 one line per sandbox whatever they contain.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from .._errors import EXIT_SETUP, EXIT_USAGE, PolicyError, fail, visible
-from ..process import registry
+from .. import registry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

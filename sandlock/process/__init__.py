@@ -14,15 +14,14 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._capture import Capture
-    from . import _registry as registry
     from ._child import ChildSpec, exec_argv
     from ._cow import CowRun, WorkspaceOutcome
     from ._inputs import (check_argv, check_pass_fds, check_timeout, child_environment,
                           inherited_ignored_signals)
     from ._process import SandboxedProcess, TimeoutExpired, describe_start_error, spawn, wait_or_kill
+    from ._reports import answer
     from ._supervision import Supervision
     from ._terminal import Foreground
-    from ._vouching import answer
 
 # name -> the private module defining it (``module:`` for the module itself); each module
 # is imported on first use, so importing the package costs nothing
@@ -31,12 +30,11 @@ _EXPORTS = {
     "ChildSpec": "_child",
     "CowRun": "_cow",
     "Foreground": "_terminal",
-    "registry": "_registry:",  # named sandboxes (`sandlock ps`, `inspect`, `kill`)
     "SandboxedProcess": "_process",
     "Supervision": "_supervision",
     "TimeoutExpired": "_process",
     "WorkspaceOutcome": "_cow",
-    "answer": "_vouching",
+    "answer": "_reports",
     "check_argv": "_inputs",
     "check_pass_fds": "_inputs",
     "check_timeout": "_inputs",

@@ -9,11 +9,18 @@ every TASKS_PERIOD (less often when it has many processes: TASKS_DUTY) and repor
 once when they have reached the cap, so that sandlock can say so, and which option
 sets another. A count is a sample: a cap reached and left between two of them goes
 unseen; a fork bomb stays at the cap, and a build that keeps meeting it is seen.
+
+``answer``: the enclosing supervisor's one question about a thread, is it one of mine?
+Answered by a nested sandbox's resident (``sb.sandbox``) and by the keeper of a
+``sandlock run`` inside a sandbox (in its reaping loop, here), when their sandbox may
+make sockets: for its network rules of its own, and for the Landlock rules its socket
+files are bound under (see net._nests for who asks, and why the answer cannot be forged).
 """
 
 from __future__ import annotations
 
 import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of start-up)
+import errno
 import os
 import select
 import time
@@ -105,8 +112,6 @@ def _sleep(poller: select.poll | None, report_fd: int, timeout_ms: int,
         if fd == report_fd:
             raise SandlockGone
         if asked is not None and fd == asked.fileno():
-            from ._vouching import answer
-
             if not answer(asked):
                 poller.unregister(fd)  # the enclosing supervisor asks no more
             continue
@@ -177,3 +182,33 @@ def count_tasks(enough: int, proc: str = "/proc") -> int:
         if total >= enough:
             break
     return total
+
+
+def answer(probe: socket.socket) -> bool:
+    """One question (``?N``, with the thread's pidfd), answered ``N ERRNO``: the errno of
+    a null signal to the thread, which Landlock's signal scope refuses (EPERM) to a
+    thread outside the answerer's domain. False once the asker has hung up."""
+    import socket  # (only nested sandboxes are asked: not on a run's start path)
+
+    try:
+        question, fds, _flags, _address = socket.recv_fds(probe, 32, 1)
+    except (InterruptedError, BlockingIOError):
+        return True
+    except OSError:
+        return False
+    if not question:
+        return False
+    error = errno.EBADF
+    for pidfd in fds:
+        try:
+            signal.pidfd_send_signal(pidfd, 0)
+            error = 0
+        except OSError as exc:
+            error = exc.errno or errno.EPERM
+        finally:
+            os.close(pidfd)
+    try:
+        probe.send(question[1:] + b" %d" % error)
+    except OSError:
+        return False
+    return True

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from ..policy import Policy
-    from ._process import SandboxedProcess
+    from ..process import SandboxedProcess
 
 MAX_NAME_BYTES = 64  # a hostname's limit (HOST_NAME_MAX), and upstream Sandlock's
 DIRECTORY = "sandboxes"
