@@ -14,7 +14,6 @@ import os
 import sys
 
 from .._errors import (
-    EXIT_SETUP,
     EXIT_TIMEOUT,
     EXIT_USAGE,
     PolicyError,
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
 
     from ..policy import PolicyFile
     from ..process import Capture
-    from ._indicator import Indicator
+    from ._runreport import Indicator
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -150,64 +149,18 @@ def _widening_notes(policy: Policy) -> list[str]:
             for name, paths in widening().items()]
 
 
-def _learn(args: Namespace) -> int:
-    import tempfile
-
-    from .._hostfile import Output
-    from ..policy import apply_learned, dumps, learn, observing_policy, read_audit
-
-    if args.collapse < 0:
-        fail("--collapse: expected 0 or more")
-    if args.merge is not None:  # the file is the base policy, and where the result goes
-        args.sources = [("file", args.merge), *args.sources]
-        args.output = args.output or args.merge
-    elif args.output is None:
-        fail("learn: give -o FILE (a new policy) or --merge FILE (add to that policy file)")
-    base = _policy_of(args)
-    command = _command_of(args)
-    try:  # before running, not after; held, so that nothing the command does moves it
-        output = Output(args.output)
-    except OSError as exc:
-        fail(f"--output: cannot write {args.output}: {exc.strerror}")
-    with output, tempfile.TemporaryDirectory(prefix="sandlock-learn-") as directory:
-        audit = os.path.join(directory, "audit.jsonl")
-        # Read back through this descriptor: the records the run appended to this file.
-        records = os.open(audit, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with open(records, encoding="utf-8", errors="surrogateescape") as lines:
-            try:
-                observing = observing_policy(base)
-            except PolicyError as exc:
-                fail(_option_error(exc))
-            code = _execute(observing, command, audit=audit, quiet=args.quiet,
-                            policy_files=_policy_files(args))
-            learned = learn(read_audit(lines), args.collapse)
-        policy = apply_learned(learned, base)
-        # The program's name only: its arguments may carry tokens (see _learn).
-        text = dumps(policy, description=f"learned by sandlock learn from {os.path.basename(command[0])}")
-        try:
-            output.replace(text.encode("utf-8"))
-        except UnicodeEncodeError:
-            fail("--output: the policy holds text that is not UTF-8 (from the options given)")
-        except OSError as exc:
-            fail(f"--output: cannot write {args.output}: {exc.strerror}", EXIT_SETUP)
-    if not args.quiet:
-        print(f"sandlock: learned {len(learned.net_allow)} network and {len(learned.http_allow)} "
-              f"HTTP rules; wrote {args.output}", file=sys.stderr)
-    return code
-
-
 def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bool,
              pass_fds: list[int] | tuple[int, ...] = (), full_access: bool = False,
              dry_run: bool = False, policy_files: tuple[str, ...] = (), name: str | None = None,
              status_fd: int | None = None) -> int:
     """Run ``command`` under ``policy`` in the foreground; its exit status.
     ``policy_files``: those it was read from (read-only in the sandbox); ``name``: --name;
-    ``status_fd``: where to write how it ended (``_status``)."""
+    ``status_fd``: where to write how it ended (``_runreport``)."""
     from ..api import Sandbox
     from ..process import TimeoutExpired
 
     if status_fd is not None:
-        from ._status import check_status_fd
+        from ._runreport import check_status_fd
 
         try:
             check_status_fd(status_fd)
@@ -279,7 +232,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
         if code != 0:
             _name_what_was_left_out(policy, command, process.start_errno)
     if status_fd is not None:
-        from ._status import status_line, write_status
+        from ._runreport import status_line, write_status
 
         write_status(status_fd, status_line(process, code, timed_out))
     if indicator is not None:
@@ -288,10 +241,10 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
 
 
 def _indicator(policy: Policy, command: list[str], quiet: bool) -> Indicator | None:
-    """The run indicator's first lines, said now if it is wanted (``_indicator``)."""
+    """The run indicator's first lines, said now if it is wanted (``_runreport``)."""
     if not (policy.announce or (not quiet and _stderr_is_terminal())):
         return None  # the usual run in a pipeline: the module is not even imported
-    from ._indicator import Indicator
+    from ._runreport import Indicator
 
     return Indicator(policy, command, policy.cwd or policy.workdir or os.getcwd())
 
@@ -404,7 +357,9 @@ def _dispatch(argv: Sequence[str] | None) -> int:
 
         return sandboxes(args)
     if args.subcommand == "learn":
-        return _learn(args)
+        from ._learn import learn
+
+        return learn(args)
     if args.subcommand == "mcp":
         from ._mcp import main as mcp
 

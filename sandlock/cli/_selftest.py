@@ -15,11 +15,11 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from ..api import Result, Sandbox
 from ..confinement import SCRATCH
 from ..policy import Policy
-from ..api import Result, Sandbox
 from . import _probes as probes
-from ._selftestservers import HttpServer, LocalServer
+from ._probes import HttpServer, LocalServer
 
 PY = sys.executable
 # The interpreter itself, not a venv's link to it: the default workspace need not cover
