@@ -32,7 +32,7 @@ ALLOWED = {
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
     "sandlock.process._supervision", "sandlock.process._terminal",
     "sandlock.api", "sandlock.api._sandbox", "sandlock.api._result",  # Sandbox: what a run launches
-    "sandlock.api._launching",  # (split from _sandbox: what a launch sets up around the process)
+    "sandlock.api._launching",  # (split from _sandbox: the launch, and what it sets up around the process)
     "sandlock.process._inputs",  # (split from _sandbox: the checks of argv, fds, environment)
     "sandlock.process._networkslot",  # (split from _supervision: the engine, built when needed)
     "sandlock.netrules",  # the package only: its grammar is for runs with network rules

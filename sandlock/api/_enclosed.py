@@ -10,7 +10,7 @@ namespaces of its own could enforce (HTTP rules, DNS options, memory, CPU and pr
 limits) is refused by name (``enclosed_confinement``). The network is none, the
 enclosing sandbox's (``--net-allow '*'``), or the enclosing sandbox's narrowed by the
 run's own rules: registered with the enclosing supervisor (net._nesting) before the
-command starts, and applied to the threads the keeper vouches for (``_vouching``).
+command starts, and applied to the threads the keeper vouches for (``process.answer``).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class Resident:
                  work: Callable[[], object] | None, probe: int = -1) -> None:
         self._control_fd = control
         self._results = results  # -1 without work
-        self._probe = probe  # a nested sandbox's that vouches for its processes: _vouching
+        self._probe = probe  # a nested sandbox's that vouches for its processes: process.answer
         self._init = init
         self._work = work
         self._children: dict[int, int] = {}  # pid (in the sandbox) -> token

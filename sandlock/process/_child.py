@@ -61,7 +61,7 @@ class ChildSpec:
     function: Callable[[int], int] | None = None
     keep_host_proc: bool = False  # the function keeps the host's /proc (else -1)
     # Inside a sandbox, with network rules of its own: the socket on which the keeper
-    # tells the enclosing supervisor which threads are the run's (_vouching).
+    # tells the enclosing supervisor which threads are the run's (_reports.answer).
     probe_fd: int = -1
     no_terminal: bool = False  # --max-output: no terminal to write to (leave_the_terminal)
     # In the sandbox's namespaces: init's end of the channel on which sandlock asks its

@@ -65,7 +65,7 @@ def wait_for_command(command_pid: int, report_fd: int, *, watch: bool = False,
     ``watch``: also raise SandlockGone when sandlock is gone (no thread needed: SIGCHLD
     and the pipe's hang-up wake one poll); ``tasks`` (watching): count the sandbox's
     tasks meanwhile, and report when they reach the cap; ``probe`` (watching): answer
-    the enclosing supervisor's questions on it meanwhile (``_vouching``)."""
+    the enclosing supervisor's questions on it meanwhile (``answer``)."""
     wakeup = _child_wakeup(report_fd) if watch else None
     asked = _questions(wakeup, probe) if wakeup is not None and probe >= 0 else None
     flags = os.WUNTRACED | (os.WNOHANG if watch else 0)
