@@ -25,7 +25,8 @@ ALLOWED = {
     "sandlock.kernel._fds", "sandlock.kernel._features", "sandlock.kernel._landlock",
     "sandlock.kernel._libc", "sandlock.kernel._mounts", "sandlock.kernel._seccomp",
     "sandlock.kernel._syscalls",
-    "sandlock.confinement", "sandlock.confinement._autorun", "sandlock.confinement._confinement",
+    "sandlock.autorun", "sandlock.autorun._autorun",  # (the autorun files, split from confinement)
+    "sandlock.confinement", "sandlock.confinement._confinement",
     "sandlock.confinement._fspolicy", "sandlock.confinement._isolation", "sandlock.confinement._workspace",
     "sandlock.confinement._grants",  # (split from _confinement: the paths a policy grants)
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .._auditlog import AuditLog
     from ..kernel._seccomp import Rule
     from ..policy import Policy
-    from ._leftovers import Leftovers
+    from ..autorun import Leftovers
 
 MIN_SCOPE_ABI = 6  # Landlock IPC scoping (abstract unix sockets, signals)
 # Without -P, what stops a fork bomb: the kernel's RLIMIT_NPROC, which in the sandbox's

@@ -22,7 +22,7 @@ from ..kernel import (
     prctl,
     seccomp,
 )
-from . import _autorun
+from ..autorun import autorun as _autorun
 from ._confinement import _Filesystem, _filesystem_ruleset, _seccomp_program
 from ._protections import missing_landlock
 from ._isolation import SCRATCH
