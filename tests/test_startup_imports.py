@@ -28,7 +28,7 @@ ALLOWED = {
     "sandlock.autorun", "sandlock.autorun._autorun",  # (the autorun files, split from confinement)
     "sandlock.confinement", "sandlock.confinement._confinement",
     "sandlock.confinement._fspolicy", "sandlock.confinement._isolation", "sandlock.confinement._workspace",
-    "sandlock.confinement._grants",  # (split from _confinement: the paths a policy grants)
+    "sandlock.confinement._filter",  # (split from _confinement: the seccomp rule choice)
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
     "sandlock.process._supervision", "sandlock.process._terminal",

@@ -17,13 +17,12 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._confinement import (
         DEFAULT_TASK_CAP,
-        MEMFD_CALL,
-        OPEN_CALLS,
         RESERVED_PIDS,
         Confinement,
         keeper_scope,
         neutral_layer,
     )
+    from ._filter import MEMFD_CALL, OPEN_CALLS
     from ._fspolicy import (
         PSEUDO_DEVICES,
         sandlock_ca_cache_dir,
@@ -48,8 +47,8 @@ _EXPORTS = {
     "PSEUDO_DEVICES": "_fspolicy",
     "Confinement": "_confinement",
     "DEFAULT_TASK_CAP": "_confinement",
-    "MEMFD_CALL": "_confinement",
-    "OPEN_CALLS": "_confinement",
+    "MEMFD_CALL": "_filter",
+    "OPEN_CALLS": "_filter",
     "RESERVED_PIDS": "_confinement",
     "Isolation": "_isolation",
     "sandbox_cpus": "_virtual",
