@@ -22,7 +22,7 @@ ALLOWED = {
     "sandlock.cli", "sandlock.cli._main", "sandlock.cli._options",
     "sandlock.policy", "sandlock.policy._policy", "sandlock.policy._values",
     "sandlock.kernel", "sandlock.kernel._bpf", "sandlock.kernel._capabilities",
-    "sandlock.kernel._fds", "sandlock.kernel._features", "sandlock.kernel._landlock",
+    "sandlock.kernel._features", "sandlock.kernel._landlock",
     "sandlock.kernel._libc", "sandlock.kernel._mounts", "sandlock.kernel._seccomp",
     "sandlock.kernel._syscalls",
     "sandlock.autorun", "sandlock.autorun._autorun",  # (the autorun files, split from confinement)

@@ -5,7 +5,7 @@ supervisor), assembled by ``kernel.seccomp``."""
 from __future__ import annotations
 
 from .._errors import SetupError
-from ..kernel import filter_actions, native_arch, seccomp
+from ..kernel import action_available, filter_actions, native_arch, seccomp
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def seccomp_program(policy: Policy, count_processes: bool,
     if unsupervised is None:
         needed.append((seccomp.SECCOMP_RET_USER_NOTIF, "seccomp user notification"))
     for action, what in needed:
-        if not seccomp.action_available(action):
+        if not action_available(action):
             raise SetupError(f"{what} is not available: the network policy cannot be "
                              "enforced (run `sandlock check`)")
     waived = {*policy.allow_syscalls, *(seccomp.SYSV_IPC if policy.allow_sysv_ipc else ())}
