@@ -64,7 +64,7 @@ def _workspaces(base: str) -> dict[str, str]:
 
 PHASES = """
 import os, sys, time
-from sandlock.confinement import _autorun
+from sandlock.autorun import _autorun
 def median(function):
     times = []
     for _ in range(40):

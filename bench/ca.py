@@ -35,7 +35,7 @@ with tempfile.TemporaryDirectory() as run:
     _trust.prepare_trust(authority, run)
     t.append(time.perf_counter())
 import os
-import sandlock.confinement._autorun  # (a run has imported it before: not this phase's)
+import sandlock.autorun._autorun  # (a run has imported it before: not this phase's)
 t.append(time.perf_counter())
 with tempfile.TemporaryDirectory() as run:  # what an inspecting run wrote before
     _trust.write_trust_files(authority.cert_pem, run)

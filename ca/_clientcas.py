@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from ..confinement import read_bounded
+from ..autorun import read_bounded
 from ._pem import certificates, new_certificates, pem
 from ._trust import CLIENTS
 
@@ -241,7 +241,7 @@ def _git_config(path: str, cwd: str, home: str, depth: int) -> Iterator[Source]:
     lowered = (data or b"").lower()
     if depth > _MAX_INCLUDES or b"sslcainfo" not in lowered and b"include" not in lowered:
         return  # (most configs: not even parsed)
-    from ..confinement import parse_git_config
+    from ..autorun import parse_git_config
 
     parsed = parse_git_config(data.decode("utf-8", "surrogateescape"))
     for entry in parsed.entries:

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from sandlock import Policy, PolicyError, Result, Sandbox, SetupError, TimeoutExpired
-from sandlock.kernel import _landlock, _seccomp
+from sandlock.confinement import _filter
+from sandlock.kernel import _landlock
 from sandlock.cli._main import main as cli_main
 from conftest import host_pid, unique_sleep, wait_no_process
 from test_cli import wait_gone
@@ -111,7 +112,7 @@ def no_landlock(monkeypatch):
 
 @pytest.fixture
 def no_seccomp(monkeypatch):
-    monkeypatch.setattr(_seccomp, "action_available", lambda action: False)
+    monkeypatch.setattr(_filter, "action_available", lambda action: False)  # (the rule choice asks it)
 
 
 def test_missing_landlock_is_a_setup_error(no_landlock):

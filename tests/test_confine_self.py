@@ -292,7 +292,7 @@ def test_the_filter_never_asks_for_a_listener(tree, policy):
 
 def test_a_filter_that_would_notify_is_refused(tree):
     from sandlock import Policy, SetupError
-    from sandlock.confinement._confinement import _seccomp_program
+    from sandlock.confinement._filter import seccomp_program as _seccomp_program
     from sandlock.kernel import seccomp
 
     network = seccomp.unsupervised_network(False, False, False)

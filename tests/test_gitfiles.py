@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sandlock.confinement import _gitconfig, _gitindex  # noqa: E402 - internals under test
+from sandlock.autorun import _gitconfig, _gitindex  # noqa: E402 - internals under test
 
 IDENTITY = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@example.test",
             "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@example.test"}

@@ -163,7 +163,7 @@ def test_without_port_remap_a_port_the_host_holds_cannot_be_bound(as_nobody):
 
 def test_the_name_calls_reach_the_supervisor_only_with_port_remap():
     """getsockname costs a run without --port-remap nothing: not in its filter."""
-    from sandlock.confinement._confinement import _seccomp_program
+    from sandlock.confinement._filter import seccomp_program as _seccomp_program
     from sandlock.kernel import native_arch
     from sandlock.kernel._seccomp import SECCOMP_RET_USER_NOTIF
     from test_seccomp import evaluate

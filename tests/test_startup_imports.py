@@ -22,12 +22,13 @@ ALLOWED = {
     "sandlock.cli", "sandlock.cli._main", "sandlock.cli._options",
     "sandlock.policy", "sandlock.policy._policy", "sandlock.policy._values",
     "sandlock.kernel", "sandlock.kernel._bpf", "sandlock.kernel._capabilities",
-    "sandlock.kernel._fds", "sandlock.kernel._features", "sandlock.kernel._landlock",
+    "sandlock.kernel._features", "sandlock.kernel._landlock",
     "sandlock.kernel._libc", "sandlock.kernel._mounts", "sandlock.kernel._seccomp",
     "sandlock.kernel._syscalls",
-    "sandlock.confinement", "sandlock.confinement._autorun", "sandlock.confinement._confinement",
+    "sandlock.autorun", "sandlock.autorun._autorun",  # (the autorun files, split from confinement)
+    "sandlock.confinement", "sandlock.confinement._confinement",
     "sandlock.confinement._fspolicy", "sandlock.confinement._isolation", "sandlock.confinement._workspace",
-    "sandlock.confinement._grants",  # (split from _confinement: the paths a policy grants)
+    "sandlock.confinement._filter",  # (split from _confinement: the seccomp rule choice)
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
     "sandlock.process._supervision", "sandlock.process._terminal",

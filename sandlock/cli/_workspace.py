@@ -94,7 +94,7 @@ def _commit(workspace: Workspace, force: bool, autorun_writes: bool) -> int:
                   f"abort {workspace.id}` drops it)", file=sys.stderr)
             return 1
     if not autorun_writes:  # what it would leave for the user's tools, quarantined first
-        from ..confinement import check_kept_layer
+        from ..autorun import check_kept_layer
 
         notice = check_kept_layer(workspace.directory, workspace.upper)
         if notice:

@@ -1,7 +1,8 @@
 """Policy -> the kernel objects a command is confined with: the Landlock ruleset
 (filesystem grants and denies, IPC scopes) and the seccomp program, prepared in
 sandlock's process and applied by the forked child right before exec; and the plan of
-the sandbox's namespaces (its /proc, private scratch directories, autorun files,
+the sandbox's namespaces (its /proc, private scratch directories, autorun files (their
+finding and end check are ``autorun``'s),
 the copy-on-write workspace's overlay). Their
 static variant, for a process that confines itself without a supervisor.
 
@@ -16,13 +17,12 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._confinement import (
         DEFAULT_TASK_CAP,
-        MEMFD_CALL,
-        OPEN_CALLS,
         RESERVED_PIDS,
         Confinement,
         keeper_scope,
         neutral_layer,
     )
+    from ._filter import MEMFD_CALL, OPEN_CALLS
     from ._fspolicy import (
         PSEUDO_DEVICES,
         sandlock_ca_cache_dir,
@@ -32,15 +32,12 @@ if TYPE_CHECKING:
     )
     from ._isolation import SCRATCH, Isolation, Overlay
     from ._virtual import sandbox_cpus
-    from ._leftovers import Leftovers, check_kept_layer
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
     from ._hints import failure_notes
     from ._confinement import ABSTRACT_UNIX_SOCKET_SCOPE, SIGNAL_SCOPE, protection_disabled
     from ._protections import NET_TCP, PROTECTIONS
     from ._protections import NOT_DISABLED as PROTECTIONS_NOT_DISABLED
     from ._protections import degradable as protection_degradable
-    from ._autorun import read_bounded
-    from ._gitconfig import parse as parse_git_config
     from ._workspace import default_workspace, widening
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -50,13 +47,11 @@ _EXPORTS = {
     "PSEUDO_DEVICES": "_fspolicy",
     "Confinement": "_confinement",
     "DEFAULT_TASK_CAP": "_confinement",
-    "MEMFD_CALL": "_confinement",
-    "OPEN_CALLS": "_confinement",
+    "MEMFD_CALL": "_filter",
+    "OPEN_CALLS": "_filter",
     "RESERVED_PIDS": "_confinement",
     "Isolation": "_isolation",
     "sandbox_cpus": "_virtual",
-    "Leftovers": "_leftovers",
-    "check_kept_layer": "_leftovers",
     "Overlay": "_isolation",
     "SCRATCH": "_isolation",
     "keeper_scope": "_confinement",
@@ -76,8 +71,6 @@ _EXPORTS = {
     "SIGNAL_SCOPE": "_confinement",
     "protection_degradable": "_protections:degradable",
     "protection_disabled": "_confinement",
-    "parse_git_config": "_gitconfig:parse",
-    "read_bounded": "_autorun",
     "default_workspace": "_workspace",
     "widening": "_workspace",
     "workspace_store": "_fspolicy",

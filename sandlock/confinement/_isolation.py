@@ -27,7 +27,7 @@ import os
 import stat
 
 from ..kernel import mounts
-from . import _autorun
+from ..autorun import autorun as _autorun
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:

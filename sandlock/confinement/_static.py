@@ -22,8 +22,9 @@ from ..kernel import (
     prctl,
     seccomp,
 )
-from . import _autorun
-from ._confinement import _Filesystem, _filesystem_ruleset, _seccomp_program
+from ..autorun import autorun as _autorun
+from ._confinement import _Filesystem, _filesystem_ruleset
+from ._filter import seccomp_program
 from ._protections import missing_landlock
 from ._isolation import SCRATCH
 
@@ -90,7 +91,7 @@ class SelfConfinement:
                 network = seccomp.unsupervised_network(
                     tcp=any_connect or bool(tcp.connect) or tcp.any_bind,
                     any_connect=any_connect, any_bind=tcp.any_bind)
-            program = _seccomp_program(policy, False, network)
+            program = seccomp_program(policy, False, network)
         except BaseException:
             ruleset.close()
             raise

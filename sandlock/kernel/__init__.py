@@ -19,8 +19,7 @@ if TYPE_CHECKING:
     from . import _tasks as tasks
     from ._bpf import returns as filter_actions
     from ._capabilities import EffectiveDropped, drop_capabilities
-    from ._fds import close_on_exec_from, take_fd
-    from ._features import PID_MAX, namespaces, probe, protection_level
+    from ._features import PID_MAX, action_available, namespaces, probe, protection_level
     from ._landlock import restrict_self
     from ._libc import (
         PR_GET_SECCOMP,
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
         RESOLVE_NO_SYMLINKS,
         SECCOMP_MODE_FILTER,
         IoVec,
+        close_on_exec_from,
         filesystem_type,
         inet_pton,
         ioctl,
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         seqpacket_pair,
         socket_option,
         syscall,
+        take_fd,
     )
     from ._notify import Gone, Listener, Notification
     from ._remote import (
@@ -83,7 +84,7 @@ _EXPORTS = {
     "SUPERVISED": "_seccomp",
     "PROCESS_CREATION": "_seccomp",
     "WAIVABLE": "_seccomp",
-    "close_on_exec_from": "_fds",
+    "close_on_exec_from": "_libc",
     "cwd_of": "_remote",
     "drop_capabilities": "_capabilities",
     "duplicate_fd": "_remote",
@@ -108,6 +109,7 @@ _EXPORTS = {
     "limit_tasks": "_libc",
     "probe": "_features",
     "PID_MAX": "_features",
+    "action_available": "_features",
     "protection_level": "_features",
     "read_memory": "_remote",
     "restrict_self": "_landlock",
@@ -115,7 +117,7 @@ _EXPORTS = {
     "seqpacket_pair": "_libc",
     "socket_option": "_libc",
     "syscall": "_libc",
-    "take_fd": "_fds",
+    "take_fd": "_libc",
     "sock_diag_dump": "_sockdiag",
     "socket_cookie": "_sockdiag",
     "tcp_listeners": "_sockdiag",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 
@@ -17,8 +18,10 @@ from ._mounts import (
     mount_proc,
     mount_tmpfs,
 )
-from ._seccomp import SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_USER_NOTIF, action_available
+from ._seccomp import SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_USER_NOTIF
 from ._syscalls import nr
+
+_SECCOMP_GET_ACTION_AVAIL = 2  # a seccomp(2) operation
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -195,3 +198,13 @@ def protection_level(features: list[Feature]) -> tuple[str, str]:
         return LEVELS[2]
     full = have["Landlock IPC scoping"] and have["user namespaces"]
     return LEVELS[0] if full else LEVELS[1]
+
+
+def action_available(action: int) -> bool:
+    """True when the kernel supports the filter return ``action`` (and seccomp itself)."""
+    value = ctypes.c_uint32(action)
+    try:
+        syscall(nr("seccomp"), _SECCOMP_GET_ACTION_AVAIL, 0, ctypes.byref(value))
+        return True
+    except OSError:
+        return False

@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 SECCOMP_SET_MODE_FILTER = 1  # seccomp(2) operations
-SECCOMP_GET_ACTION_AVAIL = 2
 SECCOMP_FILTER_FLAG_TSYNC = 1
 SECCOMP_FILTER_FLAG_NEW_LISTENER = 8
 SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 32
@@ -391,13 +390,3 @@ def install(program: bytes, flags: int = 0) -> int:
     buffer = ctypes.create_string_buffer(program, len(program))  # alive until we return
     fprog = _SockFprog(count, ctypes.addressof(buffer))
     return syscall(nr("seccomp"), SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(fprog))
-
-
-def action_available(action: int) -> bool:
-    """True when the kernel supports the filter return ``action`` (and seccomp itself)."""
-    value = ctypes.c_uint32(action)
-    try:
-        syscall(nr("seccomp"), SECCOMP_GET_ACTION_AVAIL, 0, ctypes.byref(value))
-        return True
-    except OSError:
-        return False

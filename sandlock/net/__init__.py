@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._engine import Network, compile_policy
     from ._http import HttpRun
     from ._judge import ABSTRACT_SCOPE, NESTING_NAME
-    from ._review import NetworkCall
+    from ._verdicts import NetworkCall
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
 # ``module:`` for the module itself);
@@ -26,7 +26,7 @@ _EXPORTS = {
     "HttpRun": "_http",
     "NESTING_NAME": "_judge",
     "Network": "_engine",
-    "NetworkCall": "_review",
+    "NetworkCall": "_verdicts",
     "compile_policy": "_engine",
 }
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ._judge import Decision
     from ._nesting import NestingService
     from ._udpsink import UdpSink
-    from ._review import NetworkCall
+    from ._verdicts import NetworkCall
 
 DNS_START_TIMEOUT = 30.0  # pinning is bounded by the resolver's lifetime, far below this
 

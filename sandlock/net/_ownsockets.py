@@ -10,13 +10,14 @@ import threading
 
 from .._record import record, replace
 from ..kernel import unix_socket_file, unix_socket_name
-from ..netcall import Deferred, Outcome, SockAddress, Socket, UnixAddress, disconnect
+from ..netcall import AF_UNIX, Deferred, Outcome, SockAddress, Socket, UnixAddress, disconnect, execute
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeVar
 
+    from ..netcall import ConfinedWorker, Request
     from ..netrules import NetPolicy
 
     T = TypeVar("T")
@@ -57,6 +58,19 @@ class SandboxSockets:
         self._sweep_at = self.SWEEP_AT
         self._said = False  # that sock_diag does not answer
         self._lock = threading.Lock()  # (an after-check may run on a worker)
+
+    def bind(self, worker: ConfinedWorker, request: Request, address: SockAddress) -> Outcome:
+        """Bind ``request``'s socket on ``worker``, under the command's own rules (an
+        abstract name, netlink: the supervisor's bind of them). A unix socket the sandbox
+        binds is its own IPC: remembered, so that the sandbox may reach it without
+        --unix-allow (or --allow-ipc, for abstract names). An abstract name, or one the
+        kernel chooses (autobind), is bound here: the name it got is then asked of the
+        kernel, with the socket's identity."""
+        sock = request.socket
+        outcome = worker.call(lambda: execute.bind(sock, address))
+        if not outcome[1] and isinstance(address, UnixAddress) and sock.family == AF_UNIX:
+            self.add_abstract(sock.fd, request.nested)
+        return outcome
 
     # --- pathnames -----------------------------------------------------------------
 

@@ -22,12 +22,12 @@ import errno
 import threading
 
 from .._record import replace
-from ..netcall import InetAddress, encode_address, execute, local_port, parse_address
+from ..netcall import InetAddress, asked_name, encode_address, execute, give_name, local_port, parse_address
 from ..netrules import canonical_address
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..netcall import Outcome, SockAddress, Socket
+    from ..netcall import Outcome, Request, SockAddress, Socket
 
 _ELSEWHERE = (errno.EADDRINUSE, errno.EACCES)  # a virtual port bound on another real one
 MAX_PORTS = 4096  # virtual ports remembered at once; those with no socket left go first
@@ -153,6 +153,13 @@ class PortMap:
         if virtual is None or not self._held(virtual, address.port):
             return address
         return replace(address, port=virtual)
+
+    def answer_name(self, request: Request) -> Outcome:
+        """A getsockname/getpeername the supervisor hands over: the name, at its virtual port."""
+        raw = asked_name(request)
+        if isinstance(raw, int):
+            return -1, raw
+        return give_name(request, self.name(raw, request.socket, request.syscall == "getpeername"))
 
     def name(self, raw: bytes, sock: Socket, peer: bool) -> bytes:
         """A getsockname's or (``peer``) getpeername's raw sockaddr on ``sock``, as the

@@ -41,9 +41,7 @@ from ..netcall import (
     SockAddress,
     UnixAddress,
     WorkerPool,
-    asked_name,
     execute,
-    give_name,
     materialize,
     passes_memfd,
     sending,
@@ -67,7 +65,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ._portmap import PortMap
     from ._privatenet import PrivateNetwork
-    from ._review import NetworkCall
+    from ._verdicts import NetworkCall
 
 # Performed on the confined worker, a thread with the command's Landlock domain and
 # capabilities: unix binds create files; netlink checks the capabilities of the thread
@@ -241,7 +239,7 @@ class Supervisor:
         if syscall in ("sendto", "sendmsg", "sendmmsg"):
             return self._send(request)
         if syscall in NAME_CALLS:
-            return self._name(request)
+            return self.ports.answer_name(request)  # type: ignore[union-attr]
         if syscall == "listen":
             local = request.address  # judged at its virtual port (--port-remap)
             if self.ports is not None:
@@ -272,7 +270,8 @@ class Supervisor:
             # An abstract name, or netlink, which checks the caller's capabilities: both
             # under the command's own rules.
             if decision.protocol in _AS_THE_COMMAND or isinstance(decision.target, UnixAddress):
-                return self._bind_as_the_command(request, decision.target)
+                return self._context.own_sockets.bind(self._services.confined_worker(), request,
+                                                      decision.target)
             if self.ports is not None and decision.protocol == "tcp" \
                     and isinstance(decision.target, InetAddress):
                 return self.ports.bind(request.socket, decision.target)
@@ -296,19 +295,11 @@ class Supervisor:
             return self.listening.connect(request, target, self._verdicts.record)
         return execute.connect(request.socket, target)  # may be Deferred
 
-    def _name(self, request: Request) -> Outcome:
-        """getsockname/getpeername (--port-remap only): the name, at its virtual port."""
-        raw = asked_name(request)
-        if isinstance(raw, int):
-            return -1, raw
-        seen = self.ports.name(raw, request.socket, request.syscall == "getpeername")  # type: ignore[union-attr]
-        return give_name(request, seen)
-
     def _bind_path(self, request: Request) -> Outcome:
         """A socket file, bound by the binder as the command would bind it (in its mount
         namespace, under its Landlock rules and those of the nested sandboxes it is
         in), from sandlock's copies: the kernel never reads the call again. The socket is
-        then the sandbox's own IPC (``_bind_as_the_command``), known by the file the
+        then the sandbox's own IPC (``SandboxSockets.bind``), known by the file the
         kernel says it is bound to."""
         tid, nests = request.notification.pid, self.nests
         try:
@@ -324,17 +315,6 @@ class Supervisor:
             return -1, error
         self._context.own_sockets.add_file(execute.socket_inode(request.socket))
         return 0, 0
-
-    def _bind_as_the_command(self, request: Request, address: SockAddress) -> Outcome:
-        """A unix socket the sandbox binds is its own IPC: remembered, so that the
-        sandbox may reach it without --unix-allow (or --allow-ipc, for abstract names).
-        An abstract name, or one the kernel chooses (autobind), is bound here: the name
-        it got is then asked of the kernel, with the socket's identity."""
-        sock = request.socket
-        outcome = self._services.confined_worker().call(lambda: execute.bind(sock, address))
-        if not outcome[1] and isinstance(address, UnixAddress) and sock.family == AF_UNIX:
-            self._context.own_sockets.add_abstract(sock.fd, request.nested)
-        return outcome
 
     def _on_unix(self, request: Request, target: SockAddress, decision: Decision,
                  operation: Callable[[], Outcome | Deferred]) -> Outcome | Deferred:

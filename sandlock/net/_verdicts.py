@@ -1,26 +1,32 @@
 """The verdict on one network call, as the supervisor asks for it: the pure judgement
 (``_judge``) of the destination it names, then what the run adds around it (the
 sandbox's own sockets and listeners recognised, nested sandboxes' narrowing,
-policy_fn's word, a denied UDP connect parked) and the audit record it leaves."""
+policy_fn's word, a denied UDP connect parked) and the audit record it leaves.
+
+policy_fn's is a second opinion (``reviewed``): the run's runtime policy sees each IP
+destination the static policy has judged (``NetworkCall``) and may refuse what it
+allows, never the reverse."""
 
 from __future__ import annotations
 
-from .._record import replace
+import errno
+
+from .._record import record, replace
 from ..netcall import InetAddress
-from ._judge import OWN_LISTENER_REASON, judge_destination, judge_message, named, park
+from ..netrules import Verdict
+from ._judge import OWN_LISTENER_REASON, Decision, judge_destination, judge_message, named, park
 from ._nests import narrowed
-from ._review import reviewed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..netcall import Message, Request, SockAddress
+    from ..netrules import IPAddress
     from ._audit import Audit
-    from ._judge import Decision, RunContext
+    from ._judge import RunContext
     from ._listening import SandboxListeners
     from ._portmap import PortMap
-    from ._review import NetworkCall
     from ._services import Services
 
 
@@ -86,3 +92,34 @@ class Verdicts:
                 address=address, verdict=decision.verdict,
                 redirected=decision.redirected,
             )
+
+
+@record
+class NetworkCall:
+    """One destination of one call, as judged: ``tid`` the calling thread; ``host``
+    the pinned name of ``address``, if any; ``denied`` the static verdict; ``lookup``:
+    a DNS query, answered by sandlock's responder from the pinned table."""
+
+    tid: int
+    syscall: str
+    protocol: str
+    address: IPAddress
+    port: int
+    host: str | None
+    denied: bool
+    lookup: bool = False
+
+
+def reviewed(review: Callable[[NetworkCall], int] | None, tid: int, syscall: str,
+             address: object, decision: Decision) -> Decision:
+    """``decision``, or a refusal if ``review`` (an errno, 0 to allow) refuses an IP
+    destination; it is asked about refused ones too (``denied``), to observe."""
+    if review is None or not isinstance(address, InetAddress) or not decision.protocol:
+        return decision
+    call = NetworkCall(tid, syscall, decision.protocol, address.address, address.port,
+                       decision.verdict.hostname, not decision.allowed, decision.to_dns_responder)
+    error = review(call)
+    if not error or not decision.allowed:
+        return decision
+    verdict = Verdict(False, "refused by policy_fn", decision.verdict.hostname)
+    return Decision(False, None, verdict, decision.protocol, error or errno.EPERM)

@@ -15,7 +15,7 @@ from ..cow import CONFLICTS, KEPT, Workspace, WorkspaceError
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from .._auditlog import AuditLog
-    from ..confinement import Leftovers
+    from ..autorun import Leftovers
     from ..cow import CommitReport
     from ..policy import Policy
     from ._process import SandboxedProcess
