@@ -18,9 +18,9 @@ SANDLOCK = ROOT / "sandlock"
 # _lazy and _record are below them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca; those two and
 # shellpolicy are public, the others internal.
 LAYERS = ("kernel", "cow", "image", "shellpolicy", "confinement", "files", "determinism", "ca", "proxy", "netrules",
-          "dns", "netcall", "net", "limits", "policy", "runtime", "process", "api", "mcp", "cli")
+          "dns", "netcall", "net", "limits", "policy", "policyfiles", "runtime", "process", "api", "mcp", "cli")
 INTERNAL = ("kernel", "cow", "image", "netrules", "dns", "netcall", "net", "confinement", "files", "determinism",
-            "limits", "policy", "runtime", "process", "api", "mcp", "cli")
+            "limits", "policy", "policyfiles", "runtime", "process", "api", "mcp", "cli")
 MAX_LINES = 400
 
 
