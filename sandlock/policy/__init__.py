@@ -13,19 +13,10 @@ from .._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from ._credentials import check_sendable, placeholder_for, read_secrets
-    from ._policy import (
-        FIELDS as POLICY_FIELDS,
-        FS_ISOLATIONS,
-        MEMORY_MODES,
-        HTTPS_INSPECT_MODES,
-        MODES,
-        WORKSPACE_ACTIONS,
-        Policy,
-        check_field,
-        flag_of,
-    )
+    from ._policy import FIELDS as POLICY_FIELDS, Policy, check_field, flag_of
     from ._protection import Protection
     from ._upstream import BranchAction, FsIsolation, NotifAction, NotifPolicy, PathRule
+    from ._values import FS_ISOLATIONS, HTTPS_INSPECT_MODES, MEMORY_MODES, MODES, WORKSPACE_ACTIONS
     from ._values import timeout as check_timeout
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -37,11 +28,11 @@ _EXPORTS = {
     "NotifAction": "_upstream",
     "NotifPolicy": "_upstream",
     "PathRule": "_upstream",
-    "FS_ISOLATIONS": "_policy",
-    "HTTPS_INSPECT_MODES": "_policy",
-    "MEMORY_MODES": "_policy",
-    "MODES": "_policy",
-    "WORKSPACE_ACTIONS": "_policy",
+    "FS_ISOLATIONS": "_values",
+    "HTTPS_INSPECT_MODES": "_values",
+    "MEMORY_MODES": "_values",
+    "MODES": "_values",
+    "WORKSPACE_ACTIONS": "_values",
     "Policy": "_policy",
     "Protection": "_protection",
     "POLICY_FIELDS": "_policy:FIELDS",
