@@ -14,7 +14,8 @@ from ._lazy import lazy_exports
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the CLI's start-up path
 if TYPE_CHECKING:
     from ._errors import PolicyError, SandlockError, SetupError
-    from .policy import BranchAction, Checkpoint, FsIsolation, NotifAction, NotifPolicy, PathRule, Policy, Protection
+    from .policy import BranchAction, FsIsolation, NotifAction, NotifPolicy, PathRule, Policy, Protection
+    from .policyfiles import Checkpoint
     from .api._inputs import inputs
     from .api import (CallError, CallResult, Change, ExitReason, ExitStatus, Gather, NamedStage, Pipeline,
                       PipelineResult, Process, Result, Sandbox, Stage, StdioMode, confine)
@@ -32,7 +33,7 @@ _EXPORTS = {
     # Upstream Sandlock's names for ours (docs/api.md, "Coming from upstream Sandlock").
     "ByteSize": "limits:Size",
     "SyscallEvent": "runtime:Event",
-    "Checkpoint": "policy",
+    "Checkpoint": "policyfiles",
     "Context": "runtime",
     "Event": "runtime",
     "Gather": "api",

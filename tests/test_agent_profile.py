@@ -13,7 +13,7 @@ import pytest
 
 from conftest import SANDLOCK, sandlock
 from sandlock import Sandbox
-from sandlock.policy import load_profile
+from sandlock.policyfiles import load_profile
 
 MIB = 1 << 20
 

@@ -147,7 +147,7 @@ def test_a_timeout_past_the_bound_is_refused_before_anything_starts():
 def _parsers() -> dict[str, tuple[object, list[str]]]:
     from sandlock import limits, netrules, proxy
     from sandlock._grammar import decimal, whole
-    from sandlock.policy import parse_endpoint, parse_request
+    from sandlock.policyfiles import parse_endpoint, parse_request
 
     return {
         "size": (limits.parse_size, SIZES),

@@ -25,7 +25,8 @@ from conftest import SANDLOCK, UNPRIVILEGED_UID
 from httpservers import Upstream, free_port_on
 
 from sandlock._hostfile import Output, UnsafeOutput, write_file
-from sandlock.policy import Policy, dumps
+from sandlock.policy import Policy
+from sandlock.policyfiles import dumps
 
 # An interpreter whose sandlock predates this protection: the control.
 UNPROTECTED = os.environ.get("SANDLOCK_UNPROTECTED_PYTHON", "/work/wt/base/.venv/bin/python")
@@ -276,7 +277,7 @@ def test_policy_text_is_exact_toml_and_inert_to_a_shell(tmp_path):
 
 
 def test_learned_paths_that_are_not_text_become_a_wildcard():
-    from sandlock.policy import learn
+    from sandlock.policyfiles import learn
 
     records = [{"protocol": "http", "method": "GET", "hostname": "api.test",
                 "path": "/files/\udcff\udcfe/raw", "verdict": "allow"}]

@@ -18,9 +18,10 @@ SANDLOCK = ROOT / "sandlock"
 # _lazy and _record are below them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca; those two and
 # shellpolicy are public, the others internal.
 LAYERS = ("kernel", "cow", "image", "shellpolicy", "autorun", "confinement", "files", "determinism", "ca", "proxy",
-          "netrules", "dns", "netcall", "net", "limits", "policy", "registry", "runtime", "process", "api", "mcp", "cli")
+          "netrules", "dns", "netcall", "net", "limits", "policy", "policyfiles", "registry", "runtime", "process", "api",
+          "mcp", "cli")
 INTERNAL = ("kernel", "cow", "image", "autorun", "netrules", "dns", "netcall", "net", "confinement", "files",
-            "determinism", "limits", "policy", "registry", "runtime", "process", "api", "mcp", "cli")
+            "determinism", "limits", "policy", "policyfiles", "registry", "runtime", "process", "api", "mcp", "cli")
 MAX_LINES = 400
 
 

@@ -10,7 +10,7 @@ from conftest import sandlock
 from httpservers import Upstream, free_port_on
 from netattack_helpers import TcpServer
 
-from sandlock.policy._learn import learn, looks_secret
+from sandlock.policyfiles._learn import learn, looks_secret
 
 
 def http(method, host, path, verdict="allow"):

@@ -30,8 +30,8 @@ import pytest
 
 from conftest import SANDLOCK, sandlock
 from httpservers import Upstream, free_port_on
-from sandlock.policy._schema import BY_SECTION, KEYS, TABLE_SECTIONS
-from sandlock.policy._toml import _scalar
+from sandlock.policyfiles._schema import BY_SECTION, KEYS, TABLE_SECTIONS
+from sandlock.policyfiles._toml import _scalar
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 
-from sandlock.policy._tomllines import locate
+from sandlock.policyfiles._tomllines import locate
 
 TEXT = '''\
 # a comment with = and [brackets]

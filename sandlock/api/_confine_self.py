@@ -65,7 +65,7 @@ def confine(policy: Policy | str) -> None:
     SetupError from the kernel while applying (rare) leaves it partly confined: end it.
     """
     if isinstance(policy, str):
-        from ..policy import load_profile
+        from ..policyfiles import load_profile
 
         policy = load_profile(policy)
     if not isinstance(policy, Policy):

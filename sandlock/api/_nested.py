@@ -39,7 +39,7 @@ class NestedSandbox:
         from ._confine_self import NONE, OWN, nested_confinement
 
         if isinstance(policy, str):
-            from ..policy import load_profile
+            from ..policyfiles import load_profile
 
             policy = load_profile(policy)
         if not isinstance(policy, Policy):

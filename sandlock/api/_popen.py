@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import IO
 
-    from ..policy import Checkpoint
+    from ..policyfiles import Checkpoint
     from ..process import SandboxedProcess
     from ._sandbox import Sandbox
 
@@ -172,7 +172,7 @@ def popen(sandbox: Sandbox, argv: Sequence[str], stdio: tuple[object, object, ob
 def checkpoint(sandbox: Sandbox, save_fn: Callable[[], bytes | None] | None) -> Checkpoint:
     """``sandbox``'s policy and ``save_fn()``'s bytes, taken while every process of the
     sandbox (a block's, or popen's/create's) is stopped: what they share stays still."""
-    from ..policy import Checkpoint
+    from ..policyfiles import Checkpoint
 
     if save_fn is not None and not callable(save_fn):
         raise TypeError(f"save_fn: expected a callable, got {type(save_fn).__name__}")

@@ -22,7 +22,7 @@ TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up pat
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
 
-    from ..policy import Checkpoint
+    from ..policyfiles import Checkpoint
     from ..process import WorkspaceOutcome
     from ..runtime import Context, Event
     from ._call import CallResult
@@ -61,7 +61,7 @@ class Sandbox:
         runs (unique per user); without one, ``self.name`` is generated, and unregistered;
         ``events={"file"}``: policy_fn hears of its opens too."""
         if isinstance(policy, str):
-            from ..policy import load_profile, profile_path
+            from ..policyfiles import load_profile, profile_path
 
             self.policy_files, policy = (profile_path(policy),), load_profile(policy)
         if policy is not None and not isinstance(policy, Policy):

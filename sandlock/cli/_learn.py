@@ -21,8 +21,8 @@ def learn(args: Namespace) -> int:
     import tempfile
 
     from .._hostfile import Output
-    from ..policy import apply_learned, dumps, observing_policy, read_audit
-    from ..policy import learn as learned_rules
+    from ..policyfiles import apply_learned, dumps, observing_policy, read_audit
+    from ..policyfiles import learn as learned_rules
 
     if args.collapse < 0:
         fail("--collapse: expected 0 or more")

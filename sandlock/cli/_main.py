@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from argparse import Namespace
     from collections.abc import Sequence
 
-    from ..policy import PolicyFile
+    from ..policyfiles import PolicyFile
     from ..process import Capture
     from ._runreport import Indicator
 
@@ -50,7 +50,7 @@ def _policy_of(args: Namespace) -> Policy:
             return Policy(**options)
         except PolicyError as exc:
             fail(_option_error(exc))
-    from ..policy import from_options, merge
+    from ..policyfiles import from_options, merge
 
     try:
         return merge([*(_load_source(kind, value).settings for kind, value in args.sources),
@@ -64,13 +64,13 @@ def _option_error(exc: PolicyError) -> str:
 
 
 def _load_source(kind: str, value: str) -> PolicyFile:
-    from ..policy import load_policy_file
+    from ..policyfiles import load_policy_file
 
     return load_policy_file(_source_file(kind, value))
 
 
 def _source_file(kind: str, value: str) -> str:
-    from ..policy import profile_path
+    from ..policyfiles import profile_path
 
     return profile_path(value) if kind == "profile" else value
 
@@ -92,7 +92,7 @@ def _command_of(args: Namespace) -> list[str]:
 def _run(args: Namespace) -> int:
     policy = _policy_of(args)
     if args.print_policy:
-        from ..policy import dumps
+        from ..policyfiles import dumps
 
         sys.stdout.write(dumps(policy, comments=_widening_notes(policy)))
         return 0

@@ -73,7 +73,7 @@ def _tool_settings(args: Namespace, server: Settings, tool: str, profile: str,
                    settings: type[Settings]) -> Settings:
     """``tool``'s calls: the profile's policy, the command line's options on top (as
     for the server's own), in the server's directory, with the server's fixed options."""
-    from ..policy import from_options, load_policy_file, merge, profile_path
+    from ..policyfiles import from_options, load_policy_file, merge, profile_path
     from ._main import _options_of
 
     try:

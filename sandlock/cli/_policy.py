@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from .._errors import EXIT_USAGE, SandlockError, error_line, visible
-from ..policy import (
-    Policy,
+from ..policy import Policy
+from ..policyfiles import (
     PolicyFile,
     load_policy_file,
     merge,
@@ -69,7 +69,7 @@ def _load_whole(path: str) -> PolicyFile:
 
 def policy_test(policy: Policy, requests: Sequence[str], endpoints: Sequence[str]) -> int:
     """One line per request, then per endpoint: exit 0 if all are allowed, else 1."""
-    from ..policy import PolicyTester, parse_endpoint, parse_request
+    from ..policyfiles import PolicyTester, parse_endpoint, parse_request
 
     probes = []
     for texts, parse in ((requests, parse_request), (endpoints, parse_endpoint)):

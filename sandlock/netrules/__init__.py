@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     )
 
 # name -> the private module defining it; each module is imported on first use, so
-# importing the package costs nothing (policy/_values.py imports it in every run)
+# importing the package costs nothing (policy/_netvalues.py imports it for network rules)
 _EXPORTS = {
     "DEFAULT_PROTOCOLS": "_spec",
     "Endpoint": "_netpolicy",

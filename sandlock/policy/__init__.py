@@ -1,7 +1,7 @@
-"""Policy, the model every run is built from, and where policies come from: TOML
-policy files and profiles (one schema derived from Policy's fields), options merged
-with files, the written form (`--print-policy`), `sandlock policy test`, and learn
-mode's derivation of a policy from what a command did.
+"""Policy, the model every run is built from: its fields and the checks of their
+values, credentials' sources and rules, upstream Sandlock's value types, protections,
+hardening and determinism. Where policies come from (files, profiles, options merged
+with files, learn mode) is ``policyfiles``, a layer above.
 
 Internal to sandlock (not public API); ``sandlock.Policy`` is the public name.
 """
@@ -12,30 +12,11 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from ._checkpoint import Checkpoint
     from ._credentials import check_sendable, placeholder_for, read_secrets
-    from ._file import PolicyFile, load as load_policy_file
-    from ._learn import applied as apply_learned, learn, observing as observing_policy, read_audit
-    from ._policy import (
-        FIELDS as POLICY_FIELDS,
-        FS_ISOLATIONS,
-        MEMORY_MODES,
-        HTTPS_INSPECT_MODES,
-        MODES,
-        WORKSPACE_ACTIONS,
-        Policy,
-        flag_of,
-    )
-    from ._profiles import (
-        directory as profiles_directory,
-        load_profile,
-        names as profile_names,
-        path_of as profile_path,
-    )
-    from ._sources import from_options, merge
+    from ._policy import FIELDS as POLICY_FIELDS, Policy, check_field, flag_of
+    from ._protection import Protection
     from ._upstream import BranchAction, FsIsolation, NotifAction, NotifPolicy, PathRule
-    from ._tester import PolicyTester, parse_endpoint, parse_request
-    from ._toml import dumps
+    from ._values import FS_ISOLATIONS, HTTPS_INSPECT_MODES, MEMORY_MODES, MODES, WORKSPACE_ACTIONS
     from ._values import timeout as check_timeout
 
 # name -> the private module defining it (``module:attribute`` when renamed here,
@@ -47,32 +28,16 @@ _EXPORTS = {
     "NotifAction": "_upstream",
     "NotifPolicy": "_upstream",
     "PathRule": "_upstream",
-    "FS_ISOLATIONS": "_policy",
-    "HTTPS_INSPECT_MODES": "_policy",
-    "MEMORY_MODES": "_policy",
-    "MODES": "_policy",
-    "WORKSPACE_ACTIONS": "_policy",
+    "FS_ISOLATIONS": "_values",
+    "HTTPS_INSPECT_MODES": "_values",
+    "MEMORY_MODES": "_values",
+    "MODES": "_values",
+    "WORKSPACE_ACTIONS": "_values",
     "Policy": "_policy",
-    "Checkpoint": "_checkpoint",
     "Protection": "_protection",
     "POLICY_FIELDS": "_policy:FIELDS",
-    "PolicyFile": "_file",
-    "PolicyTester": "_tester",
-    "apply_learned": "_learn:applied",
-    "dumps": "_toml",
+    "check_field": "_policy",
     "flag_of": "_policy",
-    "from_options": "_sources",
-    "learn": "_learn",
-    "load_policy_file": "_file:load",
-    "load_profile": "_profiles",
-    "merge": "_sources",
-    "observing_policy": "_learn:observing",
-    "parse_endpoint": "_tester",
-    "parse_request": "_tester",
-    "profile_names": "_profiles:names",
-    "profile_path": "_profiles:path_of",
-    "profiles_directory": "_profiles:directory",
-    "read_audit": "_learn",
     "check_sendable": "_credentials",
     "check_timeout": "_values:timeout",
     "placeholder_for": "_credentials",

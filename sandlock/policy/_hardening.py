@@ -1,5 +1,6 @@
-"""The checks of upstream Sandlock's hardening fields (protections, syscall lists, the
-ids inside the user namespace) and its constructor spellings (``strict``,
+"""The checks of the hardening fields: upstream Sandlock's (protections, syscall lists,
+the ids inside the user namespace) and the seccomp rules a policy waives
+(allow_syscalls), and upstream's constructor spellings (``strict``,
 ``extra_allow_syscalls``): loaded only by a policy that uses one."""
 
 from __future__ import annotations
@@ -36,6 +37,21 @@ def syscall_names(name: str, value: object) -> tuple[str, ...]:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise PolicyError(name, f"{syscall!r} is not a syscall of this machine{hint}")
     return names
+
+
+def waivers(name: str, value: object) -> tuple[str, ...]:
+    """allow_syscalls: rules of sandlock's seccomp filter, each once, in order."""
+    from ..kernel import WAIVABLE  # the seccomp module owns the list of rules
+
+    syscalls = strings(name, value)
+    for syscall in syscalls:
+        if syscall not in WAIVABLE:
+            raise PolicyError(
+                name,
+                f"{syscall!r} is not a syscall sandlock restricts "
+                f"(one of: {', '.join(sorted(WAIVABLE))})",
+            )
+    return tuple(dict.fromkeys(syscalls))
 
 
 def deny_list(name: str, value: object) -> tuple[str, ...] | None:

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from .._errors import PolicyError
 from .._record import DataclassView, field, initialise, record, replace
-from . import _values as check
-from ._values import Environment
+from ._values import CHECKS, Environment
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ..limits import Size
     from ._protection import Protection
 
@@ -26,22 +23,12 @@ DEFAULT_HTTP_PORTS = (80, 443)
 DEFAULT_MAX_PROCESSES = 0
 Instant = float  # Unix seconds (time_start: given as a date or as seconds)
 PortList = tuple[str, ...]  # port lists as --net-allow-bind takes them: "8080", "8000-8100", "*"
-HTTPS_INSPECT_MODES = ("auto", "on", "off")
 # How long the proxy lets an upstream send nothing while a request waits on it (then
 # 504). Longer than the idle timeouts of the fronts public APIs sit behind (AWS ALB
 # and nginx 60 s, Cloudflare 100 s), so an upstream reachable through them never hits
-# it; short enough that a silent one holds a request minutes, not forever. At most a day.
+# it; short enough that a silent one holds a request minutes, not forever. At most a
+# day (_values.MAX_UPSTREAM_TIMEOUT).
 DEFAULT_UPSTREAM_TIMEOUT = 120.0
-MAX_UPSTREAM_TIMEOUT = 86400.0
-# LocalGPT's modes: the default workspace; the same reads and no writes; no confinement.
-MODES = ("workspace-write", "read-only", "full-access")
-# What becomes of a copy-on-write workspace's changes when the run ends.
-WORKSPACE_ACTIONS = ("commit", "abort", "keep")
-# Upstream Sandlock's names (docs/api.md): at the memory limit, the sandbox is killed
-# (kill) or each process's allocation past it fails with ENOMEM (refuse); how a
-# workdir is isolated (NONE: as the workdir decides, i.e. overlayfs).
-MEMORY_MODES = ("kill", "refuse")
-FS_ISOLATIONS = ("none", "overlayfs", "branchfs")
 
 
 def _flag(name: str, key: str, *, path: bool = False, **kwargs: object) -> object:
@@ -197,7 +184,7 @@ class Policy:
 
     def __post_init__(self) -> None:
         # Frozen: normalised values are stored through object.__setattr__, once, here.
-        for name, normalise in _CHECKS.items():
+        for name, normalise in CHECKS.items():
             object.__setattr__(self, name, normalise(name, getattr(self, name)))
         allows = [flag_of(name) for name in ("net_allow", "net_allow_hosts", "net_connect")
                   if getattr(self, name)]
@@ -226,7 +213,9 @@ class Policy:
             missing = "http_key" if self.http_key is None else "http_ca"
             raise PolicyError(missing, "--http-ca and --http-key go together (give both)")
         if self.http_ca is not None:
-            check.check_user_ca(self.http_ca, self.http_key)
+            from ._netvalues import check_user_ca
+
+            check_user_ca(self.http_ca, self.http_key)
 
     def _check_mode(self) -> None:
         if self.mode == "read-only" and self.fs_writable:
@@ -351,152 +340,6 @@ class Policy:
 # name -> Field (``.default``, ``.metadata``: flag, key, path), in declaration order.
 FIELDS = {f.name: f for f in Policy.__record_fields__}  # type: ignore[attr-defined]
 
-def _credentials_check(function: str) -> Callable[[str, object], object]:
-    """A field checked by ``_credentials``, which only policies with credentials load."""
-
-    def normalise(name: str, value: object) -> object:
-        if not value:  # (empty: a mapping or a list of rules, as given)
-            return () if function == "auth_rules" else check.environment(name, value)
-        from . import _credentials
-
-        return getattr(_credentials, function)(name, value)
-
-    return normalise
-
-
-def _member_of(choices: tuple[str, ...]) -> Callable[[str, object], object]:
-    """A choice given as its string or as upstream's enum member (``_upstream``)."""
-    plain = check.choice(choices)
-
-    def normalise(name: str, value: object) -> object:
-        if type(value).__module__ == _UPSTREAM:
-            value = value.value  # type: ignore[attr-defined]
-        return plain(name, value)
-
-    return normalise
-
-
-def _determinism_check(function: str) -> Callable[[str, object], object]:
-    """A field checked by ``_determinism``, which only policies setting one load."""
-
-    def normalise(name: str, value: object) -> object:
-        if value is None:
-            return None
-        from . import _determinism
-
-        return getattr(_determinism, function)(name, value)
-
-    return normalise
-
-
-def _notif_paths(name: str, value: object) -> tuple[str, ...]:
-    if value is None or value == ():
-        return ()  # (the default: nothing loaded)
-    from ._seedchecks import notif_paths
-
-    return notif_paths(name, value)
-
-
-_UPSTREAM = __name__.rpartition(".")[0] + "._upstream"
-
-
-def _hardening_check(function: str) -> Callable[[str, object], object]:
-    """A field checked by ``_hardening``, which only policies that set it load."""
-    def normalise(name: str, value: object) -> object:
-        if value is None or value == ():
-            return value
-        from . import _hardening
-        return getattr(_hardening, function)(name, value)
-    return normalise
-
-
-# Each field's check (``_values``): run in this order by Policy, one at a time by
-# check_field (a policy file's line).
-_CHECKS = {
-    "fs_readable": check.existing_paths,
-    "fs_writable": check.existing_paths,
-    "fs_denied": check.absolute_paths,
-    "mode": check.choice(MODES),
-    "allow_ipc": check.boolean,
-    "isolate_ipc": check.isolated,
-    "isolate_signals": check.isolated,
-    "allow_syscalls": check.waivers,
-    "allow_sysv_ipc": check.boolean,
-    "allow_autorun_writes": check.boolean,
-    "env": check.environment,
-    "clean_env": check.boolean,
-    "cwd": check.directory,
-    "timeout": check.timeout,
-    "announce": check.boolean,
-    "best_effort": check.boolean,
-    "allow_degraded": _hardening_check("protections"),
-    "disable": _hardening_check("protections"),
-    "deny_syscalls": _hardening_check("deny_list"),
-    "extra_deny_syscalls": _hardening_check("syscall_names"),
-    "user": _hardening_check("user_ids"),
-    "privileged": check.boolean,
-    "no_coredump": check.boolean,
-    "no_randomize_memory": check.boolean,
-    "no_huge_pages": check.boolean,
-    "net_allow": check.specs("read_allow"),
-    "net_allow_hosts": check.hosts,
-    "net_connect": check.port_specs,
-    "net_deny": check.specs("read_deny"),
-    "net_bind": check.port_specs,
-    "net_deny_bind": check.denied_ports,
-    "port_remap": check.boolean,
-    "unix_allow": check.socket_paths,
-    "dns_servers": check.specs("read_dns_server"),
-    "resolve": check.specs("read_resolve"),
-    "dns_allow_private": check.boolean,
-    "net_private_loopback": check.boolean,
-    "http_allow": check.http_rules,
-    "http_deny": check.http_rules,
-    "http_ports": check.ports,
-    "https_inspect": check.choice(HTTPS_INSPECT_MODES),
-    "upstream_ca": check.existing_files,
-    "http_upstream_timeout": lambda name, value: _seconds_up_to(name, value, MAX_UPSTREAM_TIMEOUT),
-    "http_ca": check.existing_file,
-    "http_key": check.existing_file,
-    "ca_env": check.boolean,
-    "http_ca_out": check.output_file,
-    "credentials": _credentials_check("sources"),
-    "http_auth": _credentials_check("auth_rules"),
-    "http_auth_plain": check.boolean,
-    "credential_env": _credentials_check("placeholders"),
-    "max_memory": check.memory_size,
-    "max_processes": check.process_count,
-    "max_cpu": check.cpu_share,
-    "cpu_cores": check.cpu_list,
-    "max_open_files": check.open_files,
-    "max_file_size": check.size,
-    "max_output": check.size,
-    "workdir": check.directory,
-    "on_exit": _member_of(WORKSPACE_ACTIONS),
-    "on_error": _member_of(WORKSPACE_ACTIONS),
-    "max_disk": check.size,
-    "fs_storage": check.directory,
-    "max_memory_mode": check.choice(MEMORY_MODES),
-    "fs_isolation": _member_of(FS_ISOLATIONS),
-    "notif_policy": _notif_paths,
-    "num_cpus": _determinism_check("num_cpus"),
-    "time_start": _determinism_check("time_start"),
-    "random_seed": _determinism_check("random_seed"),
-    "deterministic_dirs": check.boolean,
-    "chroot": check.directory,
-    "image": check.image_reference,
-}
-
-
-def _seconds_up_to(name: str, value: object, limit: float) -> float:
-    """Seconds, more than 0 and at most ``limit``: one message for every value out of it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PolicyError(name, f"expected a number of seconds, got {value!r}")
-    if not 0 < value <= limit:  # NaN and the infinities fail this comparison too
-        raise PolicyError(name, f"must be more than 0 seconds and at most {limit:g}, got {value!r}")
-    return float(value)
-
-
 # Errors about what is not a Policy field but a Sandbox setting or argument.
 _OTHER_FLAGS = {"audit": "--audit", "argv": "COMMAND", "pass_fds": "--pass-fd", "name": "--name"}
 
@@ -513,7 +356,7 @@ def check_field(field_name: str, value: object) -> None:
     """Validate one field's value on its own (PolicyError if invalid): what Policy checks
     of that field, without the checks that relate fields to each other. Lets a policy
     file point at the line of a bad value before the sources are merged."""
-    _CHECKS[field_name](field_name, value)
+    CHECKS[field_name](field_name, value)
 
 
 # Names that were Policy fields before the Sandlock documents' names were adopted.

@@ -1,6 +1,8 @@
-"""The values of Policy's fields: one check (and normalisation) per kind of value,
-named in ``_policy``'s table of fields. A check takes the field's name (for its
-PolicyError) and the value given, and returns the value Policy stores.
+"""The values of Policy's fields: one check (and normalisation) per kind of value, and
+CHECKS, each field's. A check takes the field's name (for its PolicyError) and the
+value given, and returns the value Policy stores. The checks of fields a plain run
+leaves at their default live in modules only policies setting one load (``checked_by``:
+_netvalues, _limitvalues, _credentials, _hardening, _determinism, _seedchecks).
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    Check = Callable[[str, object], object]
+
 
 def strings(name: str, values: object) -> tuple[str, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise PolicyError(name, f"expected a list of strings, got {_shown(values)}")
+        raise PolicyError(name, f"expected a list of strings, got {shown(values)}")
     items = tuple(values)
     for item in items:
         if not isinstance(item, str) or not item or "\0" in item:
-            raise PolicyError(name, f"expected a non-empty string without NUL, got {_shown(item)}")
+            raise PolicyError(name, f"expected a non-empty string without NUL, got {shown(item)}")
     return items
 
 
@@ -52,7 +56,7 @@ def directory(name: str, value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value or "\0" in value:
-        raise PolicyError(name, f"expected a directory path, got {_shown(value)}")
+        raise PolicyError(name, f"expected a directory path, got {shown(value)}")
     path = os.path.realpath(value)
     if not os.path.isdir(path):
         raise PolicyError(name, f"{value}: {'not a' if os.path.exists(path) else 'no such'} directory")
@@ -65,16 +69,16 @@ def timeout(name: str, value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PolicyError(name, f"expected a number of seconds, got {_shown(value)}")
+        raise PolicyError(name, f"expected a number of seconds, got {shown(value)}")
     if not 0 < value <= MAX_TIMEOUT:
         raise PolicyError(name, f"must be more than 0 seconds and at most {MAX_TIMEOUT} "
-                          f"(about 31 years), got {_shown(value)}")
+                          f"(about 31 years), got {shown(value)}")
     return float(value)
 
 
 def boolean(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise PolicyError(name, f"expected true or false, got {_shown(value)}")
+        raise PolicyError(name, f"expected true or false, got {shown(value)}")
     return value
 
 
@@ -110,7 +114,7 @@ def environment(name: str, value: object) -> Environment:
     sandlock's environment) or (K, V) pairs (as --env gives them)."""
     items = value.items() if isinstance(value, Mapping) else value
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise PolicyError(name, f"expected a mapping or K=V strings, got {_shown(value)}")
+        raise PolicyError(name, f"expected a mapping or K=V strings, got {shown(value)}")
     pairs: dict[str, str | None] = {}
     for item in items:
         if isinstance(item, str):
@@ -119,94 +123,23 @@ def environment(name: str, value: object) -> Environment:
         elif isinstance(item, tuple) and len(item) == 2:
             key, val = item
         else:
-            raise PolicyError(name, f"{_shown(item)}: expected K=V")
+            raise PolicyError(name, f"{shown(item)}: expected K=V")
         if not isinstance(key, str) or not key or "=" in key or "\0" in key:
-            raise PolicyError(name, f"invalid variable name {_shown(key)}")
+            raise PolicyError(name, f"invalid variable name {shown(key)}")
         if val is not None and (not isinstance(val, str) or "\0" in val):
             raise PolicyError(name, f"invalid value for {key}")
         pairs[key] = val
     return Environment(pairs.items())
 
 
-def waivers(name: str, value: object) -> tuple[str, ...]:
-    from ..kernel import WAIVABLE  # the seccomp module owns the list of rules
-
-    syscalls = strings(name, value)
-    for syscall in syscalls:
-        if syscall not in WAIVABLE:
-            raise PolicyError(
-                name,
-                f"{syscall!r} is not a syscall sandlock restricts "
-                f"(one of: {', '.join(sorted(WAIVABLE))})",
-            )
-    return tuple(dict.fromkeys(syscalls))
-
-
-def specs(parse_name: str) -> object:
-    """A normaliser checking each spec with ``netrules.<parse_name>`` (kept as written)."""
-
-    def normalise(name: str, value: object) -> tuple[str, ...]:
-        given = strings(name, value)
-        if not given:
-            return given
-        from .. import netrules  # its grammar: only imported by runs with network options
-        from .._grammar import BLANKS
-
-        # Spaces and tabs only: str.strip() would drop U+2028 too, and "\u2028*" became "*".
-        specs = tuple(dict.fromkeys(s.strip(BLANKS) for s in given))
-
-        each_parses(name, specs, getattr(netrules, parse_name))
-        return specs
-
-    return normalise
-
-
-def each_parses(name: str, items: tuple[str, ...], parse: Callable[[str], object]) -> None:
-    """Kept as written, but each must parse: PolicyError naming the item otherwise."""
-    for item in items:
-        try:
-            parse(item)
-        except ValueError as exc:
-            raise PolicyError(name, f"{_shown(item)}: {exc}") from None
-
-
-def check_user_ca(cert: str, key: str) -> None:
-    """A CA the user brings must be usable (readable, a CA, matching, valid) before
-    anything starts: its problems are bad input, not a failed run."""
-    from ..ca import (  # cryptography: only for runs given --http-ca
-        CAError,
-        load_user_ca,
-    )
-
-    try:
-        load_user_ca(cert, key)
-    except CAError as exc:
-        raise PolicyError("http_ca", str(exc)) from None
-
-
-def http_rules(name: str, value: object) -> tuple[str, ...]:
-    given = strings(name, value)
-    if not given:
-        return given
-    from .._grammar import spaced  # (invisible characters kept, for parse_rule to refuse)
-    from ..proxy import (
-        parse_rule,  # pure rules only: mitmproxy stays out of this process
-    )
-
-    rules = tuple(dict.fromkeys(map(spaced, given)))
-
-    each_parses(name, rules, parse_rule)
-    return rules
-
-
 def ports(name: str, value: object) -> tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise PolicyError(name, f"expected a list of ports, got {_shown(value)}")
+        raise PolicyError(name, f"expected a list of ports, got {shown(value)}")
     ports: dict[int, None] = {}
     for item in value:
         port = _port(item)
         if port is None:
-            raise PolicyError(name, f"{_shown(item)}: expected a port number from 1 to 65535")
+            raise PolicyError(name, f"{shown(item)}: expected a port number from 1 to 65535")
         ports[port] = None
     if not ports:
         raise PolicyError(name, "expected at least one port")
@@ -230,7 +163,7 @@ def _port(item: object) -> int | None:
 def choice(choices: tuple[str, ...]) -> object:
     def normalise(name: str, value: object) -> str:
         if value not in choices:
-            raise PolicyError(name, f"expected one of {', '.join(choices)}, got {_shown(value)}")
+            raise PolicyError(name, f"expected one of {', '.join(choices)}, got {shown(value)}")
         return value
 
     return normalise
@@ -240,7 +173,7 @@ def existing_file(name: str, value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value or "\0" in value:
-        raise PolicyError(name, f"expected a file path, got {_shown(value)}")
+        raise PolicyError(name, f"expected a file path, got {shown(value)}")
     if not os.path.isfile(value):
         raise PolicyError(name, f"{value}: no such file")
     return os.path.realpath(value)
@@ -254,7 +187,7 @@ def output_file(name: str, value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value or "\0" in value:
-        raise PolicyError(name, f"expected a file path, got {_shown(value)}")
+        raise PolicyError(name, f"expected a file path, got {shown(value)}")
     path = os.path.abspath(value)
     if not os.path.isdir(os.path.dirname(path)):
         raise PolicyError(name, f"{value}: its directory does not exist")
@@ -267,50 +200,6 @@ def output_file(name: str, value: object) -> str | None:
     return path
 
 
-def socket_paths(name: str, value: object) -> tuple[str, ...]:
-    paths = strings(name, value)
-    for path in paths:
-        if not os.path.isabs(path):
-            raise PolicyError(name, f"{path}: expected an absolute path")
-    return absolute_paths(name, paths)
-
-
-def port_specs(name: str, value: object) -> tuple[str, ...]:
-    """Port lists (--net-bind, --net-connect): ``8080``, ``"8000-8100"``, ``"*"``;
-    integers are kept as their text."""
-    if isinstance(value, (str, bytes, int)) or not isinstance(value, Iterable):
-        raise PolicyError(name, f"expected a list of ports, got {_shown(value)}")
-    items = []
-    for item in value:
-        if isinstance(item, int) and not isinstance(item, bool):
-            item = str(item)
-        items.append(item)
-    return specs("parse_ports")(name, items)
-
-
-def denied_ports(name: str, value: object) -> tuple[str, ...]:
-    """--net-deny-bind's ports: a port list, where '*' (every port: no bind at all)
-    stands alone, as upstream Sandlock checks it."""
-    checked = port_specs(name, value)
-    if "*" in checked and len(checked) > 1:
-        raise PolicyError(name, "'*' cannot be mixed with ports (it denies every port)")
-    return checked
-
-
-def hosts(name: str, value: object) -> tuple[str, ...]:
-    """Hosts reached on every port (--net-allow-host): a name or an address, no scheme,
-    no ports, not '*'."""
-    checked = specs("read_allow")(name, value)
-    from .. import netrules
-
-    for host in checked:
-        rule = netrules.read_allow(host)
-        if "://" in host or rule.any_host or not rule.ports.all:
-            raise PolicyError(name, f"{host!r}: expected a host name or address alone "
-                              "(ports and schemes go in --net-allow)")
-    return checked
-
-
 def isolated(name: str, value: object) -> bool:
     """isolate_ipc / isolate_signals: always true in sandlock; allow_ipc relaxes both."""
     if boolean(name, value) is not True:
@@ -319,77 +208,18 @@ def isolated(name: str, value: object) -> bool:
     return True
 
 
-def size(name: str, value: object) -> object:
-    """A size ("512M", or bytes) as a ``limits.Size``; None: no limit."""
-    return _sized(name, value, "parse_size")
-
-
-def memory_size(name: str, value: object) -> object:
-    """max_memory: a size, never a bare number below 1 MiB (``-m 10`` is not 10 bytes)."""
-    return _sized(name, value, "parse_memory_size")
-
-
-def _sized(name: str, value: object, parser: str) -> object:
-    if value is None:
-        return None
-    from .. import limits
-
-    try:
-        return getattr(limits, parser)(value)
-    except ValueError as exc:
-        raise PolicyError(name, str(exc)) from None
-
-
 def process_count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PROCESSES:
         raise PolicyError(name, f"expected a number of processes from 0 (no cap) to "
-                          f"{MAX_PROCESSES}, got {_shown(value)}")
+                          f"{MAX_PROCESSES}, got {shown(value)}")
     return value
 
 
-def cpu_share(name: str, value: object) -> float | None:
-    """Percent of one CPU, for the sandbox as a whole: at most 100 per CPU it may use."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PolicyError(name, f"expected a percentage of one CPU, got {_shown(value)}")
-    most = 100 * len(os.sched_getaffinity(0))
-    if not 0 < value <= most:  # (NaN, infinities and huge ints too, compared unconverted)
-        raise PolicyError(name, f"must be more than 0 and at most {most} (100 per CPU), "
-                          f"got {_shown(value)}")
-    return float(value)
+def shown(value: object) -> str:
+    """``value`` as an error shows it (``_grammar``: imported for errors only)."""
+    from .. import _grammar
 
-
-def cpu_list(name: str, value: object) -> tuple[int, ...]:
-    if value in ((), [], None):
-        return ()
-    from ..limits import parse_cpu_list
-
-    try:
-        return parse_cpu_list(value)
-    except ValueError as exc:
-        raise PolicyError(name, str(exc)) from None
-
-
-def open_files(name: str, value: object) -> int | None:
-    """RLIMIT_NOFILE: at least 1, at most what sandlock itself may raise it to."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PolicyError(name, "expected a number of descriptors (1 or more), "
-                          f"got {_shown(value)}")
-    import resource
-
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    if hard != resource.RLIM_INFINITY and value > hard:
-        raise PolicyError(name, f"{_shown(value)} is above this session's hard limit ({hard})")
-    return value
-
-
-def _shown(value: object) -> str:
-    from .._grammar import shown  # (errors only)
-
-    return shown(value)
+    return _grammar.shown(value)
 
 
 def image_reference(name: str, value: object) -> str | None:
@@ -398,10 +228,165 @@ def image_reference(name: str, value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value or "\0" in value:
-        raise PolicyError(name, f"expected an image reference, got {_shown(value)}")
+        raise PolicyError(name, f"expected an image reference, got {shown(value)}")
     from ..image import ImageError, locate
 
     try:
         return locate(value).reference
     except ImageError as exc:
         raise PolicyError(name, str(exc)) from None
+
+
+# The values a choice field takes. LocalGPT's modes: the default workspace; the same
+# reads and no writes; no confinement.
+MODES = ("workspace-write", "read-only", "full-access")
+# What becomes of a copy-on-write workspace's changes when the run ends.
+WORKSPACE_ACTIONS = ("commit", "abort", "keep")
+# Upstream Sandlock's names (docs/api.md): at the memory limit, the sandbox is killed
+# (kill) or each process's allocation past it fails with ENOMEM (refuse); how a
+# workdir is isolated (NONE: as the workdir decides, i.e. overlayfs).
+MEMORY_MODES = ("kill", "refuse")
+FS_ISOLATIONS = ("none", "overlayfs", "branchfs")
+HTTPS_INSPECT_MODES = ("auto", "on", "off")
+MAX_UPSTREAM_TIMEOUT = 86400.0  # a day (the default is _policy.DEFAULT_UPSTREAM_TIMEOUT)
+_UPSTREAM = __name__.rpartition(".")[0] + "._upstream"
+
+
+def member_of(choices: tuple[str, ...]) -> Check:
+    """A choice given as its string or as upstream's enum member (``_upstream``)."""
+    plain = choice(choices)
+
+    def normalise(name: str, value: object) -> object:
+        if type(value).__module__ == _UPSTREAM:
+            value = value.value  # type: ignore[attr-defined]
+        return plain(name, value)
+
+    return normalise
+
+
+def _upstream_timeout(name: str, value: object) -> float:
+    """Seconds, more than 0 and at most a day: one message for every value out of it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PolicyError(name, f"expected a number of seconds, got {value!r}")
+    if not 0 < value <= MAX_UPSTREAM_TIMEOUT:  # NaN and the infinities fail this comparison too
+        raise PolicyError(name, f"must be more than 0 seconds and at most {MAX_UPSTREAM_TIMEOUT:g}, "
+                          f"got {value!r}")
+    return float(value)
+
+
+def _none(value: object) -> bool:
+    return value is None
+
+
+def _empty(value: object) -> bool:  # a tuple field's default (a list is still checked)
+    return value == ()
+
+
+def _none_or_empty(value: object) -> bool:
+    return value is None or value == ()
+
+
+def _falsy(value: object) -> bool:
+    return not value
+
+
+def _as_given(name: str, value: object) -> object:
+    return value
+
+
+def _nothing(name: str, value: object) -> tuple[()]:
+    return ()
+
+
+def checked_by(module: str, function: str, unset: Callable[[object], bool] = _none,
+               default: Check = _as_given) -> Check:
+    """A field checked by ``function`` of ``module``, which only policies setting the
+    field load: a value ``unset`` says is the field's default goes to ``default``
+    instead (kept as it is unless told), and nothing is imported."""
+
+    def normalise(name: str, value: object) -> object:
+        if unset(value):
+            return default(name, value)
+        from importlib import import_module  # (loaded by the interpreter itself)
+
+        return getattr(import_module(f".{module}", __package__), function)(name, value)
+
+    return normalise
+
+
+# Each field's check: run in this order by Policy, one at a time by check_field (a
+# policy file's line).
+CHECKS: dict[str, Check] = {
+    "fs_readable": existing_paths,
+    "fs_writable": existing_paths,
+    "fs_denied": absolute_paths,
+    "mode": choice(MODES),
+    "allow_ipc": boolean,
+    "isolate_ipc": isolated,
+    "isolate_signals": isolated,
+    "allow_syscalls": checked_by("_hardening", "waivers", _empty),
+    "allow_sysv_ipc": boolean,
+    "allow_autorun_writes": boolean,
+    "env": environment,
+    "clean_env": boolean,
+    "cwd": directory,
+    "timeout": timeout,
+    "announce": boolean,
+    "best_effort": boolean,
+    "allow_degraded": checked_by("_hardening", "protections", _none_or_empty),
+    "disable": checked_by("_hardening", "protections", _none_or_empty),
+    "deny_syscalls": checked_by("_hardening", "deny_list", _none_or_empty),
+    "extra_deny_syscalls": checked_by("_hardening", "syscall_names", _none_or_empty),
+    "user": checked_by("_hardening", "user_ids", _none_or_empty),
+    "privileged": boolean,
+    "no_coredump": boolean,
+    "no_randomize_memory": boolean,
+    "no_huge_pages": boolean,
+    "net_allow": checked_by("_netvalues", "allow_rules", _empty),
+    "net_allow_hosts": checked_by("_netvalues", "hosts", _empty),
+    "net_connect": checked_by("_netvalues", "port_specs", _empty),
+    "net_deny": checked_by("_netvalues", "deny_rules", _empty),
+    "net_bind": checked_by("_netvalues", "port_specs", _empty),
+    "net_deny_bind": checked_by("_netvalues", "denied_ports", _empty),
+    "port_remap": boolean,
+    "unix_allow": checked_by("_netvalues", "socket_paths", _empty),
+    "dns_servers": checked_by("_netvalues", "dns_servers", _empty),
+    "resolve": checked_by("_netvalues", "resolve_entries", _empty),
+    "dns_allow_private": boolean,
+    "net_private_loopback": boolean,
+    "http_allow": checked_by("_netvalues", "http_rules", _empty),
+    "http_deny": checked_by("_netvalues", "http_rules", _empty),
+    "http_ports": ports,
+    "https_inspect": choice(HTTPS_INSPECT_MODES),
+    "upstream_ca": existing_files,
+    "http_upstream_timeout": _upstream_timeout,
+    "http_ca": existing_file,
+    "http_key": existing_file,
+    "ca_env": boolean,
+    "http_ca_out": output_file,
+    "credentials": checked_by("_credentials", "sources", _falsy, environment),
+    "http_auth": checked_by("_credentials", "auth_rules", _falsy, _nothing),
+    "http_auth_plain": boolean,
+    "credential_env": checked_by("_credentials", "placeholders", _falsy, environment),
+    "max_memory": checked_by("_limitvalues", "memory_size"),
+    "max_processes": process_count,
+    "max_cpu": checked_by("_limitvalues", "cpu_share"),
+    "cpu_cores": checked_by("_limitvalues", "cpu_list", _none_or_empty, _nothing),
+    "max_open_files": checked_by("_limitvalues", "open_files"),
+    "max_file_size": checked_by("_limitvalues", "size"),
+    "max_output": checked_by("_limitvalues", "size"),
+    "workdir": directory,
+    "on_exit": member_of(WORKSPACE_ACTIONS),
+    "on_error": member_of(WORKSPACE_ACTIONS),
+    "max_disk": checked_by("_limitvalues", "size"),
+    "fs_storage": directory,
+    "max_memory_mode": choice(MEMORY_MODES),
+    "fs_isolation": member_of(FS_ISOLATIONS),
+    "notif_policy": checked_by("_seedchecks", "notif_paths", _none_or_empty, _nothing),
+    "num_cpus": checked_by("_determinism", "num_cpus"),
+    "time_start": checked_by("_determinism", "time_start"),
+    "random_seed": checked_by("_determinism", "random_seed"),
+    "deterministic_dirs": boolean,
+    "chroot": directory,
+    "image": image_reference,
+}

@@ -293,7 +293,7 @@ class Registration:
         if process.returncode is not None:
             self.release()
             return
-        from ..policy import dumps
+        from ..policyfiles import dumps
 
         text = dumps(self.policy)
         self.entry.update(keeper=_identity(process.keeper_pid), command=_identity(process.pid),

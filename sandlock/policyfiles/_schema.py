@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .._record import record
-from ._policy import FIELDS
+from ..policy import POLICY_FIELDS as FIELDS
 
 # Sections in the order a written policy shows them (docs/policy.md follows it).
 SECTIONS = ("filesystem", "network", "http", "ca", "credentials", "process", "limits",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._policy import Policy
+from ..policy import Policy
 from ._schema import (BY_SECTION, DESCRIPTION, ENV, INSTANT, PROTECTIONS, SECTIONS, SIZE, TABLE_SECTIONS,
                       Key)
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from .._errors import PolicyError, PolicySourceError
 from .._record import record
-from ._policy import Policy, flag_of
+from ..policy import Policy, flag_of
 from ._schema import BY_FIELD
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from .._errors import PolicyError, PolicySourceError
 from .._record import record
 from . import _mcpsection as mcp_section
-from ._policy import check_field
+from ..policy import check_field
 from ._schema import BY_FIELD, BY_SECTION, DESCRIPTION, ENV, KEYS, SECTIONS, Key
 from ._sources import Origin, Setting
 from ._tomlbounds import past_bounds

@@ -27,7 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from ._policy import Policy
+    from ..policy import Policy
 
 FORMAT = 1  # meta.json's "format": what this version reads
 MAX_NAME = 255  # a name is one directory entry

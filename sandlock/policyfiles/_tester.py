@@ -38,7 +38,7 @@ from ..netrules import (
     parse_allow,
 )
 from ..proxy._rules import INSPECT, PASS, REFUSE
-from ._policy import Policy
+from ..policy import Policy
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _METHOD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")

@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
 from .._record import field, record, replace
-from ._policy import Policy
+from ..policy import Policy
 
 DEFAULT_COLLAPSE = 3
 _HEX = re.compile(r"[0-9a-fA-F]{16,}")

@@ -13,7 +13,7 @@ from .._errors import PolicySourceError
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from ._policy import Policy
+    from ..policy import Policy
 
 SUFFIX = ".toml"
 BUILTIN = os.path.join(os.path.dirname(__file__), "profiles")  # shipped with sandlock
