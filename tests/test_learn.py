@@ -168,7 +168,7 @@ def test_learn_output_errors_before_running(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith("sandlock: error: --output: ")
     result = sandlock("learn", "--", "true")
-    assert result.returncode == 2 and "-o/--output" in result.stderr
+    assert result.returncode == 2 and "give -o FILE" in result.stderr and "--merge FILE" in result.stderr
 
 
 def test_learn_keeps_the_base_policy(servers, tmp_path):

@@ -68,6 +68,7 @@ class SandboxedProcess:
         # Created (Sandbox.create), not yet started: the gate it waits on, the error
         # pipe that says whether its exec worked, its argv[0] and cwd (for that report).
         self._parked: tuple[int, int, str, str] | None = None
+        self._killed = False  # (kill() was called: a parked command stays parked)
 
     @property
     def is_running(self) -> bool:
@@ -85,6 +86,8 @@ class SandboxedProcess:
         if the exec failed, is known on return."""
         if self._parked is None:
             raise RuntimeError("the command was not created, or is already started")
+        if self._killed:
+            return  # killed while parked: it must never exec (its gate stays shut)
         gate, errors, command, cwd = self._parked
         self._parked = None
         try:
@@ -140,7 +143,9 @@ class SandboxedProcess:
                 pass
 
     def kill(self) -> None:
-        """Kill the command and everything it started (the keeper does it)."""
+        """Kill the command and everything it started (the keeper does it). A created
+        command is never released after this, even before the kill has landed."""
+        self._killed = True
         if self.returncode is None:
             try:
                 os.kill(self.keeper_pid, _keeper.KILL_SIGNAL)
