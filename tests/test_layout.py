@@ -15,10 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SANDLOCK = ROOT / "sandlock"
 # Each may import only those before it (the base modules _auditlog, _errors, _grammar, _hostfile, _latch,
-# _lazy and _record are below them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca; those two and
-# shellpolicy are public, the others internal.
+# _lazy and _record are below them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca; those two,
+# shellpolicy and ray (the optional Ray pool, on top of the API: nothing imports it) are public, the others
+# internal.
 LAYERS = ("kernel", "cow", "shellpolicy", "confinement", "files", "ca", "proxy", "netrules", "dns", "netcall", "net",
-          "limits", "policy", "runtime", "process", "api", "cli")
+          "limits", "policy", "runtime", "process", "api", "cli", "ray")
 INTERNAL = ("kernel", "cow", "netrules", "dns", "netcall", "net", "confinement", "files", "limits", "policy", "runtime",
             "process", "api", "cli")
 MAX_LINES = 400

@@ -46,6 +46,7 @@ NEVER = {
     "sandlock.api._confine_self", "sandlock.confinement._static",  # sandlock.confine() alone
     "sandlock.cow", "sandlock.process._cow", "sandlock.cli._workspace",  # --workdir runs only
     "sandlock._hostfile",  # runs that write a file of their own (--audit, --http-ca-out...)
+    "ray", "sandlock.ray",  # the Ray pool: only a program that makes one
 }
 
 DRIVER = """
