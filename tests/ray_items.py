@@ -10,9 +10,10 @@ import time
 TABLE: list[int] = []
 
 
-def load() -> None:
+def load() -> dict:
     """The pool's init: built once per actor, shared by its clones."""
     TABLE[:] = [n * n for n in range(10_000)]
+    return {"size": len(TABLE)}
 
 
 def square(n: int) -> int:

@@ -85,8 +85,14 @@ def test_a_thousand_items_through_two_actors(pool):
 
 
 def test_submit_gives_an_object_ref_and_work_may_be_a_closure(pool):
+    from sandlock.ray import state
+
     offset = 41
     assert ray.get(pool.submit(lambda n: n + offset, 1)).value == 42
+    # A closure travels by value, without init's module globals: state() is what init returned.
+    assert ray.get(pool.submit(lambda n: state()["size"] + n, 1)).value == 10_001
+    with pytest.raises(RuntimeError, match="not in a SandboxPool's sandbox"):
+        state()
 
 
 def test_attacks_are_each_reported_and_the_other_items_unaffected(pool, files, server):

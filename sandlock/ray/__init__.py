@@ -12,12 +12,13 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ._item import ItemResult
+    from ._item import ItemResult, state
     from ._pool import SandboxPool
 
 _EXPORTS = {
     "ItemResult": "_item",
     "SandboxPool": "_pool",
+    "state": "_item",
 }
 
 __all__ = sorted(_EXPORTS)

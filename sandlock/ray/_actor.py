@@ -19,8 +19,7 @@ import socket
 import tempfile
 
 from ..api import Sandbox
-from ._item import ItemResult, outcome  # (before the sandbox starts: its clones use it)
-from ._item import run_item
+from ._item import ItemResult, keeping, outcome, run_item  # (before the sandbox starts)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,7 +46,8 @@ class SandboxActor:
         policy, init, policy_fn, quiet = self._options
         directory = tempfile.mkdtemp(prefix="sandlock-ray-")
         path = os.path.join(directory, "audit.jsonl")
-        self._sandbox = Sandbox(policy, init, audit=path, quiet=quiet, policy_fn=policy_fn)
+        self._sandbox = Sandbox(policy, keeping(init), audit=path, quiet=quiet,
+                                policy_fn=policy_fn)
         try:
             self._sandbox.__enter__()
             self._audit = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

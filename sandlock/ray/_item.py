@@ -18,6 +18,8 @@ from .._record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..api import CallError, CallResult
 
 # Why an item ended (ItemResult.reason)
@@ -52,6 +54,27 @@ class ItemResult:
     stdout: bytes
     stderr: bytes
     node: str = ""
+
+
+_STATE: list[object] = []  # what the pool's init returned, in this sandbox (one value)
+
+
+def keeping(init: Callable[[], object] | None) -> Callable[[], None]:
+    """The sandbox's init: the pool's, its return value kept for ``state()``."""
+    def run() -> None:
+        _STATE[:] = [init() if init is not None else None]
+
+    return run
+
+
+def state() -> object:
+    """What the pool's ``init()`` returned, in the sandbox that runs this item (its
+    clones share it copy-on-write). Works wherever ``work`` was defined: a function
+    sent by value (a lambda, a function of ``__main__``) does not share init's module
+    globals, this does."""
+    if not _STATE:
+        raise RuntimeError("sandlock.ray.state(): not in a SandboxPool's sandbox")
+    return _STATE[0]
 
 
 def run_item(payload: bytes, memory: int | None) -> object:
