@@ -34,6 +34,7 @@ CAP = 24  # the pool's process cap (the fork bomb's)
 @pytest.fixture(scope="module")
 def cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             resources={"sandboxes": 4},  # (for the placement tests: the CPUs are the pool's)
              runtime_env={"env_vars": {"PYTHONPATH": TESTS}})
     yield
     ray.shutdown()
@@ -145,6 +146,29 @@ def test_a_narrowed_policy_holds_for_its_item_alone(pool, files, server):
 def test_output_past_the_items_limit_is_cut(pool):
     shouted, = pool.map(ray_items.shout, [5000], max_output=100)
     assert (shouted.value, len(shouted.stdout), shouted.limit) == (5000, 100, "max_output")
+
+
+def test_placement_per_node_by_resources_and_in_a_placement_group(cluster):
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from sandlock.ray import SandboxPool
+
+    policy = Policy(fs_readable=readable())
+    alive = [node for node in ray.nodes() if node["Alive"]]
+    with SandboxPool(policy, per_node=2, num_cpus=0) as pool:
+        assert len(pool.actors) == 2 * len(alive)
+        assert [r.value for r in pool.on_each(ray_items.square, 4)] == [16] * len(pool.actors)
+    with SandboxPool(policy, size=2, num_cpus=0, resources={"sandboxes": 2}) as pool:
+        assert ray.available_resources().get("sandboxes", 0) == 0  # both actors hold theirs
+        assert [r.value for r in pool.map(ray_items.square, [2, 3])] == [4, 9]
+    group = placement_group([{"sandboxes": 1}, {"sandboxes": 1}])
+    ray.get(group.ready())
+    try:
+        with SandboxPool(policy, size=2, num_cpus=0, resources={"sandboxes": 1},
+                         placement_group=group) as pool:
+            assert [r.value for r in pool.on_each(ray_items.square, 5)] == [25, 25]
+    finally:
+        remove_placement_group(group)
 
 
 def test_an_item_past_the_sandboxs_memory_limit_fails_alone(cluster):
