@@ -206,19 +206,53 @@ def settled(condition, seconds: float = 10) -> bool:
     return True
 
 
+def gone(pid: int) -> bool:
+    """Not running: no such process, or a zombie its parent has yet to reap."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as listed:
+            found += [int(child) for child in listed.read().split()]
+    return found
+
+
 def test_an_actor_killed_mid_map_is_restarted_and_its_items_retried(pool):
+    """One actor's process is killed (as a dead worker's would be), and the other's
+    sandbox host (the process holding its sandbox: as if the sandbox died of no
+    limit). Both actors are restarted by Ray, their items retried: the map completes,
+    and nothing of the first actor's sandbox is left."""
     namespaces = [r.value for r in pool.on_each(ray_items.namespace, None)]
     assert all(in_namespace(ns) for ns in namespaces)  # (the check sees a live sandbox)
-    _node, victim = pool.nodes[0]
+    victim = pool.nodes[0][1]
+    [host] = children(victim)
+    [other_host] = children(pool.nodes[1][1])
     results = []
     for result in pool.map(ray_items.sleep, [0.01] * 300, ordered=False):
         results.append(result)
         if len(results) == 40:
             os.kill(victim, signal.SIGKILL)
+        if len(results) == 150:
+            os.kill(other_host, signal.SIGKILL)
     assert sorted(r.index for r in results) == list(range(300))
     assert all(r.success for r in results), [r for r in results if not r.success][:3]
-    assert settled(lambda: not in_namespace(namespaces[0]))  # nothing of its sandbox is left
-    assert in_namespace(namespaces[1])
+    assert settled(lambda: not in_namespace(namespaces[0]) and gone(host))
+    assert settled(lambda: not in_namespace(namespaces[1]))
+    assert all(in_namespace(r.value) for r in pool.on_each(ray_items.namespace, None))  # new ones
+
+    # A host that dies while its actor waits for the next item: the item is retried.
+    pool.nodes = ray.get([actor.ready.remote() for actor in pool.actors])  # (the new pids)
+    [idle_host] = children(pool.nodes[0][1])
+    os.kill(idle_host, signal.SIGKILL)
+    assert settled(lambda: gone(idle_host))
+    assert [r.value for r in pool.on_each(ray_items.square, 7)] == [49, 49]
+    pool.nodes = ray.get([actor.ready.remote() for actor in pool.actors])
 
 
 def test_shutdown_leaves_no_process_behind(cluster):
