@@ -143,6 +143,18 @@ def test_a_narrowed_policy_holds_for_its_item_alone(pool, files, server):
     assert [c.value for c in chosen] == [13, 13]
 
 
+def test_an_item_sandlock_cannot_start_fails_alone(pool):
+    """Too large to send to the resident, or a narrowed policy a nested sandbox cannot
+    hold (limits are the parent's): that item's error, the next one runs."""
+    large, narrowed_limit, after = pool.map(
+        ray_items.attempt, [("square", b"x" * (300 << 10)), ("square", 2), ("square", 3)],
+        policy=lambda item: Policy(fs_readable=readable(), max_processes=2) if item[1] == 2 else None)
+    assert (large.success, large.error.type, after.value) == (False, "ValueError", 9)
+    assert "too large" in large.error.message
+    assert (narrowed_limit.error.type, narrowed_limit.exit_code) == ("PolicyError", 125)
+    assert "max_processes" in narrowed_limit.error.message
+
+
 def test_output_past_the_items_limit_is_cut(pool):
     shouted, = pool.map(ray_items.shout, [5000], max_output=100)
     assert (shouted.value, len(shouted.stdout), shouted.limit) == (5000, 100, "max_output")

@@ -31,7 +31,8 @@ import tempfile
 import threading
 
 from ..api import Sandbox
-from ._item import ItemResult, keeping, outcome, run_item  # (before the sandbox starts)
+from .._errors import SandlockError
+from ._item import ItemResult, keeping, outcome, refused, run_item  # (before the sandbox starts)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -69,10 +70,17 @@ class SandboxHost:
 
     def run(self, index: int | None, payload: bytes, timeout: float | None,
             memory: int | None, output: int | None, narrowed: Policy | None) -> ItemResult:
-        """One item, in a clone of the sandbox (of a nested one for ``narrowed``)."""
+        """One item, in a clone of the sandbox (of a nested one for ``narrowed``). What
+        refuses to start it (an item too large to send, a narrowed policy a nested
+        sandbox cannot take) is its result: the sandbox and the next items go on."""
+        if self._over() and not self._closing:
+            self._after_death([])  # it died between two items: of no limit of an item's
         self._records()  # what came before this item is not its
-        target = self._sandbox if narrowed is None else self._nest(narrowed)
-        call = target.call(run_item, args=(payload, memory), timeout=timeout)
+        try:
+            target = self._sandbox if narrowed is None else self._nest(narrowed)
+            call = target.call(run_item, args=(payload, memory), timeout=timeout)
+        except (ValueError, TypeError, SandlockError) as exc:
+            return refused(index, exc, self._node)
         records = self._records()
         result = outcome(index, call, records, memory, output, self._node)
         if self._over() and not self._closing:

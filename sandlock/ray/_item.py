@@ -14,6 +14,7 @@ import mmap
 import pickle
 import resource  # (both imported in the actor, before its sandbox starts: clones read no file for them)
 
+from .._errors import EXIT_SETUP
 from .._record import record
 
 TYPE_CHECKING = False
@@ -158,6 +159,15 @@ def _reason(call: CallResult, limit: str | None, denied: tuple) -> str:
     if call.error is not None and call.error.type == "SystemExit":
         return EXITED
     return RAISED
+
+
+def refused(index: int | None, exc: BaseException, node: str) -> ItemResult:
+    """An item sandlock could not start (too large to send, a narrowed policy a nested
+    sandbox cannot hold): the item's error, nothing ran."""
+    from ..api import CallError
+
+    return ItemResult(index, False, None, CallError(type(exc).__name__, str(exc)), RAISED, None,
+                      (), EXIT_SETUP, b"", b"", node)
 
 
 def lost(index: int | None, why: str) -> ItemResult:
