@@ -209,7 +209,19 @@ def in_namespace(namespace: str) -> list[int]:
     return found
 
 
-def settled(condition, seconds: float = 10) -> bool:
+def described(namespace: str) -> list[str]:
+    """What is left in a namespace: each process's /proc/PID/stat up to its parent."""
+    left = []
+    for pid in in_namespace(namespace):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                left.append(" ".join(stat.read().split()[:4]))
+        except OSError:
+            continue
+    return left
+
+
+def settled(condition, seconds: float = 30) -> bool:
     deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:
@@ -254,8 +266,8 @@ def test_an_actor_killed_mid_map_is_restarted_and_its_items_retried(pool):
             os.kill(other_host, signal.SIGKILL)
     assert sorted(r.index for r in results) == list(range(300))
     assert all(r.success for r in results), [r for r in results if not r.success][:3]
-    assert settled(lambda: not in_namespace(namespaces[0]) and gone(host))
-    assert settled(lambda: not in_namespace(namespaces[1]))
+    assert settled(lambda: not in_namespace(namespaces[0]) and gone(host)), described(namespaces[0])
+    assert settled(lambda: not in_namespace(namespaces[1])), described(namespaces[1])
     assert all(in_namespace(r.value) for r in pool.on_each(ray_items.namespace, None))  # new ones
 
     # A host that dies while its actor waits for the next item: the item is retried.
