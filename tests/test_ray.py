@@ -197,12 +197,14 @@ def test_an_item_past_the_sandboxs_memory_limit_fails_alone(cluster):
 
 
 def in_namespace(namespace: str) -> list[int]:
-    """Host pids of the processes in PID namespace ``namespace``."""
+    """Host pids of the live processes in PID namespace ``namespace``. Not zombies: a
+    dead process whose parent died is reparented, and this machine's pid 1 (not an
+    init) may leave it unreaped for long; it runs nothing."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                if os.readlink(f"/proc/{entry}/ns/pid") == namespace and not gone(int(entry)):
                     found.append(int(entry))
             except OSError:
                 continue
