@@ -89,3 +89,18 @@ def attempt(kind_and_argument: tuple[str, object]) -> object:
     """One of the functions above, by name: a mixed map of attacks and plain items."""
     kind, argument = kind_and_argument
     return globals()[kind](argument)
+
+
+def no_true(event: object, ctx: object) -> bool:
+    """A pool's policy_fn: no exec of `true` (EPERM), recorded in the audit log."""
+    return event.syscall == "execve" and os.path.basename(event.path) == "true"
+
+
+def run_program(name: str) -> object:
+    """Runs /usr/bin/NAME; its exit status, or the error that stopped it."""
+    import subprocess
+
+    try:
+        return subprocess.run([f"/usr/bin/{name}"], check=False).returncode
+    except OSError as exc:
+        return type(exc).__name__

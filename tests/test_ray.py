@@ -155,6 +155,20 @@ def test_an_item_sandlock_cannot_start_fails_alone(pool):
     assert "max_processes" in narrowed_limit.error.message
 
 
+def test_a_policy_fn_decides_for_every_item(cluster):
+    """The pool's policy_fn (a module function, shipped to each node) refuses exec of
+    `true`: the item sees EPERM and its denied records say so; `false` (the control)
+    runs."""
+    from sandlock.ray import SandboxPool
+
+    with SandboxPool(Policy(fs_readable=readable()), size=1, num_cpus=0,
+                     policy_fn=ray_items.no_true) as pool:
+        refused, control = pool.map(ray_items.run_program, ["true", "false"])
+    assert (refused.value, refused.reason) == ("PermissionError", "returned")
+    assert [(r["event"], r["verdict"]) for r in refused.denied] == [("policy_fn", "deny")]
+    assert (control.value, control.denied) == (1, ())
+
+
 def test_output_past_the_items_limit_is_cut(pool):
     shouted, = pool.map(ray_items.shout, [5000], max_output=100)
     assert (shouted.value, len(shouted.stdout), shouted.limit) == (5000, 100, "max_output")
