@@ -15,11 +15,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SANDLOCK = ROOT / "sandlock"
 # Each may import only those before it (the base modules _auditlog, _errors, _grammar, _hostfile, _latch,
-# _lazy and _record are below them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca; those two and
-# shellpolicy are public, the others internal.
+# _lazy and _record are below them all). proxy/ and ca/ install as sandlock.proxy and sandlock.ca; those two,
+# shellpolicy and ray (the optional Ray pool, on top of the API: nothing imports it) are public, the others
+# internal.
 LAYERS = ("kernel", "cow", "image", "shellpolicy", "autorun", "confinement", "files", "determinism", "ca", "proxy",
           "netrules", "dns", "netcall", "net", "limits", "policy", "policyfiles", "registry", "runtime", "process", "api",
-          "mcp", "cli")
+          "mcp", "cli", "ray")
 INTERNAL = ("kernel", "cow", "image", "autorun", "netrules", "dns", "netcall", "net", "confinement", "files",
             "determinism", "limits", "policy", "policyfiles", "registry", "runtime", "process", "api", "mcp", "cli")
 MAX_LINES = 400

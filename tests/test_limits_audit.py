@@ -144,3 +144,33 @@ def test_the_default_task_cap_reached_is_recorded(tmp_path):
     assert (record["limit"], record["value"], record["verdict"], record["default"]) == \
         ("max_processes", 1024, "deny", True)
     assert record["tasks"] >= 1023 and "-P/--max-processes" in record["reason"]
+
+
+def forks_past(count: int) -> int:
+    """Forks ``count`` children (refused past the cap), reaps those made."""
+    import os
+
+    made = []
+    for _ in range(count):
+        try:
+            pid = os.fork()
+        except BlockingIOError:
+            continue
+        if pid == 0:
+            os._exit(0)
+        made.append(pid)
+    for pid in made:
+        os.waitpid(pid, 0)
+    return len(made)
+
+
+def test_every_call_of_a_running_sandbox_is_recorded(tmp_path):
+    """The audit log is the sandbox's: a call ending must not close it (it did, and
+    every later call of the block went unrecorded), and each process refused a fork
+    is on record once (a pool scores each item by its own records)."""
+    log = tmp_path / "audit.jsonl"
+    with Sandbox(Policy(max_processes=3), audit=str(log), quiet=True) as sb:
+        made = [sb.call(forks_past, args=(6,)).value for _ in range(3)]
+    assert made == [1, 1, 1]  # the resident, the call and one child: the cap held each time
+    refusals = [r for r in limit_records(log) if not r.get("summary")]
+    assert len(refusals) == 3 and len({r["pid"] for r in refusals}) == 3

@@ -49,6 +49,7 @@ NEVER = {
     "sandlock.cow", "sandlock.process._cow", "sandlock.cli._workspace",  # --workdir runs only
     "sandlock._hostfile",  # runs that write a file of their own (--audit, --http-ca-out...)
     "mcp", "anyio", "pydantic", "sandlock.mcp", "sandlock.cli._mcp",  # `sandlock mcp` only
+    "ray", "sandlock.ray",  # the Ray pool: only a program that makes one
 }
 
 DRIVER = """

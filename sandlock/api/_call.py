@@ -89,10 +89,12 @@ def call(sandbox: Sandbox, function: Callable[..., object], args: tuple = (),
 
 
 def call_in(sandbox: Sandbox, start: Callable[[int, int, int], Waitable],
-            timeout: float | None) -> CallResult:
+            timeout: float | None, owns_audit: bool = True) -> CallResult:
     """Start a function's process with ``start(stdout, stderr, result)`` (descriptors
     it must pass on), collect what it prints and returns, wait for it (at most
-    ``timeout``, else the policy's)."""
+    ``timeout``, else the policy's). ``owns_audit``: the process's audit log is its
+    own, closed once it has ended (not a running sandbox's, which its next processes
+    still write to)."""
     from ..process import Capture
     from ..process import wait_or_kill
 
@@ -109,7 +111,7 @@ def call_in(sandbox: Sandbox, start: Callable[[int, int, int], Waitable],
         timed_out = wait_or_kill(process, timeout)
         # (a call in a running sandbox: what it left behind may hold its output open)
         stdout, stderr = capture.finish(_GRACE)
-    drops = capture.drop_notices(process.audit)
+    drops = capture.drop_notices(process.audit, close=owns_audit)
     if not sandbox.quiet:
         for notice in [*drops, *process.notices]:
             print(notice, file=sys.stderr)

@@ -128,7 +128,7 @@ class LiveSandbox:
             self._request([process], ("call", process.token, payload), [result, stdout, stderr])
             return process
 
-        return call_in(self._sandbox, start, timeout)
+        return call_in(self._sandbox, start, timeout, owns_audit=False)
 
     def fork(self, count: int) -> list[Clone]:
         if self._work is None:

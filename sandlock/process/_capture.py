@@ -135,10 +135,11 @@ class Capture:
         except OSError:
             pass  # sandlock's own stdout is gone (a closed pipe): drop, keep draining
 
-    def drop_notices(self, audit: AuditLog | None = None) -> list[str]:
+    def drop_notices(self, audit: AuditLog | None = None, close: bool = True) -> list[str]:
         """What the limit cut, one line per output (for stderr and the exit summary),
-        also recorded in ``audit`` (the process's own), which is then closed: these
-        are a run's last records."""
+        also recorded in ``audit`` (the process's own), which is then closed
+        (``close``): these are a run's last records. A call in a running sandbox
+        passes False: the log is the sandbox's, written to until its block ends."""
         notices = []
         for name, dropped in zip(STREAMS, self.dropped):
             if not dropped:
@@ -148,7 +149,7 @@ class Capture:
             if audit is not None:
                 audit.limit("max_output", limit, "truncate", reason, stream=name, dropped=dropped)
             notices.append(f"sandlock: {reason}")
-        if audit is not None:
+        if audit is not None and close:
             audit.close()
         return notices
 

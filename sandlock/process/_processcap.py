@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     Hit = Callable[..., None]
 
+_RECORDED = 4096  # processes remembered as on record (then forgotten, and recorded anew)
 UNCAPPED = 1 << 30  # a policy_fn without a process cap: forks counted, none refused
 
 
@@ -33,6 +34,10 @@ class ProcessCaps:
         self._hit = hit
         self._summarize = summarize
         self._gate: ProcessGate | None = None  # built at the first fork-like call
+        # Processes whose refusal is in the audit log: one record each, not one per fork
+        # retried, so that each process a long-lived sandbox runs (a pool's item) that
+        # tries to fork past the cap is on record, and a bomb's retries are only counted.
+        self._recorded: set[int] = set()
         self._proc_fd = -1  # the sandbox's /proc, for the gate
         self._gating = _thread.allocate_lock()  # fork-like calls: one at a time
         self.supervised = False  # fork-like calls reach the supervisor
@@ -49,14 +54,19 @@ class ProcessCaps:
             if gate.admit(notification.pid):
                 return True
             first = gate.refused == 1  # (read here: refusals race past the lock)
+            recorded = notification.pid in self._recorded
+            if not recorded:
+                if len(self._recorded) >= _RECORDED:
+                    self._recorded.clear()
+                self._recorded.add(notification.pid)
         listener.reply(notification.id, error=errno.EAGAIN)
-        if first:  # said once: a fork bomb's next million are only counted
+        if not recorded:  # said on stderr once: a fork bomb's next million are only counted
             source = ("-P/--max-processes raises it" if gate.cap == self._max_processes
                       else "set by policy_fn's restrict_max_processes"
                       if gate.cap == self._restricted else "set by sb.update()")
             self._hit("max_processes", gate.cap, "deny",
                       f"process limit {gate.cap} reached: a fork failed with EAGAIN "
-                      f"({source})", pid=notification.pid)
+                      f"({source})", notice=first, pid=notification.pid)
         return False
 
     def tighten(self, cap: int) -> None:

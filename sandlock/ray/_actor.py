@@ -1,0 +1,89 @@
+"""The pool's actor: it starts the sandbox's host (``_host``: a small interpreter that
+holds the sandbox and runs the items) and passes it the items Ray brings, one at a
+time. The actor is a plain class here; the pool makes it a Ray actor (``ray.remote``).
+
+Nothing confined outlives the actor: the host reads the actor's socket, and its EOF
+(the kernel closes the actor's end however it died) ends the host, and the sandbox
+with it (sandlock's guarantee for a sandbox's embedding process, even when killed).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+from .._errors import SetupError
+from ._host import receive, send
+from ._item import KILLED, ItemResult, lost
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..policy import Policy
+
+_CLOSE_SECONDS = 10  # for the host to end its sandbox at a shutdown, before it is killed
+
+
+class SandboxActor:
+    def __init__(self, policy: Policy | str, init: Callable[[], object] | None,
+                 policy_fn: Callable[..., object] | None, quiet: bool) -> None:
+        from ray import cloudpickle
+
+        ours, theirs = socket.socketpair()
+        with open(os.devnull, "rb") as nothing:
+            self._host = subprocess.Popen(
+                [sys.executable, "-m", "sandlock.ray._host", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=nothing)
+        theirs.close()
+        self._channel = ours
+        self._sending = threading.Lock()  # close() sends while run() waits for its reply
+        self._running = threading.Lock()
+        self._closing = False
+        send(ours, ("start", list(sys.path), cloudpickle.dumps((policy, init, policy_fn, quiet))))
+        reply = receive(ours)
+        if reply is None or reply[0] != "ready":
+            self._host.wait()
+            raise SetupError(reply[1] if reply is not None else "the sandbox's host ended at its start")
+        self._node = reply[1]
+
+    def ready(self) -> tuple[str, int]:
+        """The node's name and this actor's pid, once its sandbox has started."""
+        return self._node, os.getpid()
+
+    def run(self, index: int | None, payload: bytes, timeout: float | None,
+            memory: int | None, output: int | None, narrowed: Policy | None) -> ItemResult:
+        """One item, in a clone of the host's sandbox (of a nested one for ``narrowed``)."""
+        with self._running:
+            try:
+                with self._sending:
+                    send(self._channel, ("run", index, payload, timeout, memory, output, narrowed))
+            except OSError:
+                reply = None  # the host ended between two items
+            else:
+                reply = receive(self._channel)
+        if reply is not None and reply[0] == "result":
+            return reply[1]
+        if self._closing:
+            return lost(index, "the pool was shut down while it ran").replace(reason=KILLED)
+        # The host ended under the item (its sandbox died of no limit): this actor ends
+        # too, so that Ray restarts it and retries its items.
+        os._exit(1)
+
+    def close(self) -> None:
+        """End the sandbox (an item still running is killed), then the host. Called in
+        a concurrency group of its own (the pool's shutdown), beside a run()."""
+        self._closing = True
+        try:
+            with self._sending:
+                send(self._channel, ("close",))
+        except OSError:
+            pass  # the host is gone already
+        try:
+            self._host.wait(_CLOSE_SECONDS)
+        except subprocess.TimeoutExpired:
+            self._host.kill()
+            self._host.wait()

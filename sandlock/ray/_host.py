@@ -1,0 +1,274 @@
+"""The sandbox's host: a small interpreter the actor starts (``python -m
+sandlock.ray._host FD``), which holds one long-lived sandbox whose ``init`` ran once
+and runs the actor's items in it one at a time, each in a call (a fork of the
+sandbox's resident: a COW clone of what ``init`` built).
+
+Not the actor itself: every item forks the resident and tears the fork down, at a cost
+that grows with the resident's memory, and a Ray worker (the actor's process) holds
+over three times this process's (performance.md). The host never imports Ray: what the
+driver pickled with Ray's cloudpickle loads through ``ray.cloudpickle`` alone, its
+package stubbed (``_cloudpickle_alone``).
+
+One at a time, so that what the sandbox's audit log says while an item runs is that
+item's (a reward function scores an item by what it was refused), and so that the
+sandbox's limits (``max_processes``, ``max_memory``) are the item's.
+
+The actor and the host speak over a stream socket, in frames (a length, a pickle:
+both sides are sandlock's, and nothing confined holds the socket). The host ends when
+the actor does (EOF: the kernel closes the actor's end whatever killed it), and the
+sandbox with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import struct
+import sys
+import tempfile
+import threading
+
+from ..api import Sandbox
+from .._errors import SandlockError
+from ._item import ItemResult, keeping, outcome, refused, run_item  # (before the sandbox starts)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..policy import Policy
+
+
+class SandboxHost:
+    """Holds ``with Sandbox(policy, init, ...)`` open for the host's life."""
+
+    def __init__(self, policy: Policy | str, init: Callable[[], object] | None,
+                 policy_fn: Callable[..., object] | None, quiet: bool) -> None:
+        check_node()
+        self._options = (policy, init, policy_fn, quiet)
+        self._node = socket.gethostname()
+        self._nested: dict[Policy, object] = {}
+        self._closing = False
+        self._start()
+
+    def _start(self) -> None:
+        """The sandbox, and its audit log: read here through a descriptor, its name
+        unlinked once sandlock has opened it (nothing in the sandbox can reach it)."""
+        policy, init, policy_fn, quiet = self._options
+        directory = tempfile.mkdtemp(prefix="sandlock-ray-")
+        path = os.path.join(directory, "audit.jsonl")
+        self._sandbox = Sandbox(policy, keeping(init), audit=path, quiet=quiet,
+                                policy_fn=policy_fn)
+        try:
+            self._sandbox.__enter__()
+            self._audit = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        finally:
+            _remove(path, directory)
+        self._nested.clear()
+
+    def run(self, index: int | None, payload: bytes, timeout: float | None,
+            memory: int | None, output: int | None, narrowed: Policy | None) -> ItemResult:
+        """One item, in a clone of the sandbox (of a nested one for ``narrowed``). What
+        refuses to start it (an item too large to send, a narrowed policy a nested
+        sandbox cannot take) is its result: the sandbox and the next items go on."""
+        if self._over() and not self._closing:
+            self._after_death([])  # it died between two items: of no limit of an item's
+        self._records()  # what came before this item is not its
+        try:
+            target = self._sandbox if narrowed is None else self._nest(narrowed)
+            call = target.call(run_item, args=(payload, memory), timeout=timeout)
+        except (ValueError, TypeError, SandlockError) as exc:
+            return refused(index, exc, self._node)
+        records = self._records()
+        result = outcome(index, call, records, memory, output, self._node)
+        if self._over() and not self._closing:
+            self._after_death(records)
+        return result
+
+    def _nest(self, narrowed: Policy) -> object:
+        nested = self._nested.get(narrowed)
+        if nested is None:
+            nested = self._nested[narrowed] = self._sandbox.sandbox(narrowed)
+        return nested
+
+    def _over(self) -> bool:
+        # A running sandbox whose resident has gone (a limit killed the sandbox, or
+        # someone killed it) refuses every call from then on.
+        live = getattr(self._sandbox, "_live", None)
+        return live is None or getattr(live, "_state", "over") == "over"
+
+    def _after_death(self, records: list[dict]) -> None:
+        """The sandbox ended under an item. If a limit of the sandbox's ended it (the
+        item's doing: it is reported), start a new one here; else the host ends, and
+        the actor with it, so that Ray restarts it and retries its items (its
+        ``max_task_retries``)."""
+        if any(r.get("event") == "limit" and r.get("verdict") == "kill" for r in records):
+            self.close()
+            self._closing = False
+            self._start()
+            return
+        os._exit(1)
+
+    def _records(self) -> list[dict]:
+        """The audit records written since the last look."""
+        chunks = []
+        while chunk := os.read(self._audit, 1 << 16):
+            chunks.append(chunk)
+        records = []
+        for line in b"".join(chunks).splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # (sandlock writes each line whole; a torn one is skipped)
+        return records
+
+    def close(self) -> None:
+        """End the sandbox: every process of it is killed and reaped. Called in a
+        concurrency group of its own (the pool's shutdown), so it ends an item still
+        running, whose result then says it was killed."""
+        self._closing = True
+        try:
+            self._sandbox.__exit__(None, None, None)
+        finally:
+            os.close(self._audit)
+
+
+def serve(fd: int) -> int:
+    """The host's life: start the sandbox as the actor's first frame says, then run
+    its items (a thread of their own) while reading what comes next; EOF (the actor
+    is gone) ends everything at once, the sandbox with this process."""
+    channel = socket.socket(fileno=fd)
+    start = receive(channel)
+    if start is None:
+        return 1
+    _kind, path, payload = start
+    sys.path[:0] = [entry for entry in path if entry not in sys.path]
+    try:
+        _cloudpickle_alone()
+        policy, init, policy_fn, quiet = pickle.loads(payload)  # noqa: S301 - the driver's
+        host = SandboxHost(policy, init, policy_fn, quiet)
+    except BaseException as exc:  # noqa: BLE001 - said to the actor, which fails the pool's start
+        send(channel, ("failed", _described(exc)))
+        return 1
+    send(channel, ("ready", host._node))
+    sending = threading.Lock()
+    items = _ItemQueue()
+    threading.Thread(target=_run_items, args=(host, items, channel, sending), daemon=True).start()
+    while (message := receive(channel)) is not None:
+        if message[0] == "run":
+            items.put(message[1:])
+        elif message[0] == "close":
+            host.close()  # (an item running is killed: its result may still go out)
+            return 0
+    os._exit(1)  # the actor is gone: so is the sandbox, with this process
+
+
+class _ItemQueue:
+    """The items the actor sent, for the thread that runs them (no queue module: it
+    imports more than this needs)."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._items: list[tuple] = []
+
+    def put(self, item: tuple) -> None:
+        with self._ready:
+            self._items.append(item)
+            self._ready.notify()
+
+    def take(self) -> tuple:
+        with self._ready:
+            self._ready.wait_for(lambda: self._items)
+            return self._items.pop(0)
+
+
+def _run_items(host: SandboxHost, items: _ItemQueue, channel: socket.socket,
+               sending: threading.Lock) -> None:
+    while True:
+        result = host.run(*items.take())
+        with sending:
+            send(channel, ("result", result))
+
+
+def _described(exc: BaseException) -> str:
+    from .._errors import SandlockError
+
+    return str(exc) if isinstance(exc, SandlockError) else f"{type(exc).__name__}: {exc}"
+
+
+def _cloudpickle_alone() -> None:
+    """``ray.cloudpickle`` importable without Ray: the driver's pickles of functions
+    sent by value name its helpers, and importing the ``ray`` package would put all of
+    Ray in the resident (its memory is what each item's fork costs). The vendored
+    module needs only the standard library; the package is a stub here, so code the
+    items load cannot use Ray's API (in a sandbox it could not reach the cluster
+    anyway)."""
+    if "ray" in sys.modules:
+        return
+    from importlib.util import find_spec
+    from types import ModuleType
+
+    spec = find_spec("ray")
+    if spec is None or not spec.submodule_search_locations:
+        return  # no Ray here: nothing Ray pickled can come
+    stub = ModuleType("ray")
+    stub.__path__ = list(spec.submodule_search_locations)
+    sys.modules["ray"] = stub
+    import ray.cloudpickle  # noqa: F401 - loaded now, before the sandbox starts
+
+
+def send(channel: socket.socket, message: tuple) -> None:
+    data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+    channel.sendall(struct.pack("<Q", len(data)) + data)
+
+
+def receive(channel: socket.socket) -> tuple | None:
+    """The next frame, None at EOF. Both ends are sandlock's (the actor and its host),
+    so the pickle is trusted: what came from the sandbox in it was loaded as plain
+    values already (``_safepickle``)."""
+    header = _exactly(channel, 8)
+    if header is None:
+        return None
+    data = _exactly(channel, struct.unpack("<Q", header)[0])
+    return None if data is None else pickle.loads(data)  # noqa: S301 - see above
+
+
+def _exactly(channel: socket.socket, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        try:
+            chunk = channel.recv(min(left, 1 << 20))
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def check_node() -> None:
+    """What ``sandlock check`` requires, on this node: a missing feature fails the
+    actor's start with its name (never a silently weaker sandbox on some nodes)."""
+    from .._errors import SetupError
+    from ..kernel import probe
+
+    missing = [f"{feature.name} ({feature.detail})" for feature in probe()
+               if feature.required and not feature.available]
+    if missing:
+        raise SetupError(f"sandlock check on {socket.gethostname()}: sandlock cannot confine "
+                         f"commands here: missing {', '.join(missing)}")
+
+
+def _remove(path: str, directory: str) -> None:
+    for remove, name in ((os.unlink, path), (os.rmdir, directory)):
+        try:
+            remove(name)
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(serve(int(sys.argv[1])))
