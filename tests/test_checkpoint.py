@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 
@@ -45,11 +46,13 @@ def test_save_fn_runs_while_every_process_of_the_sandbox_is_stopped():
         seen = {}
 
         def save() -> bytes:
-            seen["states"] = [state(int(pid)) for pid in _tree(process.pid)]
+            seen["states"] = [_stopped_state(int(pid)) for pid in _tree(process.pid)]
             return json.dumps({"key": "value", "count": 42}).encode()
 
         checkpoint = sandbox.checkpoint(save_fn=save)
-        assert seen["states"] and set(seen["states"]) == {"T"}  # all of them, stopped
+        # all of them stopped (a shell's vfork parent waits in 'D' with SIGSTOP pending:
+        # it runs nothing of its own until resumed, as pause() counts it)
+        assert seen["states"] and set(seen["states"]) == {"T"}
         assert "T" not in {state(int(pid)) for pid in _tree(process.pid)}  # control: resumed
     assert checkpoint.app_state == b'{"key": "value", "count": 42}'
 
@@ -185,3 +188,14 @@ def test_load_refuses_a_policy_others_could_have_widened(running, tmp_path):
         Checkpoint.load("cp", store=tmp_path)
     os.chmod(tmp_path / "cp" / "policy.toml", 0o600)  # control: its owner's alone, read
     assert Checkpoint.load("cp", store=tmp_path).policy == POLICY
+
+
+def _stopped_state(pid: int) -> str | None:
+    """'T' for a stopped process, or one in 'D' with SIGSTOP pending; else its state."""
+    found = state(pid)
+    if found != "D":
+        return found
+    with open(f"/proc/{pid}/status") as status:
+        pending = [int(line.split()[1], 16) for line in status
+                   if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return "T" if any(mask & (1 << (signal.SIGSTOP - 1)) for mask in pending) else "D"

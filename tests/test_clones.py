@@ -77,7 +77,8 @@ def test_clones_share_inits_memory():
         pss_kb = clones_pss(clones)
         assert [clone.wait(60) for clone in clones] == [0] * 100
         assert {clone.value for clone in clones} == {HELD}
-    assert pss_kb < 2 * (HELD >> 10), f"{pss_kb} kB of PSS for 100 clones"
+    # (alone ~320 MB here; up to ~480 MB in a full, loaded run: each clone's own pages)
+    assert pss_kb < 4 * (HELD >> 10), f"{pss_kb} kB of PSS for 100 clones"
 
 
 def spoof() -> str:
