@@ -5,9 +5,7 @@ upstream reads ours unchanged."""
 
 from __future__ import annotations
 
-import enum
 import _signal
-from collections import namedtuple
 
 from .._record import DataclassView, record
 
@@ -15,29 +13,51 @@ TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up pat
 if TYPE_CHECKING:
     from ..process import WorkspaceOutcome
 
-
-class ExitReason(enum.IntEnum):
-    """Why a process ended, in upstream Sandlock's words (and numbers)."""
-
-    EXITED = 0  # it exited: see the exit code
-    SIGNALED = 1  # a signal other than SIGKILL ended it
-    KILLED = 2  # SIGKILL: a limit sandlock enforces, kill(), or the kernel's OOM killer
-    TIMEOUT = 3  # sandlock's timeout: killed with everything it started
-    TIMED_OUT = 3  # (the same reason, as some of upstream's bindings spell it)
+# enum and collections cost ~3 ms to import and a plain run never needs them: the two
+# types below are made when first named (``_types``, through the module's __getattr__).
 
 
-# One change a run made to its workdir: ``kind`` "A" added, "M" modified, "D" deleted;
-# ``path`` relative to the workdir, a directory's ending with "/". A tuple, so code
-# that unpacked ``(kind, path)`` pairs goes on working.
-Change = namedtuple("Change", ("kind", "path"))
+def _types() -> None:
+    import enum
+    from collections import namedtuple
+
+    class ExitReason(enum.IntEnum):
+        """Why a process ended, in upstream Sandlock's words (and numbers)."""
+
+        EXITED = 0  # it exited: see the exit code
+        SIGNALED = 1  # a signal other than SIGKILL ended it
+        KILLED = 2  # SIGKILL: a limit sandlock enforces, kill(), the kernel's OOM killer
+        TIMEOUT = 3  # sandlock's timeout: killed with everything it started
+        TIMED_OUT = 3  # (the same reason, as some of upstream's bindings spell it)
+
+    # One change a run made to its workdir: ``kind`` "A" added, "M" modified, "D"
+    # deleted; ``path`` relative to the workdir, a directory's ending with "/". A
+    # tuple, so code that unpacked ``(kind, path)`` pairs goes on working.
+    change = namedtuple("Change", ("kind", "path"), module=__name__)
+    ExitReason.__qualname__ = "ExitReason"  # (pickled by name: found here again)
+    ExitReason.__module__ = __name__
+    globals().update(ExitReason=ExitReason, Change=change)
+
+
+def _type(name: str) -> type:
+    if name not in globals():
+        _types()
+    return globals()[name]
+
+
+def __getattr__(name: str) -> object:
+    if name in ("ExitReason", "Change"):
+        return _type(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def reason_of(exit_code: int, timed_out: bool) -> ExitReason:
+    reasons = _type("ExitReason")
     if timed_out:
-        return ExitReason.TIMEOUT
+        return reasons.TIMEOUT
     if exit_code > 128:
-        return ExitReason.KILLED if exit_code - 128 == _signal.SIGKILL else ExitReason.SIGNALED
-    return ExitReason.EXITED
+        return reasons.KILLED if exit_code - 128 == _signal.SIGKILL else reasons.SIGNALED
+    return reasons.EXITED
 
 
 class ExitStatus(int):
@@ -67,11 +87,11 @@ class ExitStatus(int):
     @property
     def signal(self) -> int | None:
         """The signal that ended the process, if one did (not counting a timeout kill)."""
-        return int(self) - 128 if self.reason in (ExitReason.SIGNALED, ExitReason.KILLED) else None
+        return int(self) - 128 if self.reason in (1, 2) else None  # SIGNALED, KILLED
 
     def code(self) -> int | None:
         """The status the process exited with; None if a signal or the timeout ended it."""
-        return int(self) if self.reason is ExitReason.EXITED else None
+        return int(self) if self.reason == 0 else None  # EXITED
 
 
 @record
@@ -91,7 +111,10 @@ class Result:
     def changes(self) -> tuple[Change, ...]:
         """The run's changes to its workdir, ``Change(kind, path)``: A added, M
         modified, D deleted, paths relative to the workdir (directories end with "/")."""
-        return tuple(Change(*change) for change in self.workspace.changes) if self.workspace else ()
+        if not self.workspace:
+            return ()
+        made = _type("Change")
+        return tuple(made(*change) for change in self.workspace.changes)
 
     @property
     def success(self) -> bool:

@@ -87,7 +87,7 @@ class Sandbox:
         self.policy_fn, self.full_access_allowed = policy_fn, dangerously_allow_full_access
         self.audit, self.quiet = audit, quiet
         self.named = name is not None  # (only a name given is registered: docs/api.md)
-        self.name = _names().check_name(name) if self.named else f"sandbox-{os.getpid()}-{next(_COUNT)}"
+        self.name = _names().check_name(name) if self.named else _generated_name()
         self.warnings: list[str] = []
         self._live: LiveSandbox | None = None
         self._process: SandboxedProcess | None = None  # the last one started (pid, ports)
@@ -324,7 +324,15 @@ class Sandbox:
         return Stage(self, argv)
 
 
-_COUNT = __import__("itertools").count(1)  # generated names: sandbox-PID-N (upstream's)
+_unnamed = 0  # sandboxes made here without a name: sandbox-PID-N (upstream's generated names)
+
+
+def _generated_name() -> str:
+    """(Not itertools.count: a plain run does not import itertools. Only a label: an
+    unnamed sandbox is never registered.)"""
+    global _unnamed
+    _unnamed += 1
+    return f"sandbox-{os.getpid()}-{_unnamed}"
 
 
 def _names():  # noqa: ANN202 - (the registry: imported by named sandboxes only)
