@@ -211,8 +211,8 @@ def test_an_item_past_the_sandboxs_memory_limit_fails_alone(cluster):
 
 
 def in_namespace(namespace: str) -> list[int]:
-    """Host pids of the live processes in PID namespace ``namespace``. Not zombies: a
-    dead process whose parent died is reparented, and this machine's pid 1 (not an
+    """Host pids of the live processes in PID namespace ``namespace`` now. Not zombies:
+    a dead process whose parent died is reparented, and this machine's pid 1 (not an
     init) may leave it unreaped for long; it runs nothing."""
     found = []
     for entry in os.listdir("/proc"):
@@ -225,16 +225,38 @@ def in_namespace(namespace: str) -> list[int]:
     return found
 
 
-def described(namespace: str) -> list[str]:
-    """What is left in a namespace: each process's /proc/PID/stat up to its parent."""
-    left = []
-    for pid in in_namespace(namespace):
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                left.append(" ".join(stat.read().split()[:4]))
-        except OSError:
-            continue
-    return left
+def sandbox_of(namespace: str) -> set[tuple[int, str]]:
+    """The processes of the sandbox living in ``namespace`` now, each as (pid, start
+    time): an identity the kernel does not hand out again. A namespace's own name does
+    not do: the inode number of one freed is given to the next (a restarted actor's
+    sandbox was taken for the dead one's)."""
+    return {(pid, started(pid)) for pid in in_namespace(namespace)}
+
+
+def left_of(sandbox: set[tuple[int, str]]) -> list[str]:
+    """What is still running of ``sandbox``: each process's /proc/PID/stat up to its
+    parent. Its init among them or not: when init goes, the kernel ends the rest."""
+    return [described for pid, start in sandbox
+            if start and not gone(pid) and started(pid) == start
+            and (described := stat_head(pid))]
+
+
+def started(pid: int) -> str:
+    """Its start time, in clock ticks since boot (stat's 22nd field, counted after
+    the name: a name may hold spaces)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def stat_head(pid: int, count: int = 4) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return " ".join(stat.read().split()[:count])
+    except OSError:
+        return ""
 
 
 def settled(condition, seconds: float = 30) -> bool:
@@ -269,7 +291,8 @@ def test_an_actor_killed_mid_map_is_restarted_and_its_items_retried(pool):
     limit). Both actors are restarted by Ray, their items retried: the map completes,
     and nothing of the first actor's sandbox is left."""
     namespaces = [r.value for r in pool.on_each(ray_items.namespace, None)]
-    assert all(in_namespace(ns) for ns in namespaces)  # (the check sees a live sandbox)
+    sandboxes = [sandbox_of(ns) for ns in namespaces]
+    assert all(left_of(sandbox) for sandbox in sandboxes)  # (the check sees a live sandbox)
     victim = pool.nodes[0][1]
     [host] = children(victim)
     [other_host] = children(pool.nodes[1][1])
@@ -282,8 +305,8 @@ def test_an_actor_killed_mid_map_is_restarted_and_its_items_retried(pool):
             os.kill(other_host, signal.SIGKILL)
     assert sorted(r.index for r in results) == list(range(300))
     assert all(r.success for r in results), [r for r in results if not r.success][:3]
-    assert settled(lambda: not in_namespace(namespaces[0]) and gone(host)), described(namespaces[0])
-    assert settled(lambda: not in_namespace(namespaces[1])), described(namespaces[1])
+    assert settled(lambda: not left_of(sandboxes[0]) and gone(host)), left_of(sandboxes[0])
+    assert settled(lambda: not left_of(sandboxes[1])), left_of(sandboxes[1])
     assert all(in_namespace(r.value) for r in pool.on_each(ray_items.namespace, None))  # new ones
 
     # A host that dies while its actor waits for the next item: the item is retried.
@@ -303,9 +326,10 @@ def test_shutdown_leaves_no_process_behind(cluster):
     _node, actor = pool.nodes[0]
     pool.submit(ray_items.hang, None)  # still running at the shutdown
     time.sleep(0.5)
-    assert in_namespace(namespace)
+    sandbox = sandbox_of(namespace)
+    assert left_of(sandbox)
     pool.shutdown()
-    assert settled(lambda: not in_namespace(namespace) and not os.path.exists(f"/proc/{actor}"))
+    assert settled(lambda: not left_of(sandbox) and not os.path.exists(f"/proc/{actor}"))
 
 
 def test_a_policy_the_node_cannot_enforce_fails_the_start(cluster, tmp_path):
