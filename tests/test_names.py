@@ -18,7 +18,7 @@ from threading import Thread
 
 import pytest
 
-from conftest import SANDLOCK, sandlock, users
+from conftest import PYTHON, SANDLOCK, sandlock, users
 from dnsserver import FakeDns
 from sandlock.dns._hostsfile import AFTER_DNS, FIRST, UNUSED, HostsFile, hosts_order
 
@@ -108,7 +108,7 @@ def test_the_api_allows_localhost(server):
 def test_without_etc_in_view_the_responder_answers_localhost(server):
     """A policy that does not grant /etc: the command's C library cannot read the
     hosts file and asks DNS, i.e. sandlock's responder, which gives localhost's pins."""
-    grants = [arg for path in ("/usr", "/lib", "/lib64", sys.prefix) if os.path.exists(path)
+    grants = [arg for path in ("/usr", "/lib", "/lib64", *PYTHON) if os.path.exists(path)
               for arg in ("-r", path)]
     result = sandlock("run", *grants, "--net-allow", f"localhost:{server}", "--",
                       *fetch(f"http://localhost:{server}/"), cwd="/tmp")

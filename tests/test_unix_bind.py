@@ -14,18 +14,20 @@ unconfined: its exact path, its own /tmp, Landlock's word, the kernel's errors.
 from __future__ import annotations
 
 import os
+import pathlib
 import shlex
 import shutil
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 import pytest
 
-from conftest import SANDLOCK, users
+from conftest import PYTHON, SANDLOCK, users
 from netattack_helpers import Run, bare, confined, sandlock_argv
 
 RACE_SECONDS = 1.5  # the old tree's supervisor lost the race within milliseconds
@@ -263,12 +265,23 @@ report(**results)
 """
 
 
-def test_a_path_through_proc_self_is_not_looked_up_with_sandlocks_capabilities(world_tmp):
+@pytest.fixture
+def short_tmp():
+    """A world-usable scratch directory with a short path: a socket's path, seen through
+    /proc/self/root, must stay under 108 bytes however deep pytest's own are."""
+    path = tempfile.mkdtemp(prefix="ub", dir="/tmp")
+    os.chmod(path, 0o777)
+    yield pathlib.Path(path)
+    shutil.rmtree(path)
+
+
+def test_a_path_through_proc_self_is_not_looked_up_with_sandlocks_capabilities(short_tmp):
     # Root's command holds no capability: a directory it may write, beneath another
     # user's 0700 directory, is out of its reach. sandlock (root) looks such a path up
     # for it without its own capabilities too.
     if os.getuid() != 0:
         pytest.skip("root's capabilities are what is at stake")
+    world_tmp = short_tmp
     locked = world_tmp / "locked"
     inside = locked / "open"
     inside.mkdir(parents=True)
@@ -326,7 +339,7 @@ def test_a_nested_sandboxs_socket_files_are_under_its_own_rules(tmp_path, networ
     from sandlock import Policy, Sandbox
 
     outer, inner = _nest_dirs(tmp_path)
-    readable = [*SYSTEM, sys.prefix, ROOT]
+    readable = [*SYSTEM, *PYTHON, ROOT]
     bind = lambda sandbox, path: sandbox.run([sys.executable, "-c", BIND_ONE, path]).stdout
     with Sandbox(Policy(fs_readable=readable, fs_writable=[outer]), quiet=True) as sb:
         nested = sb.sandbox(Policy(fs_readable=[*readable, outer], fs_writable=[inner],
@@ -341,7 +354,7 @@ def test_a_nested_sandboxs_socket_files_are_under_its_own_rules(tmp_path, networ
 @pytest.mark.parametrize("network", ["*", "127.0.0.1:9"], ids=["enclosing", "own"])
 def test_a_run_inside_a_run_binds_under_its_own_rules(tmp_path, network):
     outer, inner = _nest_dirs(tmp_path)
-    reads = [f"--fs-read={path}" for path in (*SYSTEM, sys.prefix, ROOT)]
+    reads = [f"--fs-read={path}" for path in (*SYSTEM, *PYTHON, ROOT)]
     script = (f"{shlex.join([*SANDLOCK, 'run', '-q', *reads, '-r', outer, '-w', inner, '--net-allow', network, '--', sys.executable, '-c', BIND_ONE])}"
               f" {{}}/x.sock")
     commands = "; ".join([script.format(outer), script.format(inner),
@@ -379,7 +392,7 @@ def test_a_hostile_registration_only_narrows_a_runs_binds(tmp_path):
     outer, inner = _nest_dirs(tmp_path)
     hostile = tmp_path / "hostile.py"
     hostile.write_text(HOSTILE)
-    reads = [f"--fs-read={path}" for path in (*SYSTEM, sys.prefix, ROOT, str(tmp_path))]
+    reads = [f"--fs-read={path}" for path in (*SYSTEM, *PYTHON, ROOT, str(tmp_path))]
     run_inside = shlex.join([*SANDLOCK, "run", "-q", *reads, "-w", inner, "--net-allow", "*", "--",
                              sys.executable, "-c", BIND_ONE, f"{outer}/x.sock"])
     env = {key: value for key, value in os.environ.items() if not key.startswith("SANDLOCK_FS")}
