@@ -16,18 +16,19 @@ import errno
 import os
 import pickle
 import sys
+import time
 import traceback  # imported before the fork: the function's side imports nothing
 
 from .._errors import EXIT_TIMEOUT
 from .._record import record
-from ..process import check_timeout
+from ..process import TimeoutExpired, check_timeout
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Protocol, TextIO
 
-    from ..process import SandboxedProcess
+    from ..process import Capture, SandboxedProcess
     from ._sandbox import Sandbox
 
     class Waitable(Protocol):
@@ -96,7 +97,6 @@ def call_in(sandbox: Sandbox, start: Callable[[int, int, int], Waitable],
     own, closed once it has ended (not a running sandbox's, which its next processes
     still write to)."""
     from ..process import Capture
-    from ..process import wait_or_kill
 
     timeout = sandbox.policy.timeout if timeout is None else timeout
     result_r, result_w = os.pipe()
@@ -107,16 +107,33 @@ def call_in(sandbox: Sandbox, start: Callable[[int, int, int], Waitable],
             process = start(stdio["stdout"], stdio["stderr"], result_w)
         finally:
             os.close(result_w)
-        capture.start()
-        timed_out = wait_or_kill(process, timeout)
-        # (a call in a running sandbox: what it left behind may hold its output open)
-        stdout, stderr = capture.finish(_GRACE)
+        timed_out = _collect(process, capture, timeout)
+        stdout, stderr = capture.finish()
     drops = capture.drop_notices(process.audit, close=owns_audit)
     if not sandbox.quiet:
         for notice in [*drops, *process.notices]:
             print(notice, file=sys.stderr)
     code = EXIT_TIMEOUT if timed_out else process.returncode
     return result_of(capture.extra_data, code, stdout, stderr, timed_out, process.start_error)
+
+
+def _collect(process: Waitable, capture: Capture, timeout: float | None) -> bool:
+    """Its output and result, then its end, in this thread (it waits for them anyway:
+    a pump thread per call cost a thread's start and join, and its wake-ups); past
+    ``timeout`` it is killed (True). What it left behind may hold its output open
+    after it ended: that is collected for ``_GRACE`` more seconds, no longer."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    drained = capture.pump_here(lambda: process.returncode is None, deadline, _GRACE)
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        process.wait(left if drained else 0)
+        timed_out = False
+    except TimeoutExpired:
+        process.end_for_timeout(timeout)
+        timed_out = True
+    if not drained:  # (killed, or ended in time with its output held open: the rest)
+        capture.pump_here(lambda: False, None, _GRACE)
+    return timed_out
 
 
 class Runner:

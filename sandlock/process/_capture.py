@@ -11,10 +11,13 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._auditlog import AuditLog
 
 STREAMS = ("stdout", "stderr")
 _POLL_MS = 100  # how often the pump looks whether it was told to give up (finish's grace)
+_HERE_MS = 50  # pump_here: how often it looks whether the command ended (its grace starts)
 _PIPE_CHUNK = 65536
 
 
@@ -39,6 +42,7 @@ class Capture:
         self._limit = limit
         self._forward = forward
         self._abandon_at: float | None = None
+        self._pumping: tuple[dict[int, int], select.poll, _Feed | None] | None = None
         self.dropped = [0, 0]  # bytes of stdout and stderr read past the limit
 
     def __enter__(self) -> Capture:
@@ -46,7 +50,9 @@ class Capture:
 
     def __exit__(self, *exc: object) -> None:
         self._close_child_ends()
-        if self._thread is None:  # never started: nothing will read or feed them
+        if self._pumping is not None and self._thread is None:  # pumped here (pump_here)
+            self._close_readers()
+        elif self._thread is None:  # never started: nothing will read or feed them
             if self._stdin:
                 _close(self._stdin[1])
             for read_end, _ in self._outputs:
@@ -85,7 +91,67 @@ class Capture:
     def extra_data(self) -> bytes:
         return b"".join(self._collected[2])
 
+    def pump_here(self, running: Callable[[], bool], deadline: float | None,
+                  grace: float) -> bool:
+        """The pump in the calling thread, for a caller that waits for the command
+        anyway (a call): no thread to start and join. Until every pipe is at its end
+        (True); or ``grace`` seconds after ``running()`` turned False, as with
+        ``finish(grace)`` (True: processes that outlive the command may hold its
+        output); or until ``deadline`` (monotonic) if that comes first (False: the
+        caller kills, then pumps again for what is left)."""
+        self._close_child_ends()
+        while True:
+            if self._abandon_at is None and not running():
+                self._abandon_at = time.monotonic() + grace
+            until = time.monotonic() + _HERE_MS / 1000
+            if self._pump_until(until if deadline is None else min(until, deadline)):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
     def _pump(self) -> None:
+        """The pump thread's body."""
+        try:
+            self._pump_until(None)
+        finally:
+            self._close_readers()
+
+    def _pump_until(self, until: float | None) -> bool:
+        """Feed and drain until every pipe is at its end or the rest is abandoned (True,
+        all closed), or until the monotonic time ``until`` (False)."""
+        if self._pumping is None:
+            self._pumping = self._pipes()
+        readers, poller, feed = self._pumping
+        while (readers or (feed and feed.pending)) and not self._abandoned():
+            wait_ms = _POLL_MS
+            if until is not None:
+                left = until - time.monotonic()
+                if left <= 0:
+                    return False
+                wait_ms = min(wait_ms, int(left * 1000) + 1)
+            for fd, _events in poller.poll(wait_ms):
+                if feed is not None and fd == feed.fd:
+                    feed.write()
+                elif (chunk := os.read(fd, 65536)):
+                    self._take(readers[fd], chunk)
+                else:
+                    poller.unregister(fd)
+                    _close(fd)
+                    del readers[fd]
+        self._close_readers()
+        return True
+
+    def _close_readers(self) -> None:
+        if self._pumping is None:
+            return
+        readers, _poller, feed = self._pumping
+        for fd in readers:
+            _close(fd)
+        readers.clear()
+        if feed is not None:
+            feed.close()
+
+    def _pipes(self) -> tuple[dict[int, int], select.poll, _Feed | None]:
         readers = {read_end: index for index, (read_end, _) in enumerate(self._outputs)}
         if self._extra is not None:
             readers[self._extra] = 2
@@ -93,24 +159,7 @@ class Capture:
         for fd in readers:
             poller.register(fd, select.POLLIN)
         feed = _Feed(self._stdin[1], self._input, poller) if self._stdin else None
-        try:
-            while readers or (feed and feed.pending):
-                for fd, _events in poller.poll(_POLL_MS):
-                    if feed is not None and fd == feed.fd:
-                        feed.write()
-                    elif (chunk := os.read(fd, 65536)):
-                        self._take(readers[fd], chunk)
-                    else:
-                        poller.unregister(fd)
-                        _close(fd)
-                        del readers[fd]
-                if self._abandoned():
-                    break
-        finally:
-            for fd in readers:
-                _close(fd)
-            if feed is not None:
-                feed.close()
+        return readers, poller, feed
 
     def _abandoned(self) -> bool:
         if self._abandon_at is None:

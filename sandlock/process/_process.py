@@ -381,13 +381,3 @@ def _not_executable(path: str) -> bool:
 def _start_errno(report: bytes) -> int | None:
     error = _child.parse_error(report)
     return error[1] if error is not None and error[0] == "exec" else None  # type: ignore[return-value]
-
-
-def wait_or_kill(process: SandboxedProcess, timeout: float | None) -> bool:
-    """Wait for the command; on timeout kill the tree. True if it timed out."""
-    try:
-        process.wait(timeout)
-        return False
-    except TimeoutExpired:
-        process.end_for_timeout(timeout)
-        return True
