@@ -1,6 +1,14 @@
 """The pool's actor: it starts the sandbox's host (``_host``: a small interpreter that
-holds the sandbox and runs the items) and passes it the items Ray brings, one at a
-time. The actor is a plain class here; the pool makes it a Ray actor (``ray.remote``).
+holds the sandbox and runs the items) and passes it the items Ray brings. The actor is
+a plain class here; the pool makes it a Ray actor (``ray.remote``).
+
+Items are pipelined: Ray calls ``run`` on up to the pool's window of threads at once,
+each sends its item as soon as it comes, and the host queues them and runs them one at
+a time, in order. So the host starts the next item the moment one ends, instead of
+idling while a result goes back to the driver and the next item comes through Ray
+(that round trip was most of what a pool paid per item over plain Ray actors). The
+replies come back in the order the items went: each call reads its own when its turn
+comes (``_turn``), no reader thread.
 
 Nothing confined outlives the actor: the host reads the actor's socket, and its EOF
 (the kernel closes the actor's end however it died) ends the host, and the sandbox
@@ -40,8 +48,9 @@ class SandboxActor:
                 pass_fds=[theirs.fileno()], stdin=nothing)
         theirs.close()
         self._channel = ours
-        self._sending = threading.Lock()  # close() sends while run() waits for its reply
-        self._running = threading.Lock()
+        self._sending = threading.Lock()  # the calls' and close()'s frames, one at a time
+        self._turn = threading.Condition()  # whose reply is next: tickets in sending order
+        self._sent = self._replied = 0
         self._closing = False
         send(ours, ("start", list(sys.path), cloudpickle.dumps((policy, init, policy_fn, quiet))))
         reply = receive(ours)
@@ -56,15 +65,25 @@ class SandboxActor:
 
     def run(self, index: int | None, payload: bytes, timeout: float | None,
             memory: int | None, output: int | None, narrowed: Policy | None) -> ItemResult:
-        """One item, in a clone of the host's sandbox (of a nested one for ``narrowed``)."""
-        with self._running:
+        """One item, in a clone of the host's sandbox (of a nested one for ``narrowed``),
+        after those sent before it."""
+        reply = None
+        with self._sending:
             try:
-                with self._sending:
-                    send(self._channel, ("run", index, payload, timeout, memory, output, narrowed))
+                send(self._channel, ("run", index, payload, timeout, memory, output, narrowed))
             except OSError:
-                reply = None  # the host ended between two items
+                ticket = None  # the host ended between two items
             else:
+                ticket, self._sent = self._sent, self._sent + 1
+        if ticket is not None:
+            with self._turn:
+                self._turn.wait_for(lambda: self._replied == ticket)
+            try:
                 reply = receive(self._channel)
+            finally:
+                with self._turn:
+                    self._replied += 1
+                    self._turn.notify_all()
         if reply is not None and reply[0] == "result":
             return reply[1]
         if self._closing:

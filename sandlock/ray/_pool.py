@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..policy import Policy
     from ._item import ItemResult
 
-WINDOW = 2  # items handed to one actor at a time by map(): one running, one queued
+WINDOW = 2  # items handed to one actor at a time by map(): one running, one queued at its host
 
 
 class SandboxPool:
@@ -43,10 +43,11 @@ class SandboxPool:
         if (size is None) == (per_node is None):
             raise ValueError("SandboxPool: give size or per_node (one of them)")
         self._defaults = (timeout, max_memory, max_output)
-        # Items one at a time (the default group); close() in a group of its own, so
-        # that a shutdown ends an item still running rather than waiting for it.
+        # A window of items in the default group (the host queues them and runs one
+        # at a time: _actor); close() in a group of its own, so that a shutdown ends
+        # an item still running rather than waiting for it.
         options = {"num_cpus": num_cpus, "max_restarts": -1, "max_task_retries": retries,
-                   "resources": resources or {}, **(ray_options or {})}
+                   "resources": resources or {}, "max_concurrency": WINDOW, **(ray_options or {})}
         remote = ray.remote(concurrency_groups={"control": 1})(_actor_class())
         self._actors = [remote.options(**options, **where).remote(policy, init, policy_fn, quiet)
                         for where in _placements(size, per_node, placement_group)]
