@@ -219,6 +219,28 @@ def _describe(error: Exception) -> str:
     return str(error) or type(error).__name__
 
 
+def own_addresses(name: str, settings: DnsSettings) -> tuple[str, ...]:
+    """The addresses of ``name`` for a connection of sandlock's own, made before the
+    sandbox (an image's registry): ``--resolve`` if it names it, else the
+    ``--dns-server``s, else the system's resolver (hosts file included). Not filtered
+    like the command's pins: it is not the command that connects. LookupError if none."""
+    static = settings.static_pins.get(normalise_name(name))
+    if static:
+        return tuple(map(str, static))
+    if settings.servers:
+        lookup = Upstream(settings).resolve(name)
+        if not lookup.addresses:
+            raise LookupError(f"cannot resolve {name}: {lookup.error or 'no address records'}")
+        return tuple(map(str, lookup.addresses))
+    import socket
+
+    try:
+        found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except OSError as error:
+        raise LookupError(f"cannot resolve {name}: {error.strerror or error}") from None
+    return tuple(dict.fromkeys(str(info[4][0]) for info in found))
+
+
 # --- the start-up pass -----------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ import os
 from .._errors import PolicyError
 from .._hostfile import open_directory
 from .._record import record
-from ._reference import ImageError, locate
+from ._reference import ImageError, Located, locate
 from ._source import Image, Source, read_image
 
 ROOTFS = "rootfs"
@@ -32,6 +32,10 @@ def unpacked_image(reference: str, store: str) -> Unpacked:
     not there yet; PolicyError (--image) for an image that cannot be used."""
     try:
         located = locate(reference)
+        if located.remote is not None:  # (pulled before the sandbox: ``_pull``)
+            from ._pull import pulled_layout
+
+            located = pulled_layout(store, located.remote) or _not_pulled(reference)
         source = Source(located)
         try:
             image = read_image(source, located)
@@ -47,6 +51,11 @@ def unpacked_image(reference: str, store: str) -> Unpacked:
     except OSError as exc:
         where = f"{reference}: {exc.filename}" if exc.filename else reference
         raise PolicyError("image", f"{where}: {exc.strerror or exc}") from None
+
+
+def _not_pulled(reference: str) -> Located:
+    raise ImageError(f"{reference}: not pulled into the image store (a run pulls it "
+                     "before the sandbox is made)")
 
 
 def _unpacked(image: Image, store: str) -> str:
