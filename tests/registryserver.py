@@ -4,11 +4,11 @@ trustme certificate, on a loopback address), with its token service and a blob C
 ``Registry(ca)`` starts three servers sharing one state: the registry (``/v2/...``:
 manifests by tag or digest, blobs), the token service (``/token``: Bearer tokens, for
 ``token_realm``) and a CDN the registry redirects blob requests to when
-``redirect_blobs`` is set (``/cdn/<digest>``). Every request is logged with the
+``redirect_blobs`` is set (``/cdn/<digest>``); ``tls=False`` serves plain HTTP. Every request is logged with the
 server's role, its path and its headers, so a test can prove what was asked and what
 was sent where. ``push`` copies an OCI layout (``ocibuild``) into a repository; the
-knobs (``tampered``, ``oversize``, ``token_realm``, ``redirect_to``) make it
-misbehave the way an attacker's registry would.
+state's knobs (``token_realm``, ``redirect_to``, ``basic``, and its manifests and
+blobs, which a test may replace) make it misbehave the way an attacker's registry would.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.role == "cdn":
             blob = state.blobs.get(self.path.rsplit("/", 1)[-1])
             return self._reply(200, blob) if blob is not None else self._reply(404, b"")
+        if state.basic and self.headers.get("Authorization") != f"Basic {state.basic}":
+            return self._reply(401, b"{}", headers={"WWW-Authenticate": 'Basic realm="registry"'})
         if state.token_realm and self.headers.get("Authorization") != f"Bearer {TOKEN}":
             challenge = (f'Bearer realm="{state.token_realm}",service="registry.test",'
                          f'scope="repository:team/tool:pull"')
@@ -93,6 +95,7 @@ class _State:
         self.blobs: dict[str, bytes] = {}  # digest -> bytes
         self.token_realm = ""
         self.redirect_to = ""
+        self.basic = ""  # base64 user:password the registry asks for (a Basic challenge)
 
 
 class Registry:
@@ -100,13 +103,14 @@ class Registry:
     ``token_host`` (``auth.test``) and CDN on ``cdn_host`` (``cdn.test``)."""
 
     def __init__(self, ca, host: str = "127.0.0.2", token_host: str = "127.0.0.3",
-                 cdn_host: str = "127.0.0.4") -> None:
+                 cdn_host: str = "127.0.0.4", *, tls: bool = True) -> None:
         self.state = _State()
         self._servers = {}
         for role, address, name in (("registry", host, "registry.test"), ("token", token_host, "auth.test"),
                                     ("cdn", cdn_host, "cdn.test")):
-            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ca.issue_cert(name).configure_cert(context)
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH) if tls else None
+            if context is not None:
+                ca.issue_cert(name).configure_cert(context)
             self._servers[role] = _RoleServer(address, role, self.state, context)
         self.addresses = {role: server.server_address[:2] for role, server in self._servers.items()}
         self.port = self.addresses["registry"][1]

@@ -274,3 +274,74 @@ def test_a_registry_that_never_answers_times_out(pull, world_tmp):
     one_line_refusal(result, "timed out")
     assert time.monotonic() - started < 30
     assert store_entries(world_tmp, "pulled") == []
+
+
+# --- credentials, plain HTTP, `sandlock image` ----------------------------------------------
+
+
+def _docker_config(world_tmp, registry: Registry, user: str = "alice:secret") -> str:
+    import base64
+
+    directory = os.path.join(str(world_tmp), "docker")
+    os.makedirs(directory, exist_ok=True)
+    auth = base64.b64encode(user.encode()).decode()
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump({"auths": {f"registry.test:{registry.port}": {"auth": auth}}}, f)
+    return auth
+
+
+def test_docker_login_credentials_go_to_the_token_service_only(registry, pushed, pull, world_tmp, monkeypatch):
+    auth = _docker_config(world_tmp, registry)
+    registry.redirect_blobs()
+    monkeypatch.setenv("DOCKER_CONFIG", os.path.join(str(world_tmp), "docker"))
+    assert pull(ref(registry)).stdout == "hi\n"
+    sent = {who: [h.get("Authorization") for w, _, h in registry.log if w == who]
+            for who in ("registry", "token", "cdn")}
+    assert sent["token"] == [f"Basic {auth}"]
+    assert f"Basic {auth}" not in sent["registry"] and sent["cdn"] == [None, None], sent
+    # Control: without them, the token service is asked without credentials.
+    monkeypatch.setenv("DOCKER_CONFIG", os.path.join(str(world_tmp), "nowhere"))
+    registry.log.clear()
+    shutil.rmtree(os.path.join(str(world_tmp), "sandlock", "images", "pulled"))
+    assert pull(ref(registry)).stdout == "hi\n"
+    assert [h.get("Authorization") for w, _, h in registry.log if w == "token"] == [None]
+
+
+def test_a_basic_challenge_is_answered_with_the_users_credentials(registry, pull, tmp_path, echo,
+                                                                  world_tmp, monkeypatch):
+    registry.push(image(tmp_path / "tool", echo), "1")
+    registry.state.basic = _docker_config(world_tmp, registry)
+    result = pull(ref(registry))  # control: without credentials, one line naming the fix
+    one_line_refusal(result, "docker login")
+    monkeypatch.setenv("DOCKER_CONFIG", os.path.join(str(world_tmp), "docker"))
+    assert pull(ref(registry)).stdout == "hi\n"
+
+
+def test_plain_http_only_for_a_registry_named_as_this_machine(upstream_ca, dns, pull, tmp_path, echo):
+    with Registry(upstream_ca[0], "127.0.0.6", "127.0.0.7", "127.0.0.8", tls=False) as plain:
+        plain.push(image(tmp_path / "tool", echo), "1")
+        dns.set("registry.test", ["127.0.0.6"])
+        by_name = pull(f"registry.test:{plain.port}/team/tool:1")
+        one_line_refusal(by_name)  # registry.test: HTTPS or nothing
+        assert plain.log == []
+        by_loopback = pull(f"127.0.0.6:{plain.port}/team/tool:1")
+        assert by_loopback.returncode == 0 and by_loopback.stdout == "hi\n", by_loopback.stderr
+
+
+def test_image_pull_resolves_a_tag_anew(registry, pushed, pull, dns, ca_file, world_tmp, tmp_path, echo):
+    assert pull(ref(registry), "/bin/echo", "@/etc/motd").stdout == "from the registry\n"
+    moved = registry.push(image(tmp_path / "moved", echo, motd="moved tag"), "1")
+    assert pull(ref(registry), "/bin/echo", "@/etc/motd").stdout == "from the registry\n"  # the store's
+    env = {**os.environ, "XDG_STATE_HOME": str(world_tmp), "SSL_CERT_FILE": ca_file}
+    host, port = dns.address
+    pulled = subprocess.run([*SANDLOCK, "image", "pull", "--dns-server", f"{host}:{port}", ref(registry)],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert pulled.returncode == 0, pulled.stderr
+    assert pulled.stdout == f"{ref(registry)}  {moved}\n"
+    assert pull(ref(registry), "/bin/echo", "@/etc/motd").stdout == "moved tag\n"
+    listed = subprocess.run([*SANDLOCK, "image", "ls"], capture_output=True, text=True, env=env, timeout=60)
+    assert listed.stdout == f"{ref(registry)}  {moved}\n", listed.stderr
+    local = subprocess.run([*SANDLOCK, "image", "pull", str(tmp_path / "moved")], capture_output=True,
+                           text=True, env=env, timeout=60)
+    assert local.returncode == 2 and "nothing to pull" in local.stderr
+    assert len(local.stderr.splitlines()) == 1

@@ -132,12 +132,10 @@ def pull_image(policy: Policy) -> None:
     by sandlock itself, before the sandbox exists; its registry's name resolved with the
     policy's own settings (``--resolve``, ``--dns-server``), else the system's."""
     from ..confinement import image_store
-    from ..dns import DnsSettings, own_addresses
+    from ..dns import own_resolver
     from ..image import ensure_pulled
 
-    settings = DnsSettings.from_policy(policy)
-    ensure_pulled(policy.image, image_store(os.environ, os.path.expanduser("~")),
-                  lambda name: own_addresses(name, settings))
+    ensure_pulled(policy.image, image_store(os.environ, os.path.expanduser("~")), own_resolver(policy))
 
 
 def _check_enclosable(sandbox: Sandbox, parked: bool, fd_map: tuple[tuple[int, int], ...]) -> None:

@@ -23,6 +23,8 @@ from ._hostsfile import UNUSED, HostsFile
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms to import; checkers honour this spelling
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import dns.resolver
 
     from ..policy import Policy
@@ -217,6 +219,12 @@ def _describe(error: Exception) -> str:
     if isinstance(error, dns.resolver.NoNameservers):
         return "no server gave an answer (SERVFAIL or REFUSED)"
     return str(error) or type(error).__name__
+
+
+def own_resolver(policy: Policy) -> Callable[[str], tuple[str, ...]]:
+    """``own_addresses`` with the settings ``policy`` gives."""
+    settings = DnsSettings.from_policy(policy)
+    return lambda name: own_addresses(name, settings)
 
 
 def own_addresses(name: str, settings: DnsSettings) -> tuple[str, ...]:

@@ -24,12 +24,14 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ._pull import ensure_pulled
+    from ._pull import ensure_pulled, pull_again, pulled_images
     from ._reference import ImageError, Located, locate
     from ._store import Unpacked, unpacked_image
 
 _EXPORTS = {
     "ensure_pulled": "_pull",
+    "pull_again": "_pull",
+    "pulled_images": "_pull",
     "ImageError": "_reference",
     "Located": "_reference",
     "locate": "_reference",

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 _MAX_REDIRECTS = 5
 _MAX_SMALL = 1 << 20  # a token answer or a credentials file larger than this is not one
 _REDIRECTS = (301, 302, 303, 307, 308)
+_MEANING = {301: " (too many redirects)", 302: " (too many redirects)", 307: " (too many redirects)",
+            401: " (it refused the credentials)", 403: " (not allowed)",
+            404: " (no such repository, tag or blob)", 429: " (too many requests: try later)"}
 
 
 class Client:
@@ -72,7 +75,7 @@ class Client:
         if response.status != 200:
             response.close()
             raise ImageError(f"{self._remote.registry}: GET {path}: HTTP {response.status}"
-                             f"{' (too many redirects)' if response.status in _REDIRECTS else ''}")
+                             f"{_MEANING.get(response.status, '')}")
         return response
 
     def _origin_get(self, path: str, headers: dict[str, str]) -> http.client.HTTPResponse:

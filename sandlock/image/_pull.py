@@ -137,17 +137,31 @@ def _moved(old: int, new: int) -> int:
     return new
 
 
-def pull(remote: Remote, store: str, resolve: Callable[[str], Sequence[str]],
-         timeout: float) -> Located:
-    """Pull ``remote`` into the store now (a directory of its own, renamed into place)."""
+def pull_again(reference: str, store: str, resolve: Callable[[str], Sequence[str]]) -> str:
+    """``sandlock image pull``: the registry image ``reference`` names pulled now, its
+    tag resolved anew, replacing the store's copy; the manifest's digest."""
+    remote = locate(reference).remote
+    if remote is None:
+        raise ImageError(f"{reference}: a local image, not a registry's: nothing to pull")
+    return pull(remote, store, resolve, pull_timeout(), replace=True)
+
+
+def pull(remote: Remote, store: str, resolve: Callable[[str], Sequence[str]], timeout: float,
+         *, replace: bool = False) -> str:
+    """Pull ``remote`` into the store now (a directory of its own, renamed into place;
+    ``replace``: over the copy there, else a copy there wins); its manifest's digest."""
     from ._http import Client
 
     pulled = _pulled_directory(store)
-    partial = f".pulling-{os.getpid()}-{os.urandom(4).hex()}"
+    unique = f"{os.getpid()}-{os.urandom(4).hex()}"
+    partial = f".pulling-{unique}"
     try:
         os.mkdir(partial, 0o700, dir_fd=pulled)
         try:
-            _Pull(remote, Client(remote, resolve, timeout), pulled, partial).run()
+            digest = _Pull(remote, Client(remote, resolve, timeout), pulled, partial).run()
+            if replace and pulled_layout(store, remote) is not None:
+                os.rename(remote.store_name, f".replaced-{unique}", src_dir_fd=pulled, dst_dir_fd=pulled)
+                _remove(pulled, f".replaced-{unique}")
             try:
                 os.rename(partial, remote.store_name, src_dir_fd=pulled, dst_dir_fd=pulled)
             except OSError:  # another run put it there first: theirs is as good
@@ -157,9 +171,32 @@ def pull(remote: Remote, store: str, resolve: Callable[[str], Sequence[str]],
             raise
     finally:
         os.close(pulled)
-    located = pulled_layout(store, remote)
-    assert located is not None
-    return located
+    return digest
+
+
+def pulled_images(store: str) -> list[tuple[str, str]]:
+    """``sandlock image ls``: (reference, manifest digest) of each image in the store."""
+    pulled = _pulled_directory(store)
+    found = []
+    try:
+        listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=pulled)
+        try:
+            names = os.listdir(listing)
+        finally:
+            os.close(listing)
+        for name in sorted(names):
+            if name.startswith("."):
+                continue  # (a pull under way)
+            try:
+                fd = os.open(f"{name}/index.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pulled)
+                with os.fdopen(fd, "rb") as f:
+                    digest = json_object(f.read(MAX_JSON), name)["manifests"][0]["digest"]
+            except (OSError, ImageError, LookupError, TypeError):
+                digest = "(unreadable)"
+            found.append((name.replace("%", "/"), str(digest)))
+    finally:
+        os.close(pulled)
+    return found
 
 
 def _remove(directory: int, name: str) -> None:
@@ -179,7 +216,7 @@ class _Pull:
         self._left = MAX_PULL
         self._located = Located(remote.canonical, "", None, False, remote)  # (for messages)
 
-    def run(self) -> None:
+    def run(self) -> str:
         try:
             os.mkdir("blobs", 0o700, dir_fd=self._root)
             blobs = os.open("blobs", _DIRECTORY, dir_fd=self._root)
@@ -188,13 +225,13 @@ class _Pull:
                 self._blobs = os.open("sha256", _DIRECTORY, dir_fd=blobs)
             finally:
                 os.close(blobs)
-            self._pull()
+            return self._pull()
         finally:
             os.close(self._root)
             if self._blobs >= 0:
                 os.close(self._blobs)
 
-    def _pull(self) -> None:
+    def _pull(self) -> str:
         remote = self._remote
         data, media_type = self._manifest(remote.reference, remote.digest)
         top = {"mediaType": media_type, "digest": "sha256:" + hexdigest(data), "size": len(data)}
@@ -226,6 +263,7 @@ class _Pull:
         index = {"schemaVersion": 2, "manifests": [{**top, **tag}]}
         _write(self._root, "index.json", [json.dumps(index).encode()])
         _write(self._root, "oci-layout", [b'{"imageLayoutVersion": "1.0.0"}'])
+        return str(top["digest"])
 
     def _manifest(self, reference: str, digest: str | None) -> tuple[bytes, str]:
         """The manifest (or index) ``reference`` names, checked against ``digest``
