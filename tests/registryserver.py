@@ -166,9 +166,11 @@ class Registry:
 
 
 class Silent:
-    """A TCP listener on loopback that accepts and never answers (a stalled registry)."""
+    """A TCP listener on loopback that accepts and never answers (a stalled registry),
+    or answers ``answer`` to whatever it is sent and hangs up (a garbage one)."""
 
-    def __init__(self, host: str = "127.0.0.5") -> None:
+    def __init__(self, host: str = "127.0.0.5", answer: bytes | None = None) -> None:
+        self._answer = answer
         self._socket = socket.create_server((host, 0))
         self.address = self._socket.getsockname()[:2]
         self._held: list[socket.socket] = []
@@ -180,6 +182,11 @@ class Silent:
                 connection, _ = self._socket.accept()
             except OSError:
                 return
+            if self._answer is not None:
+                connection.recv(65536)
+                connection.sendall(self._answer)
+                connection.close()
+                continue
             self._held.append(connection)
 
     def __enter__(self) -> Silent:

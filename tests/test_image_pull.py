@@ -266,6 +266,26 @@ def test_a_symlink_planted_in_the_store_is_refused(registry, pushed, pull, world
     assert pull(ref(registry)).stdout == "hi\n"
 
 
+def test_a_registry_that_answers_garbage_is_one_line(pull, world_tmp):
+    with Silent("127.0.0.5", answer=b"\x00garbage, not HTTP\r\n\r\n") as garbage:
+        host, port = garbage.address
+        result = pull(f"{host}:{port}/team/tool:1")
+    one_line_refusal(result)
+    assert store_entries(world_tmp, "pulled") == []
+
+
+@pytest.mark.parametrize("manifest", [
+    b"garbage", b"[]", b'{"schemaVersion": 2, "layers": 7, "config": {}}',
+    b'{"mediaType": "application/vnd.oci.image.manifest.v1+json", "config": {"digest": "sha256:../../x"}, "layers": []}',
+    b'{"mediaType": "application/vnd.oci.image.manifest.v1+json", "config": [], "layers": [{}]}',
+    b'{"mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [{"platform": 1}]}',
+    b'{"schemaVersion": 1, "fsLayers": []}'])
+def test_a_malformed_manifest_is_one_line(registry, pull, manifest, world_tmp):
+    registry.serve(manifest, "1", MANIFEST)
+    one_line_refusal(pull(ref(registry)))
+    assert store_entries(world_tmp, "pulled") == []
+
+
 def test_a_registry_that_never_answers_times_out(pull, world_tmp):
     with Silent() as silent:
         host, port = silent.address
@@ -345,3 +365,20 @@ def test_image_pull_resolves_a_tag_anew(registry, pushed, pull, dns, ca_file, wo
                            text=True, env=env, timeout=60)
     assert local.returncode == 2 and "nothing to pull" in local.stderr
     assert len(local.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("written", "canonical", "api_host"), [
+    ("alpine", "docker.io/library/alpine:latest", "registry-1.docker.io"),
+    ("alpine:3.20", "docker.io/library/alpine:3.20", "registry-1.docker.io"),
+    ("index.docker.io/team/tool", "docker.io/team/tool:latest", "registry-1.docker.io"),
+    ("team/tool:v1.2_x", "docker.io/team/tool:v1.2_x", "registry-1.docker.io"),
+    ("localhost/tool", "localhost/tool:latest", "localhost"),
+    ("registry.test:5000/a/b/c:1", "registry.test:5000/a/b/c:1", "registry.test:5000"),
+    ("[::1]:5000/tool@sha256:" + "a" * 64, "[::1]:5000/tool@sha256:" + "a" * 64, "[::1]:5000"),
+])
+def test_references_follow_dockers_conventions(written, canonical, api_host):
+    from sandlock.image._remote import parse_remote
+
+    remote = parse_remote(written)
+    assert (remote.canonical, remote.api_host) == (canonical, api_host)
+    assert "/" not in remote.store_name and ".." not in remote.store_name.split("%")

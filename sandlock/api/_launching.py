@@ -135,7 +135,8 @@ def pull_image(policy: Policy) -> None:
     from ..dns import own_resolver
     from ..image import ensure_pulled
 
-    ensure_pulled(policy.image, image_store(os.environ, os.path.expanduser("~")), own_resolver(policy))
+    ensure_pulled(policy.image, image_store(os.environ, os.path.expanduser("~")),
+                  lambda: own_resolver(policy))  # (DNS's modules: only for a pull)
 
 
 def _check_enclosable(sandbox: Sandbox, parked: bool, fd_map: tuple[tuple[int, int], ...]) -> None:

@@ -27,7 +27,7 @@ import ssl
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from ._reference import ImageError
-from ._remote import Remote, is_loopback_name, split_host_port
+from ._remote import Remote, is_loopback_name
 from ._source import json_object
 
 TYPE_CHECKING = False
@@ -133,7 +133,7 @@ class Client:
             if response.status != 200:
                 raise ImageError(f"{self._remote.registry}: its token service {realm} "
                                  f"answered HTTP {response.status}")
-            answer = _small_json(response.read(_MAX_SMALL + 1), f"{realm}'s answer")
+            answer = _small_json(read(response, _MAX_SMALL + 1, realm), f"{realm}'s answer")
         token = answer.get("token") or answer.get("access_token")
         if not isinstance(token, str) or not token or not token.isascii() \
                 or not token.isprintable() or " " in token:
@@ -150,10 +150,9 @@ def request(url: str, headers: dict[str, str], resolve: Callable[[str], Sequence
     host = parts.hostname or ""
     if parts.scheme != "https" and not (parts.scheme == "http" and is_loopback_name(host)):
         raise ImageError(f"{registry}: refused to follow it to {url!r}: not HTTPS")
-    _, port = split_host_port(parts.netloc)
-    port = port or (443 if parts.scheme == "https" else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)  # (ValueError: not a port)
         addresses = [host] if _is_address(host) else list(resolve(host))
         if not addresses:
             raise ImageError(f"{registry}: cannot resolve {host}")
@@ -165,6 +164,15 @@ def request(url: str, headers: dict[str, str], resolve: Callable[[str], Sequence
     except (OSError, http.client.HTTPException, ValueError, LookupError) as exc:
         raise ImageError(f"{registry}: GET {parts.scheme}://{parts.netloc}{parts.path}: "
                          f"{_reason(exc)}") from None
+
+
+def read(response: http.client.HTTPResponse, size: int, what: str) -> bytes:
+    """Up to ``size`` bytes of an answer's body; ImageError if the connection fails,
+    stalls past the timeout or ends early."""
+    try:
+        return response.read(size)
+    except (OSError, http.client.HTTPException) as exc:
+        raise ImageError(f"reading {what}: {_reason(exc)}") from None
 
 
 def _connect(scheme: str, host: str, port: int, addresses: list[str], context: ssl.SSLContext,

@@ -60,13 +60,15 @@ _DIRECTORY = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1 << 20
 
 
-def ensure_pulled(reference: str, store: str, resolve: Callable[[str], Sequence[str]]) -> None:
+def ensure_pulled(reference: str, store: str,
+                  resolver: Callable[[], Callable[[str], Sequence[str]]]) -> None:
     """The registry image ``reference`` names pulled into ``store`` unless it is there
-    (nothing for a local path); PolicyError (--image) for one that cannot be."""
+    (nothing for a local path); its names resolved by what ``resolver()`` gives (made
+    only for a pull); PolicyError (--image) for one that cannot be."""
     try:
         located = locate(reference)
         if located.remote is not None and pulled_layout(store, located.remote) is None:
-            pull(located.remote, store, resolve, pull_timeout())
+            pull(located.remote, store, resolver(), pull_timeout())
     except ImageError as exc:
         raise PolicyError("image", str(exc) if reference in str(exc)
                           else f"{reference}: {exc}") from None
@@ -158,7 +160,11 @@ def pull(remote: Remote, store: str, resolve: Callable[[str], Sequence[str]], ti
     try:
         os.mkdir(partial, 0o700, dir_fd=pulled)
         try:
-            digest = _Pull(remote, Client(remote, resolve, timeout), pulled, partial).run()
+            try:
+                digest = _Pull(remote, Client(remote, resolve, timeout), pulled, partial).run()
+            except (ValueError, LookupError, TypeError, AttributeError) as exc:  # malformed JSON
+                raise ImageError(f"{remote.canonical}: not a usable image (its manifest is "
+                                 f"malformed: {type(exc).__name__}: {exc})") from None
             if replace and pulled_layout(store, remote) is not None:
                 os.rename(remote.store_name, f".replaced-{unique}", src_dir_fd=pulled, dst_dir_fd=pulled)
                 _remove(pulled, f".replaced-{unique}")
@@ -270,7 +276,7 @@ class _Pull:
         when one pins it, and kept as a blob."""
         path = f"/v2/{self._remote.repository}/manifests/{reference}"
         with self._client.get(path, _ACCEPT) as response:  # type: ignore[attr-defined]
-            data = response.read(MAX_JSON + 1)
+            data = _read(response, MAX_JSON + 1, f"manifest {reference}")
             header = (response.getheader("Content-Type") or "").split(";")[0].strip()
         if len(data) > MAX_JSON:
             raise ImageError(f"{self._remote.canonical}: manifest {reference} is larger than "
@@ -306,7 +312,7 @@ class _Pull:
             return  # (a blob listed twice: checked the first time)
         try:
             with self._client.get(path) as response:  # type: ignore[attr-defined]
-                while chunk := response.read(min(_CHUNK, limit - received + 1)):
+                while chunk := _read(response, min(_CHUNK, limit - received + 1), f"blob {digest}"):
                     received += len(chunk)
                     if received > limit:
                         raise ImageError(f"{self._remote.canonical}: blob {digest} is larger "
@@ -319,6 +325,12 @@ class _Pull:
             raise ImageError(f"{self._remote.canonical}: blob {digest} does not match its "
                              "digest: the image is refused")
         self._left -= received
+
+
+def _read(response: object, size: int, what: str) -> bytes:
+    from ._http import read  # (loaded by then: only pulls import the client)
+
+    return read(response, size, what)  # type: ignore[arg-type]
 
 
 def _size(descriptor: dict) -> int | None:
