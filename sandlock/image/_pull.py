@@ -11,8 +11,8 @@ O_NOFOLLOW, through directory descriptors), and the store's directories are the
 user's own, reached through no symlink.
 
 When: a reference not in the store yet is pulled; once there, a run uses it without
-asking the registry again (a tag is not re-resolved: remove its directory to pull
-the tag anew); a digest-pinned one never needs the network again.
+asking the registry again (a tag is not re-resolved: ``sandlock image pull`` does
+that, ``pull_again``); a digest-pinned one never needs the network again.
 
 Limits: a manifest, index or config is at most ``MAX_JSON``; the whole pull at most
 ``MAX_PULL`` bytes (the sizes the manifest declares, and each blob at most its
@@ -29,6 +29,7 @@ import stat
 from .._errors import PolicyError
 from .._hostfile import open_directory
 from ._reference import ImageError, Located, locate
+from ._store import made_in_place, remove_entry
 from ._source import (
     INDEXES,
     MAX_JSON,
@@ -123,7 +124,9 @@ def _pulled_directory(store: str) -> int:
                 if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
                     raise ImageError(f"{os.path.join(store, name)} is a symbolic link: refused "
                                      "(sandlock writes through none)")
-                fd = _moved(fd, os.open(name, _DIRECTORY, dir_fd=fd))
+                inner = os.open(name, _DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = inner
             info = os.fstat(fd)
             if info.st_uid != os.geteuid() or info.st_mode & 0o077:
                 raise ImageError(f"{os.path.join(store, name)}: the image store must be yours "
@@ -132,11 +135,6 @@ def _pulled_directory(store: str) -> int:
         os.close(fd)
         raise
     return fd
-
-
-def _moved(old: int, new: int) -> int:
-    os.close(old)
-    return new
 
 
 def pull_again(reference: str, store: str, resolve: Callable[[str], Sequence[str]]) -> str:
@@ -156,25 +154,21 @@ def pull(remote: Remote, store: str, resolve: Callable[[str], Sequence[str]], ti
 
     pulled = _pulled_directory(store)
     unique = f"{os.getpid()}-{os.urandom(4).hex()}"
-    partial = f".pulling-{unique}"
-    try:
-        os.mkdir(partial, 0o700, dir_fd=pulled)
+    digest = ""
+
+    def fill(partial: str) -> None:
+        nonlocal digest
         try:
-            try:
-                digest = _Pull(remote, Client(remote, resolve, timeout), pulled, partial).run()
-            except (ValueError, LookupError, TypeError, AttributeError) as exc:  # malformed JSON
-                raise ImageError(f"{remote.canonical}: not a usable image (its manifest is "
-                                 f"malformed: {type(exc).__name__}: {exc})") from None
-            if replace and pulled_layout(store, remote) is not None:
-                os.rename(remote.store_name, f".replaced-{unique}", src_dir_fd=pulled, dst_dir_fd=pulled)
-                _remove(pulled, f".replaced-{unique}")
-            try:
-                os.rename(partial, remote.store_name, src_dir_fd=pulled, dst_dir_fd=pulled)
-            except OSError:  # another run put it there first: theirs is as good
-                _remove(pulled, partial)
-        except BaseException:
-            _remove(pulled, partial)
-            raise
+            digest = _Pull(remote, Client(remote, resolve, timeout), pulled, partial).run()
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:  # malformed JSON
+            raise ImageError(f"{remote.canonical}: not a usable image (its manifest is "
+                             f"malformed: {type(exc).__name__}: {exc})") from None
+        if replace and pulled_layout(store, remote) is not None:  # (image pull: the old out)
+            os.rename(remote.store_name, f".replaced-{unique}", src_dir_fd=pulled, dst_dir_fd=pulled)
+            remove_entry(pulled, f".replaced-{unique}")
+
+    try:
+        made_in_place(pulled, f".pulling-{unique}", remote.store_name, fill)
     finally:
         os.close(pulled)
     return digest
@@ -185,12 +179,7 @@ def pulled_images(store: str) -> list[tuple[str, str]]:
     pulled = _pulled_directory(store)
     found = []
     try:
-        listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=pulled)
-        try:
-            names = os.listdir(listing)
-        finally:
-            os.close(listing)
-        for name in sorted(names):
+        for name in sorted(os.listdir(f"/proc/self/fd/{pulled}")):
             if name.startswith("."):
                 continue  # (a pull under way)
             try:
@@ -203,12 +192,6 @@ def pulled_images(store: str) -> list[tuple[str, str]]:
     finally:
         os.close(pulled)
     return found
-
-
-def _remove(directory: int, name: str) -> None:
-    from ..cow import remove_tree
-
-    remove_tree(directory, name)
 
 
 class _Pull:

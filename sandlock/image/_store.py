@@ -14,6 +14,10 @@ import os
 from .._errors import PolicyError
 from .._hostfile import open_directory
 from .._record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 from ._reference import ImageError, Located, locate
 from ._source import Image, Source, read_image
 
@@ -65,26 +69,33 @@ def _unpacked(image: Image, store: str) -> str:
     try:
         if os.path.isdir(os.path.join(f"/proc/self/fd/{store_fd}", name, ROOTFS)):
             return os.path.join(store, name, ROOTFS)
-        partial = f".unpacking-{name}-{os.getpid()}"
-        os.mkdir(partial, 0o700, dir_fd=store_fd)
-        try:
-            _unpack_into(store_fd, partial, image)
-            try:
-                os.rename(partial, name, src_dir_fd=store_fd, dst_dir_fd=store_fd)
-            except OSError:  # another run put it there first
-                _remove(store_fd, partial)
-        except BaseException:
-            _remove(store_fd, partial)
-            raise
+        made_in_place(store_fd, f".unpacking-{name}-{os.getpid()}", name,
+                      lambda partial: _unpack_into(store_fd, partial, image))
     finally:
         os.close(store_fd)
     return os.path.join(store, name, ROOTFS)
 
 
-def _remove(store_fd: int, name: str) -> None:
-    from ..cow import remove_tree  # (only when unpacking: never on a reused root's way)
+def made_in_place(directory: int, partial: str, name: str, fill: Callable[[str], None]) -> None:
+    """``name`` in ``directory`` made whole or not at all: ``fill`` fills ``partial``
+    (made 0700 there), which is then renamed to ``name``; a failure removes it, and
+    when another run put ``name`` there first, theirs is kept (as good as this one)."""
+    os.mkdir(partial, 0o700, dir_fd=directory)
+    try:
+        fill(partial)
+        try:
+            os.rename(partial, name, src_dir_fd=directory, dst_dir_fd=directory)
+        except OSError:  # another run put it there first
+            remove_entry(directory, partial)
+    except BaseException:
+        remove_entry(directory, partial)
+        raise
 
-    remove_tree(store_fd, name)
+
+def remove_entry(directory: int, name: str) -> None:
+    from ..cow import remove_tree  # (only when making: never on a reused root's way)
+
+    remove_tree(directory, name)
 
 
 def _unpack_into(store_fd: int, partial: str, image: Image) -> None:
