@@ -346,6 +346,12 @@ def test_plain_http_only_for_a_registry_named_as_this_machine(upstream_ca, dns, 
         assert plain.log == []
         by_loopback = pull(f"127.0.0.6:{plain.port}/team/tool:1")
         assert by_loopback.returncode == 0 and by_loopback.stdout == "hi\n", by_loopback.stderr
+        # Its plain HTTP is its own: a redirect to another loopback host over HTTP is refused.
+        plain.redirect_blobs(f"http://127.0.0.8:{plain.addresses['cdn'][1]}")
+        plain.serve(plain.state.manifests["1"][1], "2", MANIFEST)
+        elsewhere = pull(f"127.0.0.6:{plain.port}/team/tool:2")
+        one_line_refusal(elsewhere, "not HTTPS")
+        assert plain.requests("cdn") == []
 
 
 def test_image_pull_resolves_a_tag_anew(registry, pushed, pull, dns, ca_file, world_tmp, tmp_path, echo):

@@ -6,7 +6,8 @@
 * HTTPS, verified against the system's trust store (OpenSSL's default paths:
   ``SSL_CERT_FILE``/``SSL_CERT_DIR`` name another); plain HTTP only for a registry
   named as this machine (``localhost``, 127.0.0.0/8, ``::1``) that does not speak TLS,
-  as Docker's default.
+  as Docker's default, and only to its own origin (and a token service on this
+  machine): a redirect elsewhere must be HTTPS.
 * A 401 with a Bearer challenge: a token from its realm (HTTPS only, with the user's
   credentials for this registry when ``~/.docker/config.json`` has them), the request
   repeated with it; a Basic challenge answered with those credentials.
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 _MAX_REDIRECTS = 5
 _MAX_SMALL = 1 << 20  # a token answer or a credentials file larger than this is not one
 _REDIRECTS = (301, 302, 303, 307, 308)
-_MEANING = {301: " (too many redirects)", 302: " (too many redirects)", 307: " (too many redirects)",
+_MEANING = {**dict.fromkeys(_REDIRECTS, " (too many redirects)"),
             401: " (it refused the credentials)", 403: " (not allowed)",
             404: " (no such repository, tag or blob)", 429: " (too many requests: try later)"}
 
@@ -71,7 +72,8 @@ class Client:
             location = response.getheader("Location") or ""
             response.close()
             url = urljoin(url, location)
-            response = self._fetch(url, headers, self._same_origin(url))
+            own = self._same_origin(url)
+            response = self._fetch(url, headers, own, plain=own)
         if response.status != 200:
             response.close()
             raise ImageError(f"{self._remote.registry}: GET {path}: HTTP {response.status}"
@@ -81,24 +83,26 @@ class Client:
     def _origin_get(self, path: str, headers: dict[str, str]) -> http.client.HTTPResponse:
         url = f"{self._scheme}://{self._remote.api_host}{path}"
         try:
-            return self._fetch(url, headers, True)
+            return self._fetch(url, headers, True, plain=True)
         except ImageError:
             if self._scheme != "https" or not self._remote.loopback:
                 raise
         self._scheme = "http"  # a registry on this machine without TLS (Docker's default)
-        return self._fetch(f"http://{self._remote.api_host}{path}", headers, True)
+        return self._fetch(f"http://{self._remote.api_host}{path}", headers, True, plain=True)
 
     def _same_origin(self, url: str) -> bool:
         parts = urlsplit(url)
         return parts.scheme == self._scheme and parts.netloc == self._remote.api_host
 
-    def _fetch(self, url: str, headers: dict[str, str], own: bool) -> http.client.HTTPResponse:
-        """One GET of ``url``; the registry's Authorization only where ``own``."""
+    def _fetch(self, url: str, headers: dict[str, str], own: bool, *,
+               plain: bool) -> http.client.HTTPResponse:
+        """One GET of ``url``; the registry's Authorization only where ``own``; plain
+        HTTP only where ``plain`` and the registry is this machine's without TLS."""
         sent = dict(headers)
         if own and self._authorization:
             sent["Authorization"] = self._authorization
         return request(url, sent, self._resolve, self._context, self._timeout,
-                       self._remote.registry)
+                       self._remote.registry, plain and self._scheme == "http")
 
     # --- authentication ---------------------------------------------------------
 
@@ -118,8 +122,8 @@ class Client:
     def _token(self, params: dict[str, str], credentials: str | None) -> str:
         realm = params["realm"]
         parts = urlsplit(realm)
-        if parts.scheme != "https" and not (parts.scheme == "http"
-                                            and is_loopback_name(parts.hostname or "")):
+        plain = self._scheme == "http" and is_loopback_name(parts.hostname or "")
+        if parts.scheme != "https" and not (parts.scheme == "http" and plain):
             raise ImageError(f"{self._remote.registry}: its token service {realm!r} is not "
                              "HTTPS (a token must not cross the network in clear)")
         query = {"scope": params.get("scope") or f"repository:{self._remote.repository}:pull"}
@@ -128,7 +132,7 @@ class Client:
         url = realm + ("&" if parts.query else "?") + urlencode(query)
         headers = {"Authorization": "Basic " + credentials} if credentials else {}
         response = request(url, headers, self._resolve, self._context, self._timeout,
-                           self._remote.registry)
+                           self._remote.registry, plain)
         with response:
             if response.status != 200:
                 raise ImageError(f"{self._remote.registry}: its token service {realm} "
@@ -143,12 +147,13 @@ class Client:
 
 
 def request(url: str, headers: dict[str, str], resolve: Callable[[str], Sequence[str]],
-            context: ssl.SSLContext, timeout: float, registry: str) -> http.client.HTTPResponse:
-    """GET ``url`` (https, or http to a loopback name), connected to the address
+            context: ssl.SSLContext, timeout: float, registry: str,
+            plain: bool = False) -> http.client.HTTPResponse:
+    """GET ``url`` (https; http too where ``plain``), connected to the address
     ``resolve`` gives its host; ImageError for anything but an HTTP answer."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if parts.scheme != "https" and not (parts.scheme == "http" and is_loopback_name(host)):
+    if parts.scheme != "https" and not (parts.scheme == "http" and plain):
         raise ImageError(f"{registry}: refused to follow it to {url!r}: not HTTPS")
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
