@@ -91,10 +91,11 @@ def pushed(registry, tmp_path, echo) -> str:
 def pull(registry, dns, ca_file, world_tmp):
     """Runs ``sandlock run --image REF -- ARGV`` with the test's DNS and CA."""
 
-    def run(ref: str, *argv: str, wrap=None, timeout: str | None = None) -> subprocess.CompletedProcess:
+    def run(ref: str, *argv: str, wrap=None, timeout: str | None = None,
+            options: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
         host, port = dns.address
-        command = [*SANDLOCK, "run", "--dns-server", f"{host}:{port}", "--image", ref, "--",
-                   *(argv or ("/bin/echo", "hi"))]
+        command = [*SANDLOCK, "run", "--dns-server", f"{host}:{port}", *options, "--image", ref,
+                   "--", *(argv or ("/bin/echo", "hi"))]
         env = {**os.environ, "XDG_STATE_HOME": str(world_tmp), "SSL_CERT_FILE": ca_file}
         if timeout:
             env["SANDLOCK_PULL_TIMEOUT"] = timeout
@@ -123,7 +124,7 @@ def one_line_refusal(result: subprocess.CompletedProcess, *words: str) -> None:
 
 
 @pytest.mark.parametrize("user", ["self", "nobody"])
-def test_pull_by_tag_runs_the_image(registry, pushed, pull, world_tmp, user, request):
+def test_pull_by_tag_runs_the_image(registry, pushed, pull, dns, world_tmp, user, request):
     wrap = request.getfixturevalue("as_nobody") if user == "nobody" else None
     result = pull(ref(registry), "/bin/echo", "hi", "@/etc/motd", wrap=wrap)
     assert result.returncode == 0, result.stderr
@@ -133,6 +134,16 @@ def test_pull_by_tag_runs_the_image(registry, pushed, pull, world_tmp, user, req
     assert any(h.get("Authorization") == "Bearer tok-for-pulls"
                for who, _, h in registry.log if who == "registry")
     assert store_entries(world_tmp, "pulled") == [f"registry.test:{registry.port}%team%tool:1"]
+    assert "A" in dns.asked("registry.test") and "A" in dns.asked("auth.test")  # (names from --dns-server)
+
+
+def test_resolve_names_the_registry_without_dns(registry, pushed, pull, dns):
+    resolve = ("--resolve", f"registry.test={registry.addresses['registry'][0]}",
+               "--resolve", f"auth.test={registry.addresses['token'][0]}")
+    result = pull(ref(registry), options=resolve)
+    assert result.returncode == 0 and result.stdout == "hi\n", result.stderr
+    assert dns.queries == [] and registry.requests("token")
+    # (control: test_pull_by_tag_runs_the_image, where the same names are asked of the DNS server)
 
 
 def test_a_second_run_uses_the_store_without_asking_the_registry(registry, pushed, pull):
@@ -175,19 +186,22 @@ def test_an_index_gives_this_machines_image(registry, pull, tmp_path, echo):
 # --- a hostile registry ---------------------------------------------------------------
 
 
-def test_a_blob_that_is_not_its_digest_is_refused_and_nothing_is_kept(registry, pushed, pull, world_tmp):
+@pytest.mark.parametrize("user", ["self", "nobody"])
+def test_a_blob_that_is_not_its_digest_is_refused_and_nothing_is_kept(registry, pushed, pull, world_tmp,
+                                                                     user, request):
+    wrap = request.getfixturevalue("as_nobody") if user == "nobody" else None
     manifest = json.loads(registry.state.manifests["1"][1])
     layer = manifest["layers"][0]["digest"]
     honest = registry.state.blobs[layer]
     registry.state.blobs[layer] = honest[:-1] + bytes([honest[-1] ^ 1])
-    result = pull(ref(registry))
+    result = pull(ref(registry), wrap=wrap)
     one_line_refusal(result, layer, "does not match its digest")
     assert result.stdout == ""
     assert store_entries(world_tmp, "pulled") == []  # no partial pull, no layout
     assert [e for e in store_entries(world_tmp) if e != "pulled"] == []  # nothing unpacked
     # Control: the honest blob is accepted.
     registry.state.blobs[layer] = honest
-    assert pull(ref(registry)).stdout == "hi\n"
+    assert pull(ref(registry), wrap=wrap).stdout == "hi\n"
 
 
 def test_a_manifest_that_is_not_the_pinned_one_is_refused(registry, pushed, pull, tmp_path, echo, world_tmp):
