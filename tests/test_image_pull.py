@@ -402,3 +402,24 @@ def test_references_follow_dockers_conventions(written, canonical, api_host):
     remote = parse_remote(written)
     assert (remote.canonical, remote.api_host) == (canonical, api_host)
     assert "/" not in remote.store_name and ".." not in remote.store_name.split("%")
+
+
+def test_the_name_checks_are_the_distribution_specs_expressions():
+    """The checks are written without ``re`` (its import on every pulled run): they must
+    accept exactly what the spec's expressions do, over many random strings."""
+    import random
+    import re
+
+    from sandlock.image import _remote
+
+    spec = {_remote._is_component: r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*",
+            _remote._is_tag: r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}",
+            _remote._is_domain: r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)"
+                                r"(?:\.(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?))*"}
+    chooser = random.Random(38)
+    samples = ["a" * 128, "a" * 129, "_x", "a__b", "a___b", "a--b", "a.-b", ""]
+    samples += ["".join(chooser.choice("ab09._-A/:%\n") for _ in range(chooser.randint(0, 8)))
+                for _ in range(20000)]
+    for check, expression in spec.items():
+        wrong = [s for s in samples if check(s) != bool(re.fullmatch(expression, s))]
+        assert wrong == [], (check.__name__, wrong[:5])
