@@ -66,8 +66,8 @@ def _pull(reference: str, store: str, dns_servers: list[str], resolve: list[str]
 
     try:
         policy = Policy(image=reference, dns_servers=tuple(dns_servers), resolve=tuple(resolve))
-    except PolicyError as exc:
-        fail(f"{flag_of(exc.field)}: {exc.message}")
+    except PolicyError as exc:  # (REF is this command's, the others as run's options)
+        fail(f"{'image pull' if exc.field == 'image' else flag_of(exc.field)}: {exc.message}")
     digest = pull_again(reference, store, own_resolver(policy))
     print(f"{policy.image}  {digest}")
     return 0
