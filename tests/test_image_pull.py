@@ -368,6 +368,16 @@ def test_plain_http_only_for_a_registry_named_as_this_machine(upstream_ca, dns, 
         assert plain.requests("cdn") == []
 
 
+def test_a_localhost_registry_over_plain_http(upstream_ca, dns, pull, tmp_path, echo):
+    """``localhost`` is loopback whatever the DNS server says (it is not asked), and a
+    registry so named may be plain HTTP, as Docker's default."""
+    with Registry(upstream_ca[0], "127.0.0.1", "127.0.0.7", "127.0.0.8", tls=False) as plain:
+        plain.push(image(tmp_path / "tool", echo), "1")
+        result = pull(f"localhost:{plain.port}/team/tool:1")
+        assert result.returncode == 0 and result.stdout == "hi\n", result.stderr
+        assert dns.queries == [] and plain.requests()
+
+
 def test_image_pull_resolves_a_tag_anew(registry, pushed, pull, dns, ca_file, world_tmp, tmp_path, echo):
     assert pull(ref(registry), "/bin/echo", "@/etc/motd").stdout == "from the registry\n"
     moved = registry.push(image(tmp_path / "moved", echo, motd="moved tag"), "1")

@@ -230,11 +230,14 @@ def own_resolver(policy: Policy) -> Callable[[str], tuple[str, ...]]:
 def own_addresses(name: str, settings: DnsSettings) -> tuple[str, ...]:
     """The addresses of ``name`` for a connection of sandlock's own, made before the
     sandbox (an image's registry): ``--resolve`` if it names it, else the
-    ``--dns-server``s, else the system's resolver (hosts file included). Not filtered
-    like the command's pins: it is not the command that connects. LookupError if none."""
+    ``--dns-server``s, else the system's resolver (hosts file included); ``localhost``
+    is always this machine's loopback, as for the command. Not filtered like the
+    command's pins: it is not the command that connects. LookupError if none."""
     static = settings.static_pins.get(normalise_name(name))
     if static:
         return tuple(map(str, static))
+    if normalise_name(name) == "localhost":
+        return ("127.0.0.1", "::1")
     if settings.servers:
         lookup = Upstream(settings).resolve(name)
         if not lookup.addresses:
