@@ -149,10 +149,11 @@ def test_the_store_is_denied_to_every_sandbox(layout, store):
 # --- refusals ----------------------------------------------------------------------------
 
 
-def test_a_registry_reference_is_refused_with_what_to_do(store):
-    result = run(store, "--image", "alpine", "--", "/bin/echo", "hi")
+def test_neither_a_path_nor_a_registry_reference_is_one_line(store):
+    """(Registry pulls: tests/test_image_pull.py, against a registry on loopback.)"""
+    result = run(store, "--image", "Alpine", "--", "/bin/echo", "hi")
     assert result.returncode == 2
-    assert "does not pull from registries" in result.stderr and "docker save" in result.stderr
+    assert "not a registry reference" in result.stderr and "lowercase" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
 
 

@@ -65,6 +65,8 @@ def launch(sandbox: Sandbox, argv: list[str], function: Callable[[int], int] | N
             from .. import registry
 
             registration = registry.Registration(sandbox.name, policy, argv)
+        if policy.image is not None:
+            pull_image(policy)
         cow = start_workspace(policy, dry_run, audit)
         http = start_http(policy, env, cwd, audited=audit is not None)
         # Every run is supervised: even `--net-allow '*'` keeps pathname unix sockets
@@ -123,6 +125,18 @@ def launch(sandbox: Sandbox, argv: list[str], function: Callable[[int], int] | N
     if supervision.watches is not None:
         supervision.watches.watch(process.kill, process.scratch)
     return finish_launch(sandbox, process, audit)
+
+
+def pull_image(policy: Policy) -> None:
+    """A registry's image (``--image`` naming no local path) pulled into the store now,
+    by sandlock itself, before the sandbox exists; its registry's name resolved with the
+    policy's own settings (``--resolve``, ``--dns-server``), else the system's."""
+    from ..confinement import image_store
+    from ..dns import own_resolver
+    from ..image import ensure_pulled
+
+    ensure_pulled(policy.image, image_store(os.environ, os.path.expanduser("~")),
+                  lambda: own_resolver(policy))  # (DNS's modules: only for a pull)
 
 
 def _check_enclosable(sandbox: Sandbox, parked: bool, fd_map: tuple[tuple[int, int], ...]) -> None:

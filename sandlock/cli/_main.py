@@ -321,6 +321,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         from ._ca import main as ca
 
         return ca(argv[1:])
+    if argv[:1] == ["image"]:  # its own parser, like ca's
+        from ._image import main as image
+
+        return image(argv[1:])
     args = quick_run_args(argv)  # an everyday `run`: argparse is not even imported
     if args is not None:
         return _run(args)

@@ -253,8 +253,9 @@ POLICY_OPTIONS = (
                    "sandbox's /proc and /dev), confined as usual"),
     _policy_option("filesystem", "image", metavar="REF",
                    help="run COMMAND in an OCI image: REF is a local OCI layout directory or "
-                   "`docker save` tarball, PATH[:TAG] (no registry pulls); unpacked once "
-                   "per user, then used as with --chroot"),
+                   "`docker save` tarball, PATH[:TAG], or a registry reference (alpine, "
+                   "HOST/REPO:TAG, ...@sha256:HEX) pulled once; unpacked once per user, then "
+                   "used as with --chroot"),
     _policy_option("workspace", "workdir", metavar="DIR",
                    help="run COMMAND in DIR, its writes to DIR captured copy-on-write: "
                    "the real DIR changes only when they are committed"),

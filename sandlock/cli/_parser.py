@@ -106,6 +106,7 @@ COMMANDS = {
     "inspect": "print a running named sandbox's policy",
     "kill": "kill a running named sandbox and everything it started",
     "ca": "manage sandlock's persistent CA (init, show, export, install, uninstall)",
+    "image": "pull a registry's image for --image anew, or list those pulled (pull, ls)",
     "check": "show which kernel features sandlock can use",
     "selftest": "run real confined programs and check each protection",
     "sandbox": "LocalGPT's names: `sandbox status` is check, `sandbox test` is selftest",

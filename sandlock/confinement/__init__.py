@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._filter import MEMFD_CALL, OPEN_CALLS
     from ._fspolicy import (
         PSEUDO_DEVICES,
+        image_store,
         sandlock_ca_cache_dir,
         sandlock_ca_dir,
         sandlock_runtime_dir,
@@ -74,6 +75,7 @@ _EXPORTS = {
     "default_workspace": "_workspace",
     "widening": "_workspace",
     "workspace_store": "_fspolicy",
+    "image_store": "_fspolicy",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -12,7 +12,7 @@ from .._lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
-    from ._dns import DnsSettings, Upstream, pin_at_start
+    from ._dns import DnsSettings, Upstream, own_addresses, own_resolver, pin_at_start
     from ._dnsresponder import DnsResponder
     from ._hostsfile import HostsFile, SystemFiles
 
@@ -25,6 +25,8 @@ _EXPORTS = {
     "HostsFile": "_hostsfile",
     "SystemFiles": "_hostsfile",
     "Upstream": "_dns",
+    "own_addresses": "_dns",
+    "own_resolver": "_dns",
     "pin_at_start": "_dns",
 }
 

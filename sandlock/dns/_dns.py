@@ -23,6 +23,8 @@ from ._hostsfile import UNUSED, HostsFile
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms to import; checkers honour this spelling
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import dns.resolver
 
     from ..policy import Policy
@@ -217,6 +219,37 @@ def _describe(error: Exception) -> str:
     if isinstance(error, dns.resolver.NoNameservers):
         return "no server gave an answer (SERVFAIL or REFUSED)"
     return str(error) or type(error).__name__
+
+
+def own_resolver(policy: Policy) -> Callable[[str], tuple[str, ...]]:
+    """``own_addresses`` with the settings ``policy`` gives."""
+    settings = DnsSettings.from_policy(policy)
+    return lambda name: own_addresses(name, settings)
+
+
+def own_addresses(name: str, settings: DnsSettings) -> tuple[str, ...]:
+    """The addresses of ``name`` for a connection of sandlock's own, made before the
+    sandbox (an image's registry): ``--resolve`` if it names it, else the
+    ``--dns-server``s, else the system's resolver (hosts file included); ``localhost``
+    is always this machine's loopback, as for the command. Not filtered like the
+    command's pins: it is not the command that connects. LookupError if none."""
+    static = settings.static_pins.get(normalise_name(name))
+    if static:
+        return tuple(map(str, static))
+    if normalise_name(name) == "localhost":
+        return ("127.0.0.1", "::1")
+    if settings.servers:
+        lookup = Upstream(settings).resolve(name)
+        if not lookup.addresses:
+            raise LookupError(f"cannot resolve {name}: {lookup.error or 'no address records'}")
+        return tuple(map(str, lookup.addresses))
+    import socket
+
+    try:
+        found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except OSError as error:
+        raise LookupError(f"cannot resolve {name}: {error.strerror or error}") from None
+    return tuple(dict.fromkeys(str(info[4][0]) for info in found))
 
 
 # --- the start-up pass -----------------------------------------------------------

@@ -1,10 +1,8 @@
 """What ``--image REF`` names: ``PATH`` or ``PATH:TAG``, PATH a local OCI image layout
-(a directory with ``oci-layout`` and ``index.json``) or a `docker save` tarball.
-
-There is no registry client: no network is reachable from here to test one against,
-and a pull would be an unverified download on the run's start-up path. A reference
-that is not a local path (``alpine``, ``docker.io/library/alpine:3``) is refused with
-the commands that make a local copy.
+(a directory with ``oci-layout`` and ``index.json``) or a `docker save` tarball; or,
+when no such path exists, a registry reference (``alpine``, ``registry.test/team/
+tool:1``, ``...@sha256:HEX``: ``_remote``), pulled into the store (``_pull``) and then
+read as the layout it is there.
 """
 
 from __future__ import annotations
@@ -12,6 +10,10 @@ from __future__ import annotations
 import os
 
 from .._record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._remote import Remote
 
 
 class ImageError(Exception):
@@ -24,6 +26,7 @@ class Located:
     path: str
     tag: str | None
     tarball: bool  # a `docker save` tarball (else an OCI layout directory)
+    remote: Remote | None = None  # a registry's image (path: "", until it is pulled)
 
 
 def locate(reference: str) -> Located:
@@ -34,11 +37,7 @@ def locate(reference: str) -> Located:
         if not tag or "/" in tag:
             path, tag = reference, None
     if not os.path.exists(path):
-        raise ImageError(
-            f"{reference}: no such OCI image layout or `docker save` tarball here, and "
-            "sandlock does not pull from registries: save the image first (`docker save "
-            "IMAGE -o image.tar`, or `skopeo copy docker://IMAGE oci:DIR:TAG`) and give "
-            "its path")
+        return _remote(reference)
     path = os.path.realpath(path)
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, "index.json")):
@@ -50,3 +49,19 @@ def locate(reference: str) -> Located:
     else:
         raise ImageError(f"{reference}: neither a directory nor a file")
     return Located(path + (f":{tag}" if tag else ""), path, tag, tarball)
+
+
+def _remote(reference: str) -> Located:
+    """A registry's image, when ``reference`` is no local path (it wins: today's layouts
+    keep working) but a well-formed registry reference."""
+    from ._remote import (
+        parse_remote,  # (``re``: only for references that are not paths)
+    )
+
+    if reference.startswith(("/", "./", "../", "~")):
+        raise ImageError(f"{reference}: no such OCI image layout or `docker save` tarball")
+    try:
+        remote = parse_remote(reference)
+    except ImageError as exc:
+        raise ImageError(f"no such local image, and not a registry reference: {exc}") from None
+    return Located(remote.canonical, "", None, False, remote)

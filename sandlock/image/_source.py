@@ -24,7 +24,7 @@ from .._record import record
 from ._reference import ImageError, Located
 
 _HEX = frozenset("0123456789abcdef")
-_INDEXES = ("application/vnd.oci.image.index.v1+json",
+INDEXES = ("application/vnd.oci.image.index.v1+json",
             "application/vnd.docker.distribution.manifest.list.v2+json")
 _REF_NAME = "org.opencontainers.image.ref.name"
 _ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}
@@ -95,15 +95,20 @@ class Source:
             data = f.read(MAX_JSON + 1)
         if len(data) > MAX_JSON:
             raise ImageError(f"{self._located.reference}: {name} is too large")
-        if digest is not None and "sha256:" + _hexdigest(data) != digest:
+        if digest is not None and "sha256:" + hexdigest(data) != digest:
             raise ImageError(f"{self._located.reference}: {name} does not match its digest")
-        try:
-            value = json.loads(data)
-        except ValueError:
-            raise ImageError(f"{self._located.reference}: {name} is not JSON") from None
-        if not isinstance(value, dict):
-            raise ImageError(f"{self._located.reference}: {name} is not a JSON object")
-        return value
+        return json_object(data, f"{self._located.reference}: {name}")
+
+
+def json_object(data: bytes, what: str) -> dict:
+    """``data`` as a JSON object; ImageError saying ``what`` is not one."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        raise ImageError(f"{what} is not JSON") from None
+    if not isinstance(value, dict):
+        raise ImageError(f"{what} is not a JSON object")
+    return value
 
 
 def blob_name(digest: object) -> str:
@@ -128,7 +133,8 @@ def sha256() -> object:
     return made()
 
 
-def _hexdigest(data: bytes) -> str:
+def hexdigest(data: bytes) -> str:
+    """The sha256 of ``data``, in hex."""
     digest = sha256()
     digest.update(data)  # type: ignore[attr-defined]
     return digest.hexdigest()  # type: ignore[attr-defined]
@@ -146,10 +152,10 @@ def _oci_image(source: Source, located: Located) -> Image:
     index = source.json("index.json")
     descriptor = _chosen(located, index.get("manifests"), lambda d: _names(d))
     for _ in range(4):  # an index of indexes, at most this deep
-        if descriptor.get("mediaType") not in _INDEXES:
+        if descriptor.get("mediaType") not in INDEXES:
             break
         nested = source.json(blob_name(descriptor.get("digest")), descriptor.get("digest"))
-        descriptor = _for_this_machine(located, nested.get("manifests"))
+        descriptor = for_this_machine(located, nested.get("manifests"))
     manifest = source.json(blob_name(descriptor.get("digest")), descriptor.get("digest"))
     config_descriptor = manifest.get("config") or {}
     config_digest = config_descriptor.get("digest")
@@ -176,7 +182,7 @@ def _legacy_image(source: Source, located: Located) -> Image:
         raise ImageError(f"{located.reference}: manifest.json names no config")
     with source.open(config_name) as f:
         data = f.read(MAX_JSON)
-    config_digest = "sha256:" + _hexdigest(data)
+    config_digest = "sha256:" + hexdigest(data)
     config = json.loads(data)
     names = entry.get("Layers")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -220,7 +226,7 @@ def _chosen(located: Located, entries: object, names: Callable[[dict], tuple[str
     return found[0]
 
 
-def _for_this_machine(located: Located, entries: object) -> dict:
+def for_this_machine(located: Located, entries: object) -> dict:
     import platform
 
     arch = _ARCHES.get(platform.machine(), platform.machine())

@@ -14,7 +14,11 @@ import os
 from .._errors import PolicyError
 from .._hostfile import open_directory
 from .._record import record
-from ._reference import ImageError, locate
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+from ._reference import ImageError, Located, locate
 from ._source import Image, Source, read_image
 
 ROOTFS = "rootfs"
@@ -32,6 +36,10 @@ def unpacked_image(reference: str, store: str) -> Unpacked:
     not there yet; PolicyError (--image) for an image that cannot be used."""
     try:
         located = locate(reference)
+        if located.remote is not None:  # (pulled before the sandbox: ``_pull``)
+            from ._pull import pulled_layout
+
+            located = pulled_layout(store, located.remote) or _not_pulled(reference)
         source = Source(located)
         try:
             image = read_image(source, located)
@@ -49,6 +57,11 @@ def unpacked_image(reference: str, store: str) -> Unpacked:
         raise PolicyError("image", f"{where}: {exc.strerror or exc}") from None
 
 
+def _not_pulled(reference: str) -> Located:
+    raise ImageError(f"{reference}: not pulled into the image store (a run pulls it "
+                     "before the sandbox is made)")
+
+
 def _unpacked(image: Image, store: str) -> str:
     os.makedirs(store, 0o700, exist_ok=True)
     store_fd = open_directory(store)  # (through no link a command could have left)
@@ -56,26 +69,33 @@ def _unpacked(image: Image, store: str) -> str:
     try:
         if os.path.isdir(os.path.join(f"/proc/self/fd/{store_fd}", name, ROOTFS)):
             return os.path.join(store, name, ROOTFS)
-        partial = f".unpacking-{name}-{os.getpid()}"
-        os.mkdir(partial, 0o700, dir_fd=store_fd)
-        try:
-            _unpack_into(store_fd, partial, image)
-            try:
-                os.rename(partial, name, src_dir_fd=store_fd, dst_dir_fd=store_fd)
-            except OSError:  # another run put it there first
-                _remove(store_fd, partial)
-        except BaseException:
-            _remove(store_fd, partial)
-            raise
+        made_in_place(store_fd, f".unpacking-{name}-{os.getpid()}", name,
+                      lambda partial: _unpack_into(store_fd, partial, image))
     finally:
         os.close(store_fd)
     return os.path.join(store, name, ROOTFS)
 
 
-def _remove(store_fd: int, name: str) -> None:
-    from ..cow import remove_tree  # (only when unpacking: never on a reused root's way)
+def made_in_place(directory: int, partial: str, name: str, fill: Callable[[str], None]) -> None:
+    """``name`` in ``directory`` made whole or not at all: ``fill`` fills ``partial``
+    (made 0700 there), which is then renamed to ``name``; a failure removes it, and
+    when another run put ``name`` there first, theirs is kept (as good as this one)."""
+    os.mkdir(partial, 0o700, dir_fd=directory)
+    try:
+        fill(partial)
+        try:
+            os.rename(partial, name, src_dir_fd=directory, dst_dir_fd=directory)
+        except OSError:  # another run put it there first
+            remove_entry(directory, partial)
+    except BaseException:
+        remove_entry(directory, partial)
+        raise
 
-    remove_tree(store_fd, name)
+
+def remove_entry(directory: int, name: str) -> None:
+    from ..cow import remove_tree  # (only when making: never on a reused root's way)
+
+    remove_tree(directory, name)
 
 
 def _unpack_into(store_fd: int, partial: str, image: Image) -> None:

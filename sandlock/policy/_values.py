@@ -223,8 +223,9 @@ def shown(value: object) -> str:
 
 
 def image_reference(name: str, value: object) -> str | None:
-    """--image: a local OCI layout or `docker save` tarball (checked by ``sandlock.image``,
-    loaded only by policies that name one)."""
+    """--image: a local OCI layout or `docker save` tarball, or a registry reference
+    (checked by ``sandlock.image``, loaded only by policies that name one; a registry's
+    is kept in its canonical spelling, ``docker.io/library/alpine:latest``)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value or "\0" in value:
