@@ -98,6 +98,15 @@ def unprivileged(argv: Sequence[str]) -> list[str]:
             "--clear-groups", "--", *argv]
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.alone``: the test measures CPU time against the wall clock, which
+    other tests running beside it (pytest -n, as CI's second pass does) make meaningless.
+    Skipped there, saying why; the serial pass runs it."""
+    if item.get_closest_marker("alone") and os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("measures CPU time against the wall clock: needs the machine to itself "
+                    "(runs in a serial pass, not under pytest -n)")
+
+
 @pytest.fixture(scope="module")
 def upstream_ca(tmp_path_factory):
     """A trustme CA for a module's TLS upstreams, and its certificate's file (for

@@ -6,6 +6,7 @@
    shared mapping; a process sharing the whole address space, made by clone(CLONE_VM);
    the parent, through the exec'ing child's /proc/PID/mem). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -48,6 +49,8 @@ static void race_through_proc(pid_t child) {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/mem", (int)child);
     int fd = open(path, O_RDWR);
+    if (fd < 0 && (errno == ESRCH || errno == ENOENT))
+        return;  /* it exec'd and ended before we got here (a loaded machine): no race this round */
     if (fd < 0) {
         perror("racer: /proc/PID/mem");
         exit(2);

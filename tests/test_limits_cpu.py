@@ -11,6 +11,8 @@ import pytest
 
 from conftest import SANDLOCK, sandlock
 
+pytestmark = pytest.mark.alone  # CPU shares: the machine to itself (conftest)
+
 BUSY = r"""
 import os, sys, time
 n, seconds = int(sys.argv[1]), float(sys.argv[2])
