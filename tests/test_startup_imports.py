@@ -67,10 +67,20 @@ raise SystemExit(code)
 """
 
 
+# Both interpreters without `site` (-S), sandlock from the checkout: an editable
+# install's import finder runs at site's start and imports modules of its own (enum,
+# collections, pathlib...), which then hid the same modules slipping onto sandlock's
+# start path (a regular install, the README's, has no such finder). The default start
+# path imports nothing from site-packages, so neither needs it. `site` itself is
+# imported, not run: what it loads (os, stat...) every interpreter has.
+_PYTHON = [sys.executable, "-S", "-c", "import site; exec(__import__('sys').argv.pop(1))"]
+_ENV = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+
+
 def _modules_of(argv: list[str], cwd) -> dict[str, set[str]]:
     read, write = os.pipe()
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(write), *argv], pass_fds=(write,),
-                          capture_output=True, text=True, cwd=cwd, timeout=60)
+    done = subprocess.run([*_PYTHON, DRIVER, str(write), *argv], pass_fds=(write,),
+                          capture_output=True, text=True, cwd=cwd, timeout=60, env=_ENV)
     os.close(write)
     with os.fdopen(read) as lines:
         seen = {kind: set(names) for kind, *names in map(str.split, lines)}
@@ -79,7 +89,7 @@ def _modules_of(argv: list[str], cwd) -> dict[str, set[str]]:
 
 
 def _bare() -> set[str]:
-    return set(subprocess.run([sys.executable, "-c", "import sys; print(*sys.modules)"],
+    return set(subprocess.run([*_PYTHON, "import sys; print(*sys.modules)"], env=_ENV,
                               capture_output=True, text=True, check=True).stdout.split())
 
 
