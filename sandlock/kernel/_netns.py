@@ -22,6 +22,8 @@ from ._syscalls import nr
 CLONE_NEWNET = 0x40000000
 
 _AF_INET, _SOCK_DGRAM = 2, 2
+_AF_NETLINK, _NETLINK_SOCK_DIAG = 16, 4
+DIAG_MESSAGE = b"diag"  # what comes with the sock_diag socket (``send_diag_socket``)
 _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
 _SIOCGSKNS = 0x894C  # a socket's network namespace, as a descriptor (CAP_NET_ADMIN over it)
 _IFF_UP = 0x1
@@ -42,6 +44,22 @@ def bring_loopback_up() -> None:
         _, flags = _IFREQ.unpack(request.raw)
         ioctl(fd, _SIOCSIFFLAGS, _IFREQ.pack(b"lo", flags | _IFF_UP))
     finally:
+        os.close(fd)
+
+
+def send_diag_socket(channel: int) -> None:
+    """Send a NETLINK_SOCK_DIAG socket of the caller's network namespace on unix
+    socket ``channel`` (SCM_RIGHTS, with ``DIAG_MESSAGE``): the kernel answers about a
+    namespace's unix sockets only a socket of that namespace, and sandlock may not take
+    one from the keeper (not dumpable: it holds a copy of sandlock's memory)."""
+    import _socket  # (loaded before the fork, with this module: Confinement.prepare)
+
+    fd = syscall(nr("socket"), _AF_NETLINK, _SOCK_DGRAM | os.O_CLOEXEC, _NETLINK_SOCK_DIAG)
+    sender = _socket.socket(fileno=channel)
+    try:
+        sender.sendmsg([DIAG_MESSAGE], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("i", fd))])
+    finally:
+        sender.detach()
         os.close(fd)
 
 

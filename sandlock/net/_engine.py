@@ -18,7 +18,7 @@ from functools import partial
 from ..confinement import ABSTRACT_UNIX_SOCKET_SCOPE, protection_disabled
 from ..kernel import native_arch
 from ..netcall import (Binder, ConfinedWorker, InetAddress, PathBind, SockAddress, Socket, UnixAddress,
-                       become_the_command, execute, inet, perform)
+                       become_the_command, execute, inet, perform, receive_diag)
 from ..netrules import NetPolicy, PinTable, canonical_address, parse_allow, parse_deny, parse_ports, resolved_names
 from ..proxy import HttpRules
 from ._audit import Audit
@@ -107,9 +107,7 @@ class Network(Services):
         self._dns_said = False  # the pinning's outcome was reported (or the run is over)
         self._waited_for_pins = False  # a call of the command waited for the pinning
         self._dns_setup: tuple[object, object, object] | None = None  # (settings, upstream, hosts)
-        self._responder = None
-        self._responder_lock = threading.Lock()
-        self._closed = False
+        self._responder, self._responder_lock, self._closed = None, threading.Lock(), False
         self._ruleset_fd = ruleset_fd  # kept for a confined worker made on first need
         self._confined: ConfinedWorker | None = None
         self._binder_fd = binder_fd  # made a Binder on first need
@@ -119,6 +117,8 @@ class Network(Services):
         context = RunContext(rules, self.pins, self._listeners,
                              ipc_scoped=not protection_disabled(policy, ABSTRACT_UNIX_SOCKET_SCOPE),
                              private_loopback=policy.net_private_loopback)
+        if context.private_loopback and binder_fd is not None:  # (its keeper sent it first)
+            context.own_sockets.shared = receive_diag(binder_fd)
         self._supervisor = Supervisor(native_arch(), context, self.audit, self, review,
                                       PortMap() if policy.port_remap else None)
 

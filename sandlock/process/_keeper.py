@@ -68,6 +68,8 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
             status = _run_command(spec, report_fd, error_fd)
         else:
             _entering(error_fd, isolation.enter_pid_namespace, isolation.overlay is not None)
+            if isolation.private_network and spec.binder_fd >= 0:
+                _send_diag_socket(spec.binder_fd)
             status_r, status_w = os.pipe()
             init_pid = _fork_init(spec, isolation, report_fd, status_w, error_fd)
             status = _wait_for_init(init_pid, report_fd, status_r, spec.confinement.task_cap)
@@ -106,6 +108,17 @@ def _entering(error_fd: int, enter: Callable[[], None], workspace: bool) -> None
     except RuntimeError as exc:  # its own message (the time namespace of --time-start)
         _child.report_setup_error(error_fd, exc)
         raise
+
+
+def _send_diag_socket(channel: int) -> None:
+    """sandlock asks about the sandbox's unix sockets through a socket of its private
+    network, sent first thing on the binder's channel (``netcall.receive_diag``)."""
+    from ..kernel import netns
+
+    try:
+        netns.send_diag_socket(channel)
+    except OSError:
+        pass  # sandlock finds none: the sandbox's own sockets refused, and said
 
 
 def _fork_init(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd: int,
