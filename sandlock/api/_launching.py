@@ -77,6 +77,9 @@ def launch(sandbox: Sandbox, argv: list[str], function: Callable[[int], int] | N
         raise
     if registration and confinement.isolation is not None:  # the name is its hostname
         confinement.isolation.hostname = sandbox.name.encode()
+    if policy.net_private_loopback is None and confinement.isolation is not None \
+            and confinement.isolation.private_network:  # the default: the supervisor's too
+        policy = policy.replace(net_private_loopback=True)
     sandbox.warnings, level = confinement.warnings, confinement.level(policy)
     counted = policy.max_output is not None  # no terminal past it: leave_the_terminal
     terminal = Foreground.detect() if foreground and not counted else None
