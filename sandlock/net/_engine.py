@@ -18,7 +18,7 @@ from functools import partial
 from ..confinement import ABSTRACT_UNIX_SOCKET_SCOPE, protection_disabled
 from ..kernel import native_arch
 from ..netcall import (Binder, ConfinedWorker, InetAddress, PathBind, SockAddress, Socket, UnixAddress,
-                       become_the_command, execute, inet, perform, receive_diag)
+                       become_the_command, execute, inet, perform)
 from ..netrules import NetPolicy, PinTable, canonical_address, parse_allow, parse_deny, parse_ports, resolved_names
 from ..proxy import HttpRules
 from ._audit import Audit
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from .._auditlog import AuditLog
     from ..dns import SystemFiles
-    from ..kernel import Listener, Notification
+    from ..kernel import Listener, Notification, SharedDiag
     from ..netcall import Outcome, Request
     from ..netrules import PortSet
     from ..policy import Policy
@@ -80,15 +80,17 @@ class Network(Services):
     def __init__(self, policy: Policy, ruleset_fd: int | None, audit_log: AuditLog | None, *,
                  quiet: bool, http: HttpRun | None = None,
                  review: Callable[[NetworkCall], int] | None = None, keeper: int = 0,
-                 binder_fd: int | None = None, system: SystemFiles | None = None) -> None:
+                 binder_fd: int | None = None, system: SystemFiles | None = None,
+                 diag: SharedDiag | None = None) -> None:
         """``ruleset_fd``: the command's Landlock ruleset (owned from now on), for the
         confined worker, and ``http`` (the run's proxy): owned from now on; ``binder_fd``:
         sandlock's end of the channel to the binder in the sandbox's namespaces (owned;
-        None: no namespaces, the confined worker binds socket files); ``keeper``:
-        the pid of the run's keeper (under the sandbox's filters, but its own); ``audit_log``:
-        the run's (it closes it); ``review``: the runtime policy's word on each call;
-        ``system``: the resolver's files as read before the command started (None: no
-        name can be admitted, or read now)."""
+        None: no namespaces, the confined worker binds socket files); ``diag``: a private
+        network's sock_diag socket, to ask about its unix sockets (None: the host's);
+        ``keeper``: the pid of the run's keeper (under the sandbox's filters, but its own);
+        ``audit_log``: the run's (it closes it); ``review``: the runtime policy's word on
+        each call; ``system``: the resolver's files as read before the command started
+        (None: no name can be admitted, or read now)."""
         self._policy = policy
         self._system = system
         self._http = http
@@ -117,8 +119,7 @@ class Network(Services):
         context = RunContext(rules, self.pins, self._listeners,
                              ipc_scoped=not protection_disabled(policy, ABSTRACT_UNIX_SOCKET_SCOPE),
                              private_loopback=policy.net_private_loopback)
-        if context.private_loopback and binder_fd is not None:  # (its keeper sent it first)
-            context.own_sockets.shared = receive_diag(binder_fd)
+        context.own_sockets.shared = diag
         self._supervisor = Supervisor(native_arch(), context, self.audit, self, review,
                                       PortMap() if policy.port_remap else None)
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._auditlog import AuditLog
-    from ..kernel import Listener, Notification
+    from ..kernel import Listener, Notification, SharedDiag
     from ..net import HttpRun, Network, NetworkCall
     from ..policy import Policy
 
@@ -41,6 +41,7 @@ class NetworkSlot:
 
             self._system = SystemFiles.read()
         self.keeper = 0  # its pid (the engine counts the sandbox's seccomp filters on it)
+        self.diag: SharedDiag | None = None  # a private network's sock_diag socket
         self._handling = _thread.allocate_lock()  # network calls: one at a time
         self._network: Network | None = None
         self._failed = False
@@ -77,7 +78,8 @@ class NetworkSlot:
                 review = self._reviewed if self._review is not None else None
                 network = Network(self._policy, self._ruleset_fd, self._audit, quiet=self._quiet,
                                   http=self._http, review=review, keeper=self.keeper,
-                                  binder_fd=self._binder_fd, system=self._system)
+                                  binder_fd=self._binder_fd, system=self._system,
+                                  diag=self.diag)
         except BaseException as exc:
             self._failed = True
             if self._http is not None:

@@ -11,6 +11,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..kernel import SharedDiag
     from ..limits import CpuThrottle, MemoryWatch
     from ..net import Network
     from ..policy import Policy
@@ -38,6 +39,7 @@ class Watches:
         self._stopping.acquire()  # released by stop(): the memory watch need not start
         self.cpu: CpuThrottle | None = None
         self.caps: ProcessCaps | None = None  # the run's process cap, for update()
+        self.socket_diag: SharedDiag | None = None  # a private network's (MemoryWatch)
 
     def adopt(self, proc_fd: int, *, watched: bool, pausable: bool, later: bool) -> None:
         """Copies of the sandbox's /proc: ``watched`` for the limits, ``pausable`` for
@@ -167,7 +169,7 @@ class Watches:
             try:
                 from ..limits import MemoryWatch
 
-                memory = MemoryWatch(limit, proc_fd, exceeded, scratch)
+                memory = MemoryWatch(limit, proc_fd, exceeded, scratch, self.socket_diag)
             except BaseException as exc:  # fail closed: no watch, no sandbox
                 self._kill()
                 self._hit("max_memory", shown, "kill", f"the memory watch could not start "
