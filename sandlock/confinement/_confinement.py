@@ -110,10 +110,8 @@ class Confinement:
                                  "made here (run `sandlock check`)")
             if isolation is not None:  # (asked for, or the default: Policy.private_network)
                 isolation.private_network = policy.private_network
-                if isolation.private_network:  # loaded now: the keeper's imports, after
-                    import _socket  # noqa: F401  the fork, took ~0.8 ms (its pages copied)
-
-                    from ..kernel import netns  # noqa: F401
+                if isolation.private_network:  # loaded now: the keeper's import, after the
+                    from ..kernel import netns  # noqa: F401  fork, took ~0.8 ms (its pages copied)
                 if policy.chroot or policy.image:  # (only runs with another root load it)
                     from ._newroot import new_root
 

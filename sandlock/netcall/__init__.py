@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
     from . import _execute as execute
     from . import _sending as sending
-    from ._binder import Binder, PathBind, become_the_command, perform, receive_diag
+    from ._binder import Binder, PathBind, become_the_command, perform
     from ._binder import serve as serve_binds
     from ._execute import ConfinedWorker, Deferred, Outcome, connect, disconnect, local_port
     from ._materialize import Message, Refused, Request, Socket, materialize
@@ -76,7 +76,6 @@ _EXPORTS = {
     "parse_address": "_sockaddr:parse",
     "passes_memfd": "_payload",
     "perform": "_binder",
-    "receive_diag": "_binder",
     "printable": "_sockaddr",
     "sending": "_sending:",
     "serve_binds": "_binder:serve",

@@ -33,10 +33,6 @@ import os
 import struct
 
 from .._record import record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ..kernel import SharedDiag
 from ..kernel import (
     PR_SET_NO_NEW_PRIVS,
     drop_capabilities,
@@ -217,27 +213,6 @@ def _answer(data: bytes, fds: list[int], truncated: int) -> int:
 
 
 # --- sandlock's side ------------------------------------------------------------------
-
-def receive_diag(channel: int) -> SharedDiag | None:
-    """A private network's sock_diag socket, which its keeper sent on the binder's
-    channel before the sandbox's init existed (``kernel.netns.send_diag_socket``), so
-    that it is the channel's first message; None if it is not there (then the
-    sandbox's own unix sockets are not recognised: refused, as the notice says)."""
-    import socket
-
-    from ..kernel import SharedDiag, netns
-
-    with socket.socket(fileno=os.dup(channel)) as view:
-        try:
-            message, fds, _, _ = socket.recv_fds(view, len(netns.DIAG_MESSAGE), 1, socket.MSG_DONTWAIT)
-        except OSError:
-            return None
-    if message != netns.DIAG_MESSAGE or len(fds) != 1:
-        for fd in fds:
-            os.close(fd)
-        return None
-    return SharedDiag(socket.socket(fileno=fds[0]))
-
 
 class Binder:
     """sandlock's end of the channel to the binder in the sandbox (owned)."""

@@ -68,10 +68,10 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
             status = _run_command(spec, report_fd, error_fd)
         else:
             _entering(error_fd, isolation.enter_pid_namespace, isolation.overlay is not None)
-            if isolation.private_network and spec.binder_fd >= 0:
-                _send_diag_socket(spec.binder_fd)
             status_r, status_w = os.pipe()
             init_pid = _fork_init(spec, isolation, report_fd, status_w, error_fd)
+            if isolation.private_network and spec.binder_fd >= 0:  # (while init mounts)
+                _send_diag_socket(spec.binder_fd)
             status = _wait_for_init(init_pid, report_fd, status_r, spec.confinement.task_cap)
             init_pid = 0  # reaped: its pid may be anyone's now
     except _KillAll as request:
@@ -112,7 +112,8 @@ def _entering(error_fd: int, enter: Callable[[], None], workspace: bool) -> None
 
 def _send_diag_socket(channel: int) -> None:
     """sandlock asks about the sandbox's unix sockets through a socket of its private
-    network, sent first thing on the binder's channel (``netcall.receive_diag``)."""
+    network, sent on the binder's channel before sandlock's first request there
+    (``process._networkslot.SandboxDiag`` waits for it)."""
     from ..kernel import netns
 
     try:

@@ -132,7 +132,7 @@ class Supervision:
         from ..kernel import take_fd
 
         self._network.keeper = keeper
-        if self._diag_channel is not None:  # (sent by the keeper before init existed)
+        if self._diag_channel is not None:  # (received when first needed)
             self._share_diag(self._diag_channel)
         listener_fd = take_fd(pid, fd)
         try:
@@ -169,9 +169,9 @@ class Supervision:
     def _share_diag(self, channel: int) -> None:
         """The private network's sock_diag socket, for the engine (the sandbox's unix
         sockets) and the memory watch (their buffers): the kernel knows them only there."""
-        from ..netcall import receive_diag
+        from ._networkslot import SandboxDiag
 
-        diag = receive_diag(channel)
+        diag = SandboxDiag(channel)
         self._network.diag = diag
         if self.watches is not None:
             self.watches.socket_diag = diag
