@@ -237,3 +237,11 @@ def test_print_policy_and_dry_run_say_so(workspace):
     printed = sandlock("run", "--print-policy", "--no-net-private-loopback", "--", "true",
                        cwd=workspace)
     assert "private_loopback = false" in printed.stdout and "a private network" not in printed.stdout
+
+
+def test_policy_test_says_a_loopback_destination_is_the_sandboxs_own(workspace):
+    said = sandlock("policy", "test", "--net", "127.0.0.1:5432", cwd=workspace)
+    assert said.returncode == 1 and "a private network: the sandbox's own loopback" in said.stdout
+    said = sandlock("policy", "test", "--no-net-private-loopback", "--net", "127.0.0.1:5432",
+                    cwd=workspace)
+    assert said.returncode == 1 and "private network" not in said.stdout, said.stdout
