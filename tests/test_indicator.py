@@ -51,7 +51,7 @@ def test_on_a_terminal_the_run_is_announced_and_stdout_stays_clean(tmp_path):
     text = terminal.decode()
     lines = text.splitlines()
     assert lines[0] == "\N{LOCK} Running sandboxed: sh -c 'echo out; echo err >&2'", text
-    assert lines[1:3] == [f"  Workspace: {tmp_path}", "  Network: denied"]
+    assert lines[1:3] == [f"  Workspace: {tmp_path}", "  Network: denied; a private network, only lo"]
     assert lines[3] == "err"  # the indicator before the command, its end after
     assert lines[4].startswith("\N{CHECK MARK} Completed in ")
     assert lines[4].endswith("s (sandbox: full)") and len(lines) == 5
@@ -128,7 +128,7 @@ def test_control_characters_in_names_are_escaped(tmp_path):
     assert lines[0] == ("\N{LOCK} Running sandboxed: sh -c true "
                         "'\\x1b]0;owned\\x07\\rRunning sandboxed: nothing'")
     assert lines[1] == f"  Workspace: {tmp_path}/work\\x1b[2J\\nNetwork: open"
-    assert lines[2] == "  Network: denied"
+    assert lines[2] == "  Network: denied; a private network, only lo"
 
 
 def test_the_network_line_names_the_rules(tmp_path):

@@ -271,16 +271,18 @@ for pid in children or ():  # (the sandbox ends with its command)
 """
 
 
-def test_socket_buffers_count_as_memory(tmp_path):
+@pytest.mark.parametrize("network", [[], ["--no-net-private-loopback"]], ids=["private", "host"])
+def test_socket_buffers_count_as_memory(tmp_path, network):
     """Unread messages in unix sockets' buffers are the kernel's memory, charged to
-    no process: under -m 64M, ~200 MiB of them end in the kill. Control: without a
-    limit, the buffers hold it all and the command survives."""
-    control = sandlock("run", "--", sys.executable, "-c", SOCKET_BUFFERS, cwd=tmp_path)
+    no process: under -m 64M, ~200 MiB of them end in the kill, in the default run's
+    private network (asked through its own sock_diag socket) as in the host's. Control:
+    without a limit, the buffers hold it all and the command survives."""
+    control = sandlock("run", *network, "--", sys.executable, "-c", SOCKET_BUFFERS, cwd=tmp_path)
     # (three processes print at once: their words and newlines may interleave)
     assert (control.returncode, control.stdout.count("survived")) == (0, 3), control.stderr
     log = tmp_path / "audit.jsonl"
-    result = sandlock("run", "-m", "64M", "--audit", str(log), "--", sys.executable, "-c",
-                      SOCKET_BUFFERS, cwd=tmp_path)
+    result = sandlock("run", *network, "-m", "64M", "--audit", str(log), "--", sys.executable,
+                      "-c", SOCKET_BUFFERS, cwd=tmp_path)
     assert result.returncode == 137 and "survived" not in result.stdout, result.stderr
     assert "sandlock: memory limit 64M exceeded (" in result.stderr
     records = [json.loads(line) for line in log.read_text().splitlines()]

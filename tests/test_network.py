@@ -109,8 +109,16 @@ def curl(url: str) -> list[str]:
 
 
 def test_no_network_by_default(web):
+    """The default run's private network refuses the host's loopback service (the
+    namespace is empty: ECONNREFUSED, and a notice says why); in the host's namespace
+    (--no-net-private-loopback, as -r/-w runs have it) the verdict denies it."""
     allowed, denied = web
     result = sandlock("run", "--", *curl(f"http://{allowed.host}:{allowed.port}/"))
+    assert result.stdout == "000"
+    assert f"sandlock: connect to {allowed.host}:{allowed.port} refused: nothing listens there " \
+           "in the sandbox's private network" in result.stderr, result.stderr
+    result = sandlock("run", "--no-net-private-loopback", "--",
+                      *curl(f"http://{allowed.host}:{allowed.port}/"))
     assert result.stdout == "000"
     assert f"sandlock: denied connect to {allowed.host}:{allowed.port} (no --net-allow rule)" in result.stderr
     assert "1 network operation denied" in result.stderr
@@ -361,7 +369,8 @@ def test_bind_needs_net_allow_bind():
         "import socket\n"
         f"s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); print('listening')\n"
     )
-    denied = sandlock("run", "--", PY, "-c", server)
+    # (in the host's namespace: a private network's ports are the sandbox's own, all bindable)
+    denied = sandlock("run", "--no-net-private-loopback", "--", PY, "-c", server)
     assert "Permission denied" in denied.stderr
     assert f"sandlock: denied bind on 127.0.0.1:{port} (no --net-allow-bind)" in denied.stderr
     allowed = sandlock("run", "--net-allow-bind", str(port), "--", PY, "-c", server)
@@ -562,10 +571,12 @@ def test_a_closed_stderr_does_not_hang_the_supervisor():
         "    try: socket.socket().connect(('127.0.0.3', 9))\n"
         "    except OSError as e: print(e.errno)\n"
     )
-    with open("/dev/full", "w") as full:
-        result = subprocess.run([PY, "-m", "sandlock", "run", "--", PY, "-c", script],
-                                stdout=subprocess.PIPE, stderr=full, text=True, timeout=30)
-    assert result.stdout.split() == ["13", "13", "13"]
+    # Denials (the host's namespace), and the private network's refusals, both said.
+    for options, errno_seen in ((["--no-net-private-loopback"], "13"), ([], "111")):
+        with open("/dev/full", "w") as full:
+            result = subprocess.run([PY, "-m", "sandlock", "run", *options, "--", PY, "-c", script],
+                                    stdout=subprocess.PIPE, stderr=full, text=True, timeout=30)
+        assert result.stdout.split() == [errno_seen] * 3, options
 
 
 def test_bind_onto_an_existing_symlink_fails_as_natively(tmp_path):

@@ -378,7 +378,9 @@ def test_print_policy_runs_nothing_and_shows_the_default_workspace(tmp_path):
     result = sandlock("run", "--print-policy", "--", "touch", "ran", cwd=tmp_path, env=UNWIDENED)
     assert result.returncode == 0
     assert result.stdout == ("# no [filesystem] read or write paths: the default workspace "
-                             "applies (docs/usage.md)\n")
+                             "applies (docs/usage.md)\n\n"
+                             "# default workspace, no network: a private network, only lo in it "
+                             "(docs/usage.md, \"A private loopback\")\n")
     assert not (tmp_path / "ran").exists()
 
 

@@ -373,7 +373,7 @@ def test_a_kernel_that_cannot_name_the_socket_is_said(capsys, monkeypatch):
     from sandlock.net import _ownsockets
     from sandlock.netcall._sockaddr import UnixAddress
 
-    def refused(*args):
+    def refused(*args, **kwargs):
         raise OSError(errno.EPROTONOSUPPORT, "Protocol not supported")
 
     monkeypatch.setattr(_ownsockets, "unix_socket_name", refused)

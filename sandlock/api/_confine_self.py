@@ -96,7 +96,9 @@ def _check(policy: Policy, applied: frozenset[str] = APPLIED, enclosed: bool = F
                           "fs_writable): the default workspace gives a sandbox its own /tmp in a "
                           "mount namespace, which a running process cannot enter")
     for name in POLICY_FIELDS:  # in declaration order: the first one is named
-        if name not in applied and getattr(policy, name) != getattr(_DEFAULTS, name):
+        if name not in applied and getattr(policy, name) != getattr(_DEFAULTS, name) \
+                and not (name == "net_private_loopback" and policy.net_private_loopback is False):
+            # (False: the network namespace they have; True is refused)
             raise PolicyError(name, _IN_A_SANDBOX if enclosed else
                               REFUSED_BECAUSE.get(name, _USE_SANDBOX))
     if "socket" in policy.allow_syscalls:

@@ -142,7 +142,11 @@ POLICY_OPTIONS = (
     _policy_option("network", "net_private_loopback", action="store_true",
                    help="a network namespace of the sandbox's own with only loopback: its "
                    "servers on 127.0.0.1 are its own, the host's out of sight; what the "
-                   "rules allow is still reached (from the host's namespace)"),
+                   "rules allow is still reached (from the host's namespace). The default "
+                   "without -r/-w and network options"),
+    _option("network", "net_private_loopback", "--no-net-private-loopback", action="store_false",
+            help="the host's network namespace even where the private one is the default "
+                 "(the host's loopback services then denied by the rules, with a notice)"),
     _policy_option("http", "http_allow", action="append", metavar="RULE",
                    help="allow requests matching 'METHODS HOST[/PATH]', e.g. "
                    "'GET api.github.com/repos/*'; implies reaching HOST on the HTTP ports "

@@ -69,7 +69,9 @@ def network(policy: Policy) -> str:
     opened += [f"HTTP {rule}" for rule in policy.http_allow]
     opened += [f"listen on {', '.join(policy.net_bind)}"] if policy.net_bind else []
     opened += [f"unix {path}" for path in policy.unix_allow]
-    return "; ".join(opened) or "denied"
+    shown = "; ".join(opened) or "denied"
+    # (its namespaces permitting: a --best-effort run without them has the host's)
+    return f"{shown}; a private network, only lo" if policy.private_network else shown
 
 
 def _encodable(text: str) -> bool:

@@ -54,8 +54,8 @@ if TYPE_CHECKING:
         read_string,
         write_memory,
     )
-    from ._sockdiag import (sock_diag_dump, socket_cookie, tcp_listeners, tcp_sockets,
-                            unix_socket_file, unix_socket_name)
+    from ._sockdiag import (SharedDiag, sock_diag_dump, socket_cookie, tcp_listeners,
+                            tcp_sockets, unix_socket_file, unix_socket_name)
     from ._tasks import exited_children
     from ._seccomp import MSG_FASTOPEN, PROCESS_CREATION, SUPERVISED, WAIVABLE
     from ._syscalls import Arch, every_syscall, native_arch, nr
@@ -118,6 +118,7 @@ _EXPORTS = {
     "socket_option": "_libc",
     "syscall": "_libc",
     "take_fd": "_libc",
+    "SharedDiag": "_sockdiag",
     "sock_diag_dump": "_sockdiag",
     "socket_cookie": "_sockdiag",
     "tcp_listeners": "_sockdiag",

@@ -22,6 +22,9 @@ from ._syscalls import nr
 CLONE_NEWNET = 0x40000000
 
 _AF_INET, _SOCK_DGRAM = 2, 2
+_AF_NETLINK, _NETLINK_SOCK_DIAG = 16, 4
+DIAG_MESSAGE = b"diag"  # what comes with the sock_diag socket (``send_diag_socket``)
+_MSG_CMSG_CLOEXEC = 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
 _SIOCGSKNS = 0x894C  # a socket's network namespace, as a descriptor (CAP_NET_ADMIN over it)
 _IFF_UP = 0x1
@@ -43,6 +46,46 @@ def bring_loopback_up() -> None:
         ioctl(fd, _SIOCSIFFLAGS, _IFREQ.pack(b"lo", flags | _IFF_UP))
     finally:
         os.close(fd)
+
+
+def send_diag_socket(channel: int) -> None:
+    """Send a NETLINK_SOCK_DIAG socket of the caller's network namespace on unix
+    socket ``channel`` (SCM_RIGHTS, with ``DIAG_MESSAGE``): the kernel answers about a
+    namespace's unix sockets only a socket of that namespace, and sandlock may not take
+    one from the keeper (not dumpable: it holds a copy of sandlock's memory)."""
+    import _socket  # (after init's fork: not on the way to the command)
+
+    fd = syscall(nr("socket"), _AF_NETLINK, _SOCK_DGRAM | os.O_CLOEXEC, _NETLINK_SOCK_DIAG)
+    sender = _socket.socket(fileno=channel)
+    try:
+        sender.sendmsg([DIAG_MESSAGE], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("i", fd))])
+    finally:
+        sender.detach()
+        os.close(fd)
+
+
+def receive_diag_socket(channel: int, timeout: float) -> int:
+    """The descriptor ``send_diag_socket`` sent on ``channel`` (close-on-exec; -1: none
+    within ``timeout`` seconds: the keeper is gone)."""
+    import _socket
+
+    view = _socket.socket(fileno=channel)
+    try:
+        view.settimeout(timeout)
+        message, ancillary, _, _ = view.recvmsg(len(DIAG_MESSAGE), _socket.CMSG_SPACE(4),
+                                                _MSG_CMSG_CLOEXEC)
+    except OSError:
+        return -1
+    finally:
+        view.setblocking(True)
+        view.detach()
+    fds = [struct.unpack_from("i", data)[0] for level, kind, data in ancillary
+           if (level, kind) == (_socket.SOL_SOCKET, _socket.SCM_RIGHTS) and len(data) >= 4]
+    if message == DIAG_MESSAGE and len(fds) == 1:
+        return fds[0]
+    for fd in fds:
+        os.close(fd)
+    return -1
 
 
 def own_network_namespace() -> int:

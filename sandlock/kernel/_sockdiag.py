@@ -52,11 +52,23 @@ SO_COOKIE = 57
 
 # --- one unix socket ---------------------------------------------------------------
 
-def unix_socket_file(socket_inode: int) -> tuple[int, int] | None:
+class SharedDiag:
+    """A NETLINK_SOCK_DIAG socket made in another network namespace (a private
+    network's: the kernel answers only about sockets of the asking socket's namespace),
+    shared by the threads that ask, one question at a time. Owns ``sock``."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.socket = sock
+        self.lock = threading.Lock()
+        self.sequence = 0
+
+
+def unix_socket_file(socket_inode: int, shared: SharedDiag | None = None) -> tuple[int, int] | None:
     """(st_dev, st_ino) of the socket file unix socket ``socket_inode`` is bound to;
     None if it is bound to no file, or gone. (Which socket a file stands for cannot
-    be learnt from its path, which the sandbox may swap at any moment.)"""
-    found = _ask(socket_inode, ANY_COOKIE, _UDIAG_SHOW_VFS)
+    be learnt from its path, which the sandbox may swap at any moment.) ``shared``:
+    asked there (None: sandlock's own namespace)."""
+    found = _ask(socket_inode, ANY_COOKIE, _UDIAG_SHOW_VFS, shared)
     vfs = found and found[1].get(_UNIX_DIAG_VFS)
     if not vfs or len(vfs) < 8:
         return None
@@ -65,7 +77,8 @@ def unix_socket_file(socket_inode: int) -> tuple[int, int] | None:
     return os.makedev(vfs_dev >> 20, vfs_dev & 0xFFFFF), vfs_ino
 
 
-def unix_socket_name(socket_inode: int, cookie: bytes = ANY_COOKIE) -> tuple[bytes, bytes] | None:
+def unix_socket_name(socket_inode: int, cookie: bytes = ANY_COOKIE,
+                     shared: SharedDiag | None = None) -> tuple[bytes, bytes] | None:
     """(cookie, sun_path as bound) of unix socket ``socket_inode``; None if it is gone
     (or, given a ``cookie``, if that inode is now another socket's). An abstract name
     starts with NUL and is exact to the byte; b"": not bound.
@@ -73,7 +86,7 @@ def unix_socket_name(socket_inode: int, cookie: bytes = ANY_COOKIE) -> tuple[byt
     The cookie (8 bytes, never reused while the machine runs) names one socket for
     good: asked with it, the kernel answers about that socket or about none.
     """
-    found = _ask(socket_inode, cookie, _UDIAG_SHOW_NAME)
+    found = _ask(socket_inode, cookie, _UDIAG_SHOW_NAME, shared)
     if found is None:
         return None
     return found[0], found[1].get(_UNIX_DIAG_NAME, b"")
@@ -93,23 +106,32 @@ def diag_available() -> tuple[bool, str]:
         return (True, "unix_diag") if found and found[1] == probe.getsockname() else (False, "no answer")
 
 
-def _ask(socket_inode: int, cookie: bytes, show: int) -> tuple[bytes, dict[int, bytes]] | None:
+def _ask(socket_inode: int, cookie: bytes, show: int,
+         shared: SharedDiag | None) -> tuple[bytes, dict[int, bytes]] | None:
     """The kernel's answer about one socket: its cookie and attributes (None: no such)."""
+    if shared is not None:
+        with shared.lock:
+            return _question(shared.socket, shared, socket_inode, cookie, show)
     diag = _diag_socket()
-    _local.sequence = sequence = (_local.sequence + 1) & 0xFFFFFFFF
-    request = _UNIX_DIAG_REQ.pack(_AF_UNIX, 0, 0, 0xFFFFFFFF, socket_inode, show, cookie)
-    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST,
-                            sequence, 0)
     try:
-        diag.send(header + request)
-        while True:  # (an answer to a question an exception cut short may come first)
-            for kind, number, payload in _netlink_messages(diag.recv(1 << 12)):
-                if number == sequence:
-                    return _answer(kind, payload, socket_inode)
+        return _question(diag, _local, socket_inode, cookie, show)
     except BaseException:
         _local.exact = None
         diag.close()
         raise
+
+
+def _question(diag: socket.socket, numbering: object, socket_inode: int, cookie: bytes,
+              show: int) -> tuple[bytes, dict[int, bytes]] | None:
+    numbering.sequence = sequence = (numbering.sequence + 1) & 0xFFFFFFFF  # type: ignore[attr-defined]
+    request = _UNIX_DIAG_REQ.pack(_AF_UNIX, 0, 0, 0xFFFFFFFF, socket_inode, show, cookie)
+    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST,
+                            sequence, 0)
+    diag.send(header + request)
+    while True:  # (an answer to a question an exception cut short may come first)
+        for kind, number, payload in _netlink_messages(diag.recv(1 << 12)):
+            if number == sequence:
+                return _answer(kind, payload, socket_inode)
 
 
 def _diag_socket():

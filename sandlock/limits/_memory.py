@@ -27,6 +27,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..kernel import SharedDiag
+
 INTERVAL = MEMORY_INTERVAL  # seconds between samples
 _CHEAP = (b"RssAnon:", b"RssShmem:", b"VmSwap:")  # /proc/PID/status, kB
 _PRECISE = (b"Pss_Anon:", b"SwapPss:", b"Pss_Shmem:")  # /proc/PID/smaps_rollup, kB
@@ -47,11 +49,14 @@ class MemoryWatch:
     tmpfs directories (all owned from now on)."""
 
     def __init__(self, limit: int, proc_fd: int, on_exceeded: Callable[[int], None],
-                 scratch: tuple[int, ...] = ()) -> None:
+                 scratch: tuple[int, ...] = (), sockets: SharedDiag | None = None) -> None:
+        """``sockets``: where the kernel is asked about the sandbox's sockets (a private
+        network's sock_diag socket; None: sandlock's namespace)."""
         self.limit = limit
         self._proc_fd = proc_fd
         self._on_exceeded = on_exceeded
-        probe_sockets()  # OSError: sockets' buffers could not be counted (the watch does not start)
+        self._diag = sockets
+        probe_sockets(sockets)  # OSError: their buffers could not be counted (no watch)
         self._scratch = _one_per_file_system(scratch)
         self._samples = 0
         self._walk_every = _DESCRIPTORS_EVERY
@@ -94,7 +99,7 @@ class MemoryWatch:
             sockets = self._samples % _DESCRIPTORS_EVERY == 0
             self._memfds, inodes = descriptors(pids, self._proc_fd, sockets)
             if sockets:
-                self._sockets = socket_bytes(inodes)
+                self._sockets = socket_bytes(inodes, self._diag)
         self._samples += 1
         files = sum(map(_used, self._scratch)) + self._memfds
         # Neither in a process's counters nor shared: the sockets' buffers, sandlock's copies.

@@ -17,6 +17,15 @@ import struct
 
 from ..kernel import sock_diag_dump as _dump
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    from ..kernel import SharedDiag
+
+    T = TypeVar("T")
+
 _NETLINK_SOCK_DIAG = 4
 _RTATTR = struct.Struct("=HH")
 _UNIX_REQUEST = struct.Struct("=BBHIII8x")  # family, protocol, pad, states, ino, show, cookie
@@ -36,26 +45,35 @@ _INET = [(family, protocol) for family in (socket.AF_INET, socket.AF_INET6)
          for protocol in (socket.IPPROTO_TCP, socket.IPPROTO_UDP)]
 
 
-def probe_sockets() -> None:
+def probe_sockets(shared: SharedDiag | None = None) -> None:
     """OSError if the kernel does not answer sock_diag's unix dumps (the memory watch
-    then cannot start: a limit it could not hold is not silently weaker)."""
-    with _diag() as diag:
-        _unix_bytes(diag, set())  # (all the host's unix sockets: none is counted)
+    then cannot start: a limit it could not hold is not silently weaker). ``shared``:
+    a private network's sock_diag socket (its sockets are known only there)."""
+    _asking(shared, lambda diag: _unix_bytes(diag, set()))  # (none is counted)
 
 
-def socket_bytes(inodes: set[int]) -> int:
+def socket_bytes(inodes: set[int], shared: SharedDiag | None = None) -> int:
     """Bytes queued in the buffers of the sockets ``inodes`` (see the module's doc)."""
-    if not inodes:
-        return 0
+    return _asking(shared, lambda diag: _bytes(diag, inodes)) if inodes else 0
+
+
+def _asking(shared: SharedDiag | None, question: Callable[[socket.socket], T]) -> T:
+    if shared is not None:
+        with shared.lock:
+            return question(shared.socket)
     with _diag() as diag:
-        total, found = _unix_bytes(diag, inodes)
-        if found == len(inodes):  # all unix sockets: no IP socket to ask about (the
-            return total          # dumps of a busy host's TCP sockets take milliseconds)
-        for family, protocol in _INET:
-            try:
-                total += _inet_bytes(diag, family, protocol, inodes)
-            except OSError:  # (e.g. no udp_diag in this kernel: that protocol is not counted)
-                continue
+        return question(diag)
+
+
+def _bytes(diag: socket.socket, inodes: set[int]) -> int:
+    total, found = _unix_bytes(diag, inodes)
+    if found == len(inodes):  # all unix sockets: no IP socket to ask about (the
+        return total          # dumps of a busy host's TCP sockets take milliseconds)
+    for family, protocol in _INET:
+        try:
+            total += _inet_bytes(diag, family, protocol, inodes)
+        except OSError:  # (e.g. no udp_diag in this kernel: that protocol is not counted)
+            continue
     return total
 
 

@@ -47,8 +47,10 @@ def _denial(record: dict) -> dict | None:
     reason = str(record.get("reason", ""))
     verdict = record.get("verdict")
     # a redirect is DNS sent to sandlock's resolver (no denial), or a parked UDP connect
-    # (its reason says denied)
-    if record.get("event") or not (verdict == "deny" or verdict == "redirect" and "denied" in reason):
+    # (its reason says denied); "refused": a host's loopback service, out of sight of
+    # the private network (docs/usage.md "A private loopback"), which the agent must know
+    if record.get("event") or not (verdict in ("deny", "refused")
+                                   or verdict == "redirect" and "denied" in reason):
         return None
     if record.get("method") is not None:
         return {"kind": "http", "method": record.get("method"), "host": record.get("hostname"),

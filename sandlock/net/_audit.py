@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 
 MAX_LOOKUPS_SAID = 1000  # names whose denied lookup is said (and remembered), per run
 MAX_TIMEOUTS_SAID = 100  # upstreams whose silence is said (and remembered), per run
+MAX_REFUSALS_SAID = 100  # private loopback destinations nothing answered, said per run
+
+
+PRIVATE_REFUSAL = ("nothing listens there in the sandbox's private network (the host's "
+                   "loopback is out of its sight)")
 
 
 class Audit:
@@ -27,6 +32,7 @@ class Audit:
         self.denied = 0
         self._lookups_said: set[str] = set()  # names whose lookup was denied (said once)
         self._timeouts_said: set[str] = set()  # upstreams that went silent (said once)
+        self._refusals_said: set[str] = set()  # private loopback destinations (said once)
 
     @property
     def logs_allowed(self) -> bool:
@@ -75,6 +81,27 @@ class Audit:
             "verdict": "deny",
             "reason": reason,
         }, f"sandlock: denied lookup of {shown} ({reason})")
+
+    def private_refused(self, pid: int, protocol: str, address: SockAddress) -> None:
+        """A connect to the private loopback that nothing inside answered (ECONNREFUSED):
+        under the default private network, where a host service the command expected is
+        out of sight, this is how the user learns why. Said once per destination (a
+        client waiting for its own server retries), in the audit log each time; not a
+        denial (not counted), the refusal is the namespace's."""
+        destination = describe(address)
+        with self._lock:
+            first = destination not in self._refusals_said \
+                and len(self._refusals_said) < MAX_REFUSALS_SAID
+            if first:
+                self._refusals_said.add(destination)
+            if self._auditlog is not None:
+                self._auditlog.write({"pid": pid, "syscall": "connect", "protocol": protocol,
+                                      "destination": destination, "hostname": None,
+                                      "verdict": "refused", "reason": PRIVATE_REFUSAL})
+        if first and not self._quiet:
+            self._notice(f"sandlock: connect to {destination} refused: {PRIVATE_REFUSAL} "
+                         "(--no-net-private-loopback, or a --net-allow rule, reaches the "
+                         "host's; said once per destination)")
 
     def record_http(self, event: dict) -> None:
         """A decision of the HTTP proxy (an ``audit`` message from its process), or an

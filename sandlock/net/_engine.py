@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from .._auditlog import AuditLog
     from ..dns import SystemFiles
-    from ..kernel import Listener, Notification
+    from ..kernel import Listener, Notification, SharedDiag
     from ..netcall import Outcome, Request
     from ..netrules import PortSet
     from ..policy import Policy
@@ -80,15 +80,17 @@ class Network(Services):
     def __init__(self, policy: Policy, ruleset_fd: int | None, audit_log: AuditLog | None, *,
                  quiet: bool, http: HttpRun | None = None,
                  review: Callable[[NetworkCall], int] | None = None, keeper: int = 0,
-                 binder_fd: int | None = None, system: SystemFiles | None = None) -> None:
+                 binder_fd: int | None = None, system: SystemFiles | None = None,
+                 diag: SharedDiag | None = None) -> None:
         """``ruleset_fd``: the command's Landlock ruleset (owned from now on), for the
         confined worker, and ``http`` (the run's proxy): owned from now on; ``binder_fd``:
         sandlock's end of the channel to the binder in the sandbox's namespaces (owned;
-        None: no namespaces, the confined worker binds socket files); ``keeper``:
-        the pid of the run's keeper (under the sandbox's filters, but its own); ``audit_log``:
-        the run's (it closes it); ``review``: the runtime policy's word on each call;
-        ``system``: the resolver's files as read before the command started (None: no
-        name can be admitted, or read now)."""
+        None: no namespaces, the confined worker binds socket files); ``diag``: a private
+        network's sock_diag socket, to ask about its unix sockets (None: the host's);
+        ``keeper``: the pid of the run's keeper (under the sandbox's filters, but its own);
+        ``audit_log``: the run's (it closes it); ``review``: the runtime policy's word on
+        each call; ``system``: the resolver's files as read before the command started
+        (None: no name can be admitted, or read now)."""
         self._policy = policy
         self._system = system
         self._http = http
@@ -107,9 +109,7 @@ class Network(Services):
         self._dns_said = False  # the pinning's outcome was reported (or the run is over)
         self._waited_for_pins = False  # a call of the command waited for the pinning
         self._dns_setup: tuple[object, object, object] | None = None  # (settings, upstream, hosts)
-        self._responder = None
-        self._responder_lock = threading.Lock()
-        self._closed = False
+        self._responder, self._responder_lock, self._closed = None, threading.Lock(), False
         self._ruleset_fd = ruleset_fd  # kept for a confined worker made on first need
         self._confined: ConfinedWorker | None = None
         self._binder_fd = binder_fd  # made a Binder on first need
@@ -119,6 +119,7 @@ class Network(Services):
         context = RunContext(rules, self.pins, self._listeners,
                              ipc_scoped=not protection_disabled(policy, ABSTRACT_UNIX_SOCKET_SCOPE),
                              private_loopback=policy.net_private_loopback)
+        context.own_sockets.shared = diag
         self._supervisor = Supervisor(native_arch(), context, self.audit, self, review,
                                       PortMap() if policy.port_remap else None)
 

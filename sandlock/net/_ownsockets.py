@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeVar
 
+    from ..kernel import SharedDiag
     from ..netcall import ConfinedWorker, Request
     from ..netrules import NetPolicy
 
@@ -58,6 +59,9 @@ class SandboxSockets:
         self._sweep_at = self.SWEEP_AT
         self._said = False  # that sock_diag does not answer
         self._lock = threading.Lock()  # (an after-check may run on a worker)
+        # Where the kernel is asked: a private network's sockets are known to sock_diag
+        # only there, through a socket its keeper made in it (None: sandlock's namespace).
+        self.shared: SharedDiag | None = None
 
     def bind(self, worker: ConfinedWorker, request: Request, address: SockAddress) -> Outcome:
         """Bind ``request``'s socket on ``worker``, under the command's own rules (an
@@ -77,7 +81,7 @@ class SandboxSockets:
     def add_file(self, socket_inode: int) -> None:
         """Socket ``socket_inode`` (sandlock's duplicate of it) was just bound to a
         file: remembered, with the file the kernel says it is bound to."""
-        file = self._asked(unix_socket_file, socket_inode)
+        file = self._asked(lambda inode: unix_socket_file(inode, self.shared), socket_inode)
         if file is None:
             return
         self.sockets[socket_inode] = None
@@ -92,7 +96,7 @@ class SandboxSockets:
         """Socket ``fd`` (our duplicate) was just bound, by a name or autobind: remember
         the name the kernel gave it, exactly."""
         inode = os.fstat(fd).st_ino
-        found = self._asked(unix_socket_name, inode)
+        found = self._asked(lambda inode: unix_socket_name(inode, shared=self.shared), inode)
         if found is None:
             return
         cookie, name = found
@@ -148,7 +152,7 @@ class SandboxSockets:
         return entry is not None and all(any(nest is its for its in entry.nests) for nest in nests)
 
     def _alive(self, name: bytes, entry: AbstractSocket) -> bool:
-        found = unix_socket_name(entry.inode, entry.cookie)
+        found = unix_socket_name(entry.inode, entry.cookie, self.shared)
         if found is not None and found[1] == b"\0" + name:
             return True
         with self._lock:  # closed: never the answer again
@@ -178,7 +182,7 @@ class SandboxSockets:
     def _sweep(self) -> None:
         """Drop the closed sockets (a run binding name after name must not grow this)."""
         for name, entry in list(self.abstract.items()):
-            if unix_socket_name(entry.inode, entry.cookie) is None:
+            if unix_socket_name(entry.inode, entry.cookie, self.shared) is None:
                 del self.abstract[name]
         self._sweep_at = max(self.SWEEP_AT, 2 * len(self.abstract))
 
@@ -205,7 +209,7 @@ class SandboxSockets:
         if not self.may_be_ours(address):
             return address
         for socket_inode in reversed(list(self.sockets)):  # the newest are the likeliest
-            file = unix_socket_file(socket_inode)
+            file = unix_socket_file(socket_inode, self.shared)
             if file is None:
                 self.sockets.pop(socket_inode, None)  # closed: never the answer again
                 continue

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import socket
 
 from ..kernel import netns
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..kernel import Listener
+    from ._audit import Audit
     from ..netcall import Deferred, Outcome, Request
     from ._judge import Decision
 
@@ -43,11 +45,13 @@ _COPIED = (
 _COPIED_TCP = ((_TCP, 1, 4), (_TCP, 4, 4), (_TCP, 5, 4), (_TCP, 6, 4), (_TCP, 18, 4))
 # NODELAY, KEEPIDLE, KEEPINTVL, KEEPCNT, USER_TIMEOUT
 _COPIED_V6 = ((_IPV6, 26, 4),)  # IPV6_V6ONLY: whether v4-mapped destinations connect
+_TCP_CLOSE = 7  # tcp_info's tcpi_state of a socket a reset closed
 
 
 class PrivateNetwork:
-    def __init__(self) -> None:
+    def __init__(self, audit: Audit) -> None:
         self._host = netns.own_network_namespace()
+        self._audit = audit  # told of the private loopback's refusals (``_refused``)
 
     def inside(self, sock: Socket) -> bool:
         """Is ``sock`` (sandlock's duplicate) of the sandbox's namespace?"""
@@ -62,7 +66,7 @@ class PrivateNetwork:
         """A connect ``decision`` allowed, performed in the namespace it is about."""
         inside = self.inside(request.socket)
         if decision.verdict is PRIVATE_LOOPBACK:
-            return perform(request) if inside else (-1, errno.EACCES)
+            return self._refused(request, decision, perform(request)) if inside else (-1, errno.EACCES)
         if not inside:  # already the host's (one sandlock installed before)
             return perform(request)
         try:
@@ -105,6 +109,18 @@ class PrivateNetwork:
             return -1, errno.EACCES
         return None
 
+    def _refused(self, request: Request, decision: Decision,
+                 outcome: Outcome | Deferred) -> Outcome | Deferred:
+        """``outcome``, an ECONNREFUSED in it said (the user may have expected a host's
+        service there: ``Audit.private_refused``)."""
+        if callable(outcome):
+            return lambda gone: self._refused(request, decision, outcome(gone))  # type: ignore[return-value]
+        if outcome[1] == errno.ECONNREFUSED or (outcome[1] == errno.EINPROGRESS
+                                               and _refused_already(request.socket)):
+            self._audit.private_refused(request.notification.pid, decision.protocol,
+                                        decision.target or request.address)
+        return outcome
+
     @staticmethod
     def _installed(listener: Listener, request: Request, host: Socket, outcome: Outcome) -> Outcome:
         try:
@@ -116,6 +132,25 @@ class PrivateNetwork:
             return value, error
         finally:
             os.close(host.fd)
+
+
+def _refused_already(sock: Socket) -> bool:
+    """Has a non-blocking TCP connect been refused already? On loopback the answer is
+    processed before connect() returns (the reset waits in the socket's backlog until
+    the call lets the socket go): an error pending and the socket closed. Looked at,
+    never consumed (SO_ERROR, which the command reads, is not)."""
+    if sock.type != socket.SOCK_STREAM:
+        return False
+    try:
+        ready = select.poll()
+        ready.register(sock.fd, select.POLLOUT)
+        events = ready.poll(0)
+        if not events or not events[0][1] & select.POLLERR:
+            return False
+        with socket.socket(sock.family, sock.type, sock.protocol, fileno=os.dup(sock.fd)) as view:
+            return view.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == _TCP_CLOSE
+    except OSError:
+        return False
 
 
 def _closing(fd: int, outcome: Outcome | Deferred) -> Outcome | Deferred:

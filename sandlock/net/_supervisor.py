@@ -99,7 +99,7 @@ class Supervisor:
         if context.private_loopback:
             from ._privatenet import PrivateNetwork
 
-            self._private = PrivateNetwork()
+            self._private = PrivateNetwork(audit)
 
     def handle(self, listener: Listener, notification: Notification) -> None:
         """Answer one network call (read by the run's loop, ``process._supervision``)."""

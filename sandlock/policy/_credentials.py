@@ -18,6 +18,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ._policy import Policy
+
 # A credential's name is also a policy file key ([credentials] NAME = "env:VAR"): the
 # characters of a TOML bare key, so it is never quoted, and never a dotted path.
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
@@ -83,6 +85,17 @@ def check_references(credentials: Mapping[str, str | None], auth: tuple[str, ...
         if credential not in credentials:
             raise PolicyError("credential_env", f"{variable}={credential}: no credential "
                               f"{credential!r} (--credential {credential}=env:VAR defines one)")
+
+
+def check_policy(policy: Policy) -> None:
+    """What a policy's credentials refer to, and that its HTTP rules can attach them."""
+    check_references(policy.credentials, policy.http_auth, policy.credential_env)
+    if policy.http_auth and not (policy.http_allow or policy.http_deny):
+        raise PolicyError("http_auth", "attaches a credential to requests the HTTP rules "
+                          "let through, and there are none: add --http-allow rules")
+    if policy.http_auth and policy.https_inspect == "off":
+        raise PolicyError("http_auth", "a credential is added inside HTTPS, which needs "
+                          "inspection: --https-inspect off forbids it")
 
 
 def source_variables(credentials: Mapping[str, str | None]) -> tuple[str, ...]:

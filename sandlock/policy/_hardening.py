@@ -1,7 +1,7 @@
 """The checks of the hardening fields: upstream Sandlock's (protections, syscall lists,
 the ids inside the user namespace) and the seccomp rules a policy waives
 (allow_syscalls), and upstream's constructor spellings (``strict``,
-``extra_allow_syscalls``): loaded only by a policy that uses one."""
+``extra_allow_syscalls``): loaded only by a policy that uses one (or misspells a field)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,24 @@ from ._values import strings
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ._policy import Policy
 
 MAX_ID = 0xFFFFFFFE  # (uid_t)-1 means "no change" to the kernel: not an id
 SYSV_IPC_GROUP = "sysv_ipc"  # upstream's name for the SysV IPC calls in extra_allow_syscalls
+# Names that were Policy fields before the Sandlock documents' names were adopted.
+_FORMER_NAMES = {"fs_read": "fs_readable", "fs_write": "fs_writable", "fs_deny": "fs_denied"}
+
+
+def suggestion(name: str, fields: Iterable[str]) -> str:
+    """What an unknown field ``name`` may have meant ("" if nothing close)."""
+    if name in _FORMER_NAMES:
+        return f": did you mean {_FORMER_NAMES[name]!r}?"
+    import difflib
+
+    close = difflib.get_close_matches(name, list(fields), n=1, cutoff=0.6)
+    return f": did you mean {close[0]!r}?" if close else ""
 
 
 def protections(name: str, value: object) -> tuple:

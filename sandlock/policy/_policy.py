@@ -106,9 +106,9 @@ class Policy:
     dns_allow_private: bool = _flag("--dns-allow-private", "network.dns_allow_private",
                                     default=False)
     # zkit's private network: a network namespace of the sandbox's own, only `lo` in it
-    # (docs/usage.md "A private loopback").
-    net_private_loopback: bool = _flag("--net-private-loopback", "network.private_loopback",
-                                       default=False)
+    # (docs/usage.md "A private loopback"). None: sandlock decides (``private_network``).
+    net_private_loopback: bool | None = _flag("--net-private-loopback",
+                                              "network.private_loopback", default=None)
     # HTTP: rules as written (validated here, compiled by the proxy), the ports they
     # govern, and how HTTPS is handled (see docs/http.md).
     http_allow: tuple[str, ...] = _flag("--http-allow", "http.allow", default=())
@@ -179,7 +179,9 @@ class Policy:
             values = upstream_spellings(values)
         for name in values:
             if name not in FIELDS:
-                raise PolicyError(name, f"Policy has no field {name!r}{_suggestion(name)}")
+                from ._hardening import suggestion
+
+                raise PolicyError(name, f"Policy has no field {name!r}{suggestion(name, FIELDS)}")
         initialise(self, (), values)
 
     def __post_init__(self) -> None:
@@ -264,17 +266,10 @@ class Policy:
             check_branchfs(self.workdir)
 
     def _check_credentials(self) -> None:
-        if not (self.credentials or self.http_auth or self.credential_env):
-            return
-        from ._credentials import check_references
+        if self.credentials or self.http_auth or self.credential_env:
+            from ._credentials import check_policy
 
-        check_references(self.credentials, self.http_auth, self.credential_env)
-        if self.http_auth and not (self.http_allow or self.http_deny):
-            raise PolicyError("http_auth", "attaches a credential to requests the HTTP rules "
-                              "let through, and there are none: add --http-allow rules")
-        if self.http_auth and self.https_inspect == "off":
-            raise PolicyError("http_auth", "a credential is added inside HTTPS, which needs "
-                              "inspection: --https-inspect off forbids it")
+            check_policy(self)
 
     def replace(self, **changes: object) -> Policy:
         """A checked copy with ``changes`` (upstream's spellings taken too)."""
@@ -300,6 +295,23 @@ class Policy:
     @property
     def uses_default_workspace(self) -> bool:
         return not self.fs_readable and not self.fs_writable
+
+    @property
+    def private_network(self) -> bool:
+        """A network namespace of the sandbox's own (its namespaces permitting): as asked,
+        else zkit's default: for a default-workspace run that reaches nothing of the
+        host's network and no host abstract socket (with --allow-ipc, it may)."""
+        if self.net_private_loopback is not None:
+            return self.net_private_loopback
+        if self.fs_readable or self.fs_writable or self.full_access or self.allow_ipc:
+            return False
+        if any(getattr(self, name) for name in _HOST_NETWORK):
+            return False
+        if self.disable:  # (Protection members: confinement's numbers are loaded)
+            from ..confinement import ABSTRACT_UNIX_SOCKET_SCOPE as scope
+
+            return scope not in self.disable
+        return True
 
     @property
     def full_access(self) -> bool:
@@ -340,6 +352,16 @@ class Policy:
 # name -> Field (``.default``, ``.metadata``: flag, key, path), in declaration order.
 FIELDS = {f.name: f for f in Policy.__record_fields__}  # type: ignore[attr-defined]
 
+# The fields that reach the host's network, which a private network would cut: the
+# destinations and the HTTP proxy (net_allow, net_allow_hosts, net_connect, net_deny:
+# all but some; http_allow, http_deny), servers the host reaches (net_bind, net_deny_bind,
+# port_remap: real ports). Not these: unix_allow (pathname sockets are files, of no
+# network namespace); dns_servers, resolve, dns_allow_private, http_* and credentials
+# (about what allow or HTTP rules reach: nothing without one).
+_HOST_NETWORK = ("net_allow", "net_allow_hosts", "net_connect", "net_deny", "http_allow",
+                 "http_deny", "net_bind", "net_deny_bind", "port_remap")
+
+
 # Errors about what is not a Policy field but a Sandbox setting or argument.
 _OTHER_FLAGS = {"audit": "--audit", "argv": "COMMAND", "pass_fds": "--pass-fd", "name": "--name"}
 
@@ -359,8 +381,6 @@ def check_field(field_name: str, value: object) -> None:
     CHECKS[field_name](field_name, value)
 
 
-# Names that were Policy fields before the Sandlock documents' names were adopted.
-_FORMER_NAMES = {"fs_read": "fs_readable", "fs_write": "fs_writable", "fs_deny": "fs_denied"}
 # Upstream Sandlock's spellings of a field, taken as that field (docs/api.md).
 _ALIASES = {"net_allow_bind": "net_bind"}
 
@@ -374,12 +394,3 @@ def _take_alias(values: dict[str, object], *, replacing: bool = False) -> None:
         if name in values and not replacing:
             raise PolicyError(alias, f"is {name}'s other name: give one of them")
         values[name] = values.pop(alias)
-
-
-def _suggestion(name: str) -> str:
-    if name in _FORMER_NAMES:
-        return f": did you mean {_FORMER_NAMES[name]!r}?"
-    import difflib
-
-    close = difflib.get_close_matches(name, FIELDS, n=1, cutoff=0.6)
-    return f": did you mean {close[0]!r}?" if close else ""

@@ -82,6 +82,11 @@ def boolean(name: str, value: object) -> bool:
     return value
 
 
+def boolean_or_automatic(name: str, value: object) -> bool | None:
+    """True, False, or None: sandlock decides (net_private_loopback)."""
+    return None if value is None else boolean(name, value)
+
+
 class Environment(Mapping[str, "str | None"]):
     """The variables a Policy sets, in the order given: an immutable mapping (hashable,
     like the rest of a frozen Policy); ``Policy(env={"LANG": "C.UTF-8"})``. A value of
@@ -354,7 +359,7 @@ CHECKS: dict[str, Check] = {
     "dns_servers": checked_by("_netvalues", "dns_servers", _empty),
     "resolve": checked_by("_netvalues", "resolve_entries", _empty),
     "dns_allow_private": boolean,
-    "net_private_loopback": boolean,
+    "net_private_loopback": boolean_or_automatic,
     "http_allow": checked_by("_netvalues", "http_rules", _empty),
     "http_deny": checked_by("_netvalues", "http_rules", _empty),
     "http_ports": ports,

@@ -76,6 +76,7 @@ _KINDS = {
     "Environment": ENV,
     "PortList": PORTS,
     "bool": BOOLEAN,
+    "bool | None": BOOLEAN,  # (None: not said, sandlock decides; never written)
     "str": STRING,
     "str | None": STRING,
     "float | None": NUMBER,

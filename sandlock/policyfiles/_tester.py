@@ -143,6 +143,7 @@ class PolicyTester:
         self._can_inspect = self._rules.http.needs_inspection(policy.https_inspect)
         self._static = DnsSettings.from_policy(policy).static_pins
         self._placeholder = _placeholder(self._rules, self._static)
+        self._private = policy.private_network  # (the sandbox's namespaces permitting)
 
     def test(self, probe: Probe) -> Outcome:
         pins = PinTable()  # one per probe: a placeholder stands for one name only
@@ -165,6 +166,9 @@ class PolicyTester:
                     for address in addresses]
         verdict = next((v for v in verdicts if not v.allowed), verdicts[0])  # any may be used
         note = _address_note(self._rules, probe, verdict) if placeholder else ""
+        if not verdict.allowed and self._private and all(a.is_loopback for a in addresses):
+            note += ("; a private network: the sandbox's own loopback, where a host's "
+                     "service is out of sight (ECONNREFUSED unless the sandbox listens there)")
         if not verdict.allowed or not verdict.redirect_proxy:
             return Outcome(verdict.allowed, verdict.reason + note + self._not_http(probe))
         if probe.method is not None:

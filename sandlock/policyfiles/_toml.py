@@ -22,6 +22,8 @@ _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f
             "$": "\\u0024", "`": "\\u0060"}
 DEFAULT_WORKSPACE_NOTE = ("no [filesystem] read or write paths: the default workspace "
                           "applies (docs/usage.md)")
+PRIVATE_NETWORK_NOTE = ("default workspace, no network: a private network, only lo in it "
+                        "(docs/usage.md, \"A private loopback\")")
 
 
 def dumps(policy: Policy, *, description: str | None = None,
@@ -47,6 +49,8 @@ def _section(policy: Policy, section: str) -> list[str]:
     lines = [f"[{section}]", *entries] if entries else []
     if section == "filesystem" and policy.uses_default_workspace:
         lines.insert(0, f"# {DEFAULT_WORKSPACE_NOTE}")
+    if section == "network" and policy.net_private_loopback is None and policy.private_network:
+        lines.insert(0, f"# {PRIVATE_NETWORK_NOTE}")
     return lines
 
 

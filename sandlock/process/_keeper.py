@@ -70,6 +70,8 @@ def run(spec: _child.ChildSpec, report_fd: int, error_fd: int) -> None:
             _entering(error_fd, isolation.enter_pid_namespace, isolation.overlay is not None)
             status_r, status_w = os.pipe()
             init_pid = _fork_init(spec, isolation, report_fd, status_w, error_fd)
+            if isolation.private_network and spec.binder_fd >= 0:  # (while init mounts)
+                _send_diag_socket(spec.binder_fd)
             status = _wait_for_init(init_pid, report_fd, status_r, spec.confinement.task_cap)
             init_pid = 0  # reaped: its pid may be anyone's now
     except _KillAll as request:
@@ -106,6 +108,18 @@ def _entering(error_fd: int, enter: Callable[[], None], workspace: bool) -> None
     except RuntimeError as exc:  # its own message (the time namespace of --time-start)
         _child.report_setup_error(error_fd, exc)
         raise
+
+
+def _send_diag_socket(channel: int) -> None:
+    """sandlock asks about the sandbox's unix sockets through a socket of its private
+    network, sent on the binder's channel before sandlock's first request there
+    (``process._networkslot.SandboxDiag`` waits for it)."""
+    from ..kernel import netns
+
+    try:
+        netns.send_diag_socket(channel)
+    except OSError:
+        pass  # sandlock finds none: the sandbox's own sockets refused, and said
 
 
 def _fork_init(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd: int,

@@ -17,9 +17,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._auditlog import AuditLog
-    from ..kernel import Listener, Notification
+    from ..kernel import Listener, Notification, SharedDiag
     from ..net import HttpRun, Network, NetworkCall
     from ..policy import Policy
+
+
+# The keeper sends it microseconds after forking init, before the command exists: a
+# longer wait means the keeper is gone (the sandbox with it).
+_DIAG_TIMEOUT = 10.0
 
 
 class NetworkSlot:
@@ -41,6 +46,7 @@ class NetworkSlot:
 
             self._system = SystemFiles.read()
         self.keeper = 0  # its pid (the engine counts the sandbox's seccomp filters on it)
+        self.diag: SandboxDiag | None = None  # a private network's sock_diag socket
         self._handling = _thread.allocate_lock()  # network calls: one at a time
         self._network: Network | None = None
         self._failed = False
@@ -77,7 +83,8 @@ class NetworkSlot:
                 review = self._reviewed if self._review is not None else None
                 network = Network(self._policy, self._ruleset_fd, self._audit, quiet=self._quiet,
                                   http=self._http, review=review, keeper=self.keeper,
-                                  binder_fd=self._binder_fd, system=self._system)
+                                  binder_fd=self._binder_fd, system=self._system,
+                                  diag=self.diag.get() if self.diag else None)
         except BaseException as exc:
             self._failed = True
             if self._http is not None:
@@ -133,6 +140,8 @@ class NetworkSlot:
 
     def close(self) -> str | None:
         """End the engine; its summary of what it refused, if any."""
+        if self.diag is not None:  # (the memory watch has stopped: Supervision.close)
+            self.diag.close()
         if self._network is not None:
             return self._network.close()
         # Not built: what it would have owned is closed here. The proxy is ended here
@@ -143,3 +152,38 @@ class NetworkSlot:
             if fd is not None:
                 os.close(fd)
         return None
+
+
+class SandboxDiag:
+    """A private network's sock_diag socket, which its keeper sends on the binder's
+    channel once init is forked: received at the first need (the engine's, before any
+    request to the binder; or the memory watch's) and shared, a SharedDiag."""
+
+    def __init__(self, channel: int) -> None:
+        self._channel = channel  # (the engine's, open until after the watches stop)
+        self._lock = _thread.allocate_lock()
+        self._shared: SharedDiag | None = None
+        self._received = False
+
+    def get(self) -> SharedDiag | None:
+        """None if the keeper sent none (then the sandbox's own unix sockets are
+        refused, as the notice says, and the memory watch does not start)."""
+        with self._lock:
+            if not self._received:
+                self._received = True
+                from ..kernel import netns
+
+                fd = netns.receive_diag_socket(self._channel, _DIAG_TIMEOUT)
+                if fd >= 0:
+                    import socket
+
+                    from ..kernel import SharedDiag
+
+                    self._shared = SharedDiag(socket.socket(fileno=fd))
+            return self._shared
+
+    def close(self) -> None:
+        with self._lock:
+            self._received = True
+            if self._shared is not None:
+                self._shared.socket.close()

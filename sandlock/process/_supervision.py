@@ -92,6 +92,9 @@ class Supervision:
         # In namespaces, socket files are bound by a thread of the sandbox's init, on
         # this channel (netcall._binder); ``binder_fd`` is init's end, for the launch.
         ours, self.binder_fd = seqpacket_pair() if confinement.isolation else (None, -1)
+        # A private network's sock_diag socket comes first on it (take_listener).
+        private = confinement.isolation is not None and confinement.isolation.private_network
+        self._diag_channel = ours if private else None
         self._network = NetworkSlot(policy, ruleset_fd, audit, quiet, http,
                                     self._runtime.review_network if self._runtime else None,
                                     lambda: self._closed,
@@ -129,6 +132,8 @@ class Supervision:
         from ..kernel import take_fd
 
         self._network.keeper = keeper
+        if self._diag_channel is not None:  # (received when first needed)
+            self._share_diag(self._diag_channel)
         listener_fd = take_fd(pid, fd)
         try:
             proc_fd = take_fd(pid, proc) if proc >= 0 else -1
@@ -160,6 +165,16 @@ class Supervision:
         # send it SIGCHLD, the signal that makes an unreceived fork fail (see _receive).
         self._receivers = 1
         return lambda: self._start_receiving(listener)
+
+    def _share_diag(self, channel: int) -> None:
+        """The private network's sock_diag socket, for the engine (the sandbox's unix
+        sockets) and the memory watch (their buffers): the kernel knows them only there."""
+        from ._networkslot import SandboxDiag
+
+        diag = SandboxDiag(channel)
+        self._network.diag = diag
+        if self.watches is not None:
+            self.watches.socket_diag = diag
 
     def _start_receiving(self, listener: Listener) -> None:
         _thread.start_new_thread(self._receive, (listener,))

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ..limits import CpuThrottle, MemoryWatch
     from ..net import Network
     from ..policy import Policy
+    from ._networkslot import SandboxDiag
     from ._processcap import ProcessCaps
 
 
@@ -38,6 +39,7 @@ class Watches:
         self._stopping.acquire()  # released by stop(): the memory watch need not start
         self.cpu: CpuThrottle | None = None
         self.caps: ProcessCaps | None = None  # the run's process cap, for update()
+        self.socket_diag: SandboxDiag | None = None  # a private network's (MemoryWatch)
 
     def adopt(self, proc_fd: int, *, watched: bool, pausable: bool, later: bool) -> None:
         """Copies of the sandbox's /proc: ``watched`` for the limits, ``pausable`` for
@@ -167,7 +169,12 @@ class Watches:
             try:
                 from ..limits import MemoryWatch
 
-                memory = MemoryWatch(limit, proc_fd, exceeded, scratch)
+                sockets = None
+                if self.socket_diag is not None:  # a private network: its sockets asked there
+                    sockets = self.socket_diag.get()
+                    if sockets is None:
+                        raise OSError("no sock_diag socket from the private network")
+                memory = MemoryWatch(limit, proc_fd, exceeded, scratch, sockets)
             except BaseException as exc:  # fail closed: no watch, no sandbox
                 self._kill()
                 self._hit("max_memory", shown, "kill", f"the memory watch could not start "
