@@ -125,8 +125,13 @@ def fetch(port: int) -> str:
 
 
 def test_network_denied_inside_unless_the_policy_allows_it(upstream):
-    denied = Sandbox(Policy(), quiet=True).call(fetch, args=(upstream.port,))
+    # A default-workspace Policy() allowing no network: the sandbox's own network
+    # namespace, where nothing listens (docs/usage.md "A private loopback").
+    private = Sandbox(Policy(), quiet=True).call(fetch, args=(upstream.port,))
+    assert not private.success and "Connection refused" in private.error.message
+    denied = Sandbox(Policy(net_private_loopback=False), quiet=True).call(fetch, args=(upstream.port,))
     assert not denied.success and "Permission denied" in denied.error.message
+    assert upstream.paths() == []
     allowed = Sandbox(Policy(net_allow=[f"127.0.0.2:{upstream.port}"])).call(fetch, args=(upstream.port,))
     assert allowed.value == "127.0.0.2 GET /x\n"
     assert upstream.paths() == ["/x"]

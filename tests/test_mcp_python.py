@@ -57,8 +57,10 @@ def test_what_the_code_is_denied_is_reported(project, unscratched):
     key, connect = run(scenario, [], cwd=project, home=home)
     assert "PRIVATE KEY" not in key.get("value", "") and "PermissionError" in key["stderr"]
     assert key["denied"][0]["path"] == str(home / ".ssh" / "id_ed25519")
+    # (the default policy's private network: the host's loopback is out of its sight)
     assert connect["denied"] == [{"kind": "connect", "protocol": "tcp", "destination": "127.0.0.3:9",
-                                  "reason": "no --net-allow rule"}]
+                                  "reason": "nothing listens there in the sandbox's private network "
+                                            "(the host's loopback is out of its sight)"}]
 
 
 @pytest.mark.parametrize("frame, header, said", [
