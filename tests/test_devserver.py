@@ -152,10 +152,14 @@ def test_getaddrinfo_sorting_probes_are_not_denials():
     script = ("import socket\n"
               "print([a[4][0] for a in socket.getaddrinfo(None, 8000, type=socket.SOCK_STREAM,"
               " flags=socket.AI_PASSIVE)])\n")
-    inside = sandlock("run", "--", PY, "-c", script, cwd="/tmp")
+    # (in the host's network namespace, where the probes meet the supervisor; a default
+    # run's private network has only `lo`, which sorts as such a machine does)
+    inside = sandlock("run", "--no-net-private-loopback", "--", PY, "-c", script, cwd="/tmp")
     outside = subprocess.run([PY, "-c", script], capture_output=True, text=True)
     assert inside.stdout == outside.stdout
     assert inside.stderr == ""
+    private = sandlock("run", "--", PY, "-c", script, cwd="/tmp")
+    assert private.returncode == 0 and private.stderr == ""
 
 
 UDP_CLIENT = """
@@ -182,7 +186,9 @@ def test_a_udp_client_to_a_denied_destination_sends_nothing_there(world_tmp, as_
     server.settimeout(0.5)
     port = server.getsockname()[1]
     audit = world_tmp / "audit.jsonl"
-    argv = [*SANDLOCK, "run", "--audit", str(audit), "--", PY, "-c",
+    # (the sink is the host's namespace's: a default run's private network would send
+    # these to its own loopback, test_private_network_default)
+    argv = [*SANDLOCK, "run", "--no-net-private-loopback", "--audit", str(audit), "--", PY, "-c",
             UDP_CLIENT.replace("THE_PORT", str(port))]
     try:
         result = subprocess.run(wrap(argv), capture_output=True, text=True, timeout=60, cwd="/tmp")
@@ -214,6 +220,23 @@ def test_without_sandlock_the_udp_client_reaches_its_server():
         server.close()
 
 
+def test_a_default_runs_udp_client_stays_in_its_private_network():
+    """The same client in a default run (its private network): its datagrams go to its
+    own loopback, where nothing listens, never to the host's server. Control: the
+    unconfined client above reaches it."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.bind(("127.0.0.1", 0))
+    server.settimeout(0.5)
+    try:
+        result = sandlock("run", "--", PY, "-c", UDP_CLIENT.replace("THE_PORT", str(server.getsockname()[1])),
+                          cwd="/tmp")
+        with pytest.raises(TimeoutError):
+            server.recv(100)
+    finally:
+        server.close()
+    assert "ConnectionRefusedError" in result.stderr, result  # (its own loopback said so)
+
+
 def test_the_sink_is_not_a_way_out():
     """The attack: read the sink's address (getpeername of a parked socket), then send
     there, or connect a fresh socket to it: sandlock's own, so refused."""
@@ -231,5 +254,5 @@ for attempt in (lambda: s.sendto(b"x", sink), lambda: s.connect(sink)):
         results.append(error.errno)
 print(sink[0], results)
 """
-    result = sandlock("run", "-q", "--", PY, "-c", script, cwd="/tmp")
+    result = sandlock("run", "-q", "--no-net-private-loopback", "--", PY, "-c", script, cwd="/tmp")
     assert result.stdout.strip() == "127.0.0.1 [13, 13]", result
