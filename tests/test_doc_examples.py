@@ -410,7 +410,8 @@ CANNOT_RUN = {
     "sudo apt-get install -y python3-venv && python3 -m venv .venv && .venv/bin/pip install . && "
     ".venv/bin/sandlock selftest": "installs Debian packages as root and sandlock's build "
                                    "dependencies from PyPI: the internet",
-    ".venv/bin/pip install '.[test,mcp,ray]' && .venv/bin/python -m pytest":
+    ".venv/bin/pip install '.[test,mcp,ray]' && .venv/bin/python -m pytest -n 3 --dist loadfile "
+    "&& .venv/bin/python -m pytest -m alone":
         "installs the test dependencies from PyPI, then runs this whole suite, this test included",
     "pip install 'sandlock[mcp]'": "installs the MCP SDK from PyPI: the internet",
 }
