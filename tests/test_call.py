@@ -91,6 +91,26 @@ def test_a_timeout_kills_the_call_and_everything_it_started(tmp_path):
     assert not marker.exists()
 
 
+def _leaves_its_output_held():
+    print("before", flush=True)
+    subprocess.Popen(["setsid", "sleep", "60"])  # its own session: out of the call's group
+    return "value"
+
+
+def test_a_call_returns_though_what_it_left_holds_its_output_open():
+    """In a running sandbox, a call whose function left a process holding its stdout,
+    out of the call's process group (which dies with the call): the call still returns,
+    its value and what it printed collected; what is left is given a grace second, not
+    waited for."""
+    with Sandbox(Policy()) as sb:
+        done: list = []
+        caller = threading.Thread(target=lambda: done.append(sb.call(_leaves_its_output_held)))
+        caller.start()
+        caller.join(30)
+        assert done, "the call did not return while its leftover held its output"
+        assert done[0].value == "value" and done[0].stdout == b"before\n"
+
+
 def test_a_memory_limit_ends_the_call(capfd):
     def grows():
         blocks = []

@@ -6,9 +6,9 @@ Items are pipelined: Ray calls ``run`` on up to the pool's window of threads at 
 each sends its item as soon as it comes, and the host queues them and runs them one at
 a time, in order. So the host starts the next item the moment one ends, instead of
 idling while a result goes back to the driver and the next item comes through Ray
-(that round trip was most of what a pool paid per item over plain Ray actors). The
-replies come back in the order the items went: each call reads its own when its turn
-comes (``_turn``), no reader thread.
+(where the node's CPUs are all busy, another actor's work filled that gap anyway:
+performance.md). The replies come back in the order the items went: each call reads
+its own when its turn comes (``_turn``), no reader thread.
 
 Nothing confined outlives the actor: the host reads the actor's socket, and its EOF
 (the kernel closes the actor's end however it died) ends the host, and the sandbox
