@@ -234,29 +234,30 @@ def sandbox_of(namespace: str) -> set[tuple[int, str]]:
 
 
 def left_of(sandbox: set[tuple[int, str]]) -> list[str]:
-    """What is still running of ``sandbox``: each process's /proc/PID/stat up to its
-    parent. Its init among them or not: when init goes, the kernel ends the rest."""
-    return [described for pid, start in sandbox
-            if start and not gone(pid) and started(pid) == start
-            and (described := stat_head(pid))]
+    """What is still running of ``sandbox``: each process's pid, state and parent. Its
+    init among them or not: when init goes, the kernel ends the rest."""
+    left = []
+    for pid, start in sandbox:
+        fields = stat_fields(pid)
+        if start and fields and fields[0] != "Z" and fields[19] == start:
+            left.append(f"{pid} {fields[0]} {fields[1]}")
+    return left
 
 
 def started(pid: int) -> str:
-    """Its start time, in clock ticks since boot (stat's 22nd field, counted after
-    the name: a name may hold spaces)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+    """Its start time, in clock ticks since boot (stat's 22nd field)."""
+    fields = stat_fields(pid)
+    return fields[19] if fields else ""
 
 
-def stat_head(pid: int, count: int = 4) -> str:
+def stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the name (a name may hold spaces): state, parent,
+    ...; empty if there is no such process."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return " ".join(stat.read().split()[:count])
-    except OSError:
-        return ""
+            return stat.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return []
 
 
 def settled(condition, seconds: float = 30) -> bool:
@@ -270,11 +271,8 @@ def settled(condition, seconds: float = 30) -> bool:
 
 def gone(pid: int) -> bool:
     """Not running: no such process, or a zombie its parent has yet to reap."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+    fields = stat_fields(pid)
+    return not fields or fields[0] == "Z"
 
 
 def children(pid: int) -> list[int]:

@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+from conftest import CHECKOUT
+
 # Beyond what a bare interpreter has loaded, the start path may import only these.
 ALLOWED = {
     "__future__",  # `from __future__ import annotations` imports it
@@ -74,7 +76,7 @@ raise SystemExit(code)
 # path imports nothing from site-packages, so neither needs it. `site` itself is
 # imported, not run: what it loads (os, stat...) every interpreter has.
 _PYTHON = [sys.executable, "-S", "-c", "import site; exec(__import__('sys').argv.pop(1))"]
-_ENV = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+_ENV = {**os.environ, "PYTHONPATH": CHECKOUT}
 
 
 def _modules_of(argv: list[str], cwd) -> dict[str, set[str]]:
