@@ -50,16 +50,16 @@ class Capture:
 
     def __exit__(self, *exc: object) -> None:
         self._close_child_ends()
-        if self._pumping is not None and self._thread is None:  # pumped here (pump_here)
+        if self._thread is not None:
+            self._thread.join()
+        elif self._pumping is not None:  # pumped here (pump_here): what it left open
             self._close_readers()
-        elif self._thread is None:  # never started: nothing will read or feed them
+        else:  # never started: nothing will read or feed them
             if self._stdin:
                 _close(self._stdin[1])
             for read_end, _ in self._outputs:
                 _close(read_end)
             _close(self._extra)
-        else:
-            self._thread.join()
 
     def child_stdio(self) -> dict[str, int | None]:
         return {
