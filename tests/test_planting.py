@@ -630,3 +630,40 @@ def test_the_end_check_is_quiet_in_an_existing_repository(nobody_world):
     repository(world)
     result = world.sandlock("echo x > f && git add f && git commit -q -m f && echo done")
     assert result.stdout.split() == ["done"] and "quarantined" not in result.stderr, result.stderr
+
+
+# --- sandlock's own code --------------------------------------------------------------
+
+# Opens a module of sandlock's for writing (nothing is written: a regression must not
+# change the checkout), and a file beside the package, in the same write grant.
+OWN_CODE = """
+import errno, os, sys
+package, beside = sys.argv[1], sys.argv[2]
+for name, path in (("module", os.path.join(package, "netcall", "_binder.py")), ("beside", beside)):
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        print(name, "writable")
+    except OSError as error:
+        print(name, errno.errorcode[error.errno])
+"""
+
+
+@pytest.mark.parametrize("grant", ["default workspace", "-w"])
+def test_sandlocks_own_code_is_read_only_in_a_write_grant(grant):
+    """A checkout or venv of sandlock's inside the project: the command could change a
+    module that sandlock (and its keeper and init, outside the command's confinement)
+    imports while the command runs, or at the next run. It is read-only (EROFS);
+    control: a file beside the package, in the same write grant, is written."""
+    from sandlock.confinement._isolation import SANDLOCK_PACKAGE
+
+    top = os.path.dirname(SANDLOCK_PACKAGE)
+    beside = Path(top) / f".own-code-control-{os.getpid()}"
+    options = [] if grant == "default workspace" else ["-r", "/", "-w", top]
+    try:
+        result = subprocess.run([*SANDLOCK, "run", "-q", *options, "--", sys.executable, "-c",
+                                 OWN_CODE, SANDLOCK_PACKAGE, str(beside)],
+                                cwd=top, capture_output=True, text=True, timeout=60)
+        assert result.stdout.split("\n")[:2] == ["module EROFS", "beside writable"], result
+        assert beside.exists()
+    finally:
+        beside.unlink(missing_ok=True)

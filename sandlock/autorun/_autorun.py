@@ -209,19 +209,24 @@ class Found:
 
 def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[str] = (),
             private: Iterable[str] = (), policy_files: Iterable[str] = (),
-            autorun: bool = True) -> Protection:
+            autorun: bool = True, own_code: Iterable[str] = ()) -> Protection:
     """What to protect for the ``writable`` grants; ``unscanned``: writable directories
     not searched for repositories (scratch directories, caches: nobody's project, and
     /tmp alone may hold thousands of entries); ``private``: those the sandbox has its
     own of (nothing written there reaches the host); ``policy_files``: those the run's
-    policy was read from (read-only whatever ``autorun`` says)."""
+    policy was read from, and ``own_code`` sandlock's own package (read-only whatever
+    ``autorun`` says: sandlock imports modules of it while the command runs, outside
+    its confinement, and at every later run)."""
     since = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
     hidden = {os.path.realpath(path) for path in private}
     roots = [real for real in dict.fromkeys(os.path.realpath(path) for path in writable
                                             if os.path.isdir(path)) if real not in hidden]
     found = Found(sorted(roots, key=len))
-    files = tuple(dict.fromkeys(real for real in map(os.path.realpath, policy_files)
-                                if found.covered(real)))
+    files, code = (tuple(dict.fromkeys(real for real in map(os.path.realpath, paths)
+                                       if found.covered(real)))
+                   for paths in (policy_files, own_code))
+    for path in code:
+        found.protect(path)
     if not autorun:
         for path in files:
             found.protect(path)

@@ -86,6 +86,11 @@ class Overlay:
         return layer
 
 
+# sandlock's own package (its proxy and CA with it, in a regular install): read-only in
+# the sandbox wherever a write grant covers it (a venv or a checkout in the project),
+# since sandlock, its keeper and init import modules of it while the command runs.
+SANDLOCK_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 class Isolation:
     """What to mount for one run, decided in sandlock's process."""
 
@@ -147,7 +152,8 @@ class Isolation:
                    if any(_within(path, scratch) for scratch in private) and os.path.exists(path)]
         moved = ("/proc", *private, *((overlay.directory,) if overlay else ()))
         protection = _autorun.protect(writable, homes, (*SCRATCH, *unscanned), private,
-                                      policy_files, autorun=protect_autorun)
+                                      policy_files, autorun=protect_autorun,
+                                      own_code=(SANDLOCK_PACKAGE,))
         restored = _restorations(private, granted)
         protection = _in_view(protection, private, restored)
         temporary = tuple(path for path in dict.fromkeys(temporary) if os.path.isabs(path)
