@@ -202,6 +202,12 @@ class Isolation:
                 raise RuntimeError(f"cannot make the time namespace --time-start needs "
                                    f"({exc.strerror}; Linux 5.6 with CONFIG_TIME_NS)") from None
 
+    def hides(self, path: str) -> bool:
+        """Whether the sandbox's mounts hide ``path`` (beneath its own /tmp, not bound
+        back): what lies there cannot be read after them, not even by init."""
+        return (any(_within(path, scratch) for scratch in self.private)
+                and not any(_within(path, grant) for grant in self.restored))
+
     def mount(self, add_rule: Callable[[str, int], None], pids_below: int = 0) -> int:
         """In the first process of the PID namespace, in the mount namespace the keeper
         made for it: every mount; ``add_rule(path, access)`` adds the Landlock rules of

@@ -23,9 +23,13 @@ import os
 import select
 
 from .._record import replace
-from ..confinement import RESERVED_PIDS, Isolation
+from ..confinement import RESERVED_PIDS, SANDLOCK_PACKAGE, Isolation
 from ..kernel import PR_SET_PDEATHSIG, prctl
 from . import _child, _reports
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd: int,
@@ -36,6 +40,7 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the keeper gone: the namespace with us
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the keeper's signal, not ours
         _wipe_command_line()
+        feed = _loaded_before_the_mounts(spec, isolation)
         ruleset = spec.confinement.ruleset
         # The default task cap, for root (RLIMIT_NPROC holds the others): pid_max.
         cap = spec.confinement.task_cap
@@ -57,15 +62,29 @@ def run(spec: _child.ChildSpec, isolation: Isolation, report_fd: int, status_fd:
         _reports.close_all_but(report_fd, status_fd, *binder, *fifo)
         if binder:
             _thread.start_new_thread(_binder, binder)
-        if fifo:
-            from ..determinism import feed_random_devices
-
-            _thread.start_new_thread(feed_random_devices, (*fifo, isolation.device_seed))
+        if fifo and feed is not None:
+            _thread.start_new_thread(feed, (*fifo, isolation.device_seed))
         status = _reports.wait_for_command(command_pid, report_fd)
         os.write(status_fd, b"%d" % status)
     except BaseException as exc:  # noqa: BLE001 - must never unwind into sandlock's code
         _child.report_setup_error(error_fd, exc)
     os._exit(0)
+
+
+def _loaded_before_the_mounts(spec: _child.ChildSpec, isolation: Isolation) -> Callable | None:
+    """What init runs after the mounts, loaded before them: they may hide sandlock's
+    own files (a venv under /tmp, which the sandbox's /tmp covers), and an import that
+    finds none then fails. The random devices' feed of a seeded run (returned), and,
+    where sandlock's files are hidden, the binder (else loaded at its first request)."""
+    if spec.binder_fd >= 0 and isolation.hides(SANDLOCK_PACKAGE):
+        import _socket  # noqa: F401 - (the binder's first request imports it)
+
+        from ..netcall import serve_binds  # noqa: F401 - (its module, loaded)
+    if isolation.device_seed is None:
+        return None
+    from ..determinism import feed_random_devices
+
+    return feed_random_devices
 
 
 def _binder(channel: int, ruleset: int) -> None:
