@@ -99,12 +99,14 @@ def unprivileged(argv: Sequence[str]) -> list[str]:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """``@pytest.mark.alone``: the test measures CPU time against the wall clock, which
-    other tests running beside it (pytest -n, as CI's second pass does) make meaningless.
-    Skipped there, saying why; the serial pass runs it."""
-    if item.get_closest_marker("alone") and os.environ.get("PYTEST_XDIST_WORKER"):
-        pytest.skip("measures CPU time against the wall clock: needs the machine to itself "
-                    "(runs in a serial pass, not under pytest -n)")
+    """``@pytest.mark.alone(reason)``: the test needs the machine to itself (it times CPU
+    shares against the wall clock, or watches directories every test shares), which other
+    tests running beside it (pytest -n, as CI's passes do) make meaningless. Skipped
+    there, saying why; the serial pass runs it."""
+    marker = item.get_closest_marker("alone")
+    if marker and os.environ.get("PYTEST_XDIST_WORKER"):
+        reason = marker.kwargs.get("reason", "needs the machine to itself")
+        pytest.skip(f"{reason}: runs in a serial pass (pytest -m alone), not under pytest -n")
 
 
 @pytest.fixture(scope="module")

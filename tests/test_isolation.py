@@ -189,6 +189,9 @@ def host_scratch_files():
         os.unlink(path)
 
 
+# Alone: "nothing left behind" compares the host's /tmp, /var/tmp and /dev/shm before and
+# after the run, and tests beside it (pytest -n) create and remove files there meanwhile.
+@pytest.mark.alone(reason="compares the host's scratch directories before and after a run")
 def test_scratch_directories_are_private_and_leave_nothing_behind(host_scratch_files, tmp_path):
     tag, paths = host_scratch_files
     before = {d: set(os.listdir(d)) for d in ("/tmp", "/var/tmp", "/dev/shm")}

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import SANDLOCK, sandlock
 
-pytestmark = pytest.mark.alone  # CPU shares: the machine to itself (conftest)
+pytestmark = pytest.mark.alone(reason="measures CPU time against the wall clock")
 
 BUSY = r"""
 import os, sys, time
