@@ -92,6 +92,7 @@ int main(int argc, char **argv) {
             char *echo = strdup("/bin/echo");
             char *args[] = {echo, arg, NULL};
             execv(echo, args);
+            fprintf(stderr, "racer: round %d: execv: %s\n", i, strerror(errno));
             _exit(127);
         }
         if (strcmp(where, "procmem") == 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import select
 import socket
 import subprocess
@@ -336,11 +337,13 @@ class UnixServer(_Server):
 
 
 def common_port(hosts: Sequence[str]) -> int:
-    """A port free for both TCP and UDP on every one of ``hosts`` (servers on aliases)."""
+    """A port free for both TCP and UDP on every one of ``hosts`` (servers on aliases).
+    Below the kernel's ephemeral range: a port another test takes with bind(port 0) to
+    probe "nothing listens here" (tests run side by side under pytest -n) is never one
+    of these servers'."""
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
     for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((hosts[0], 0))
-            port = probe.getsockname()[1]
+        port = random.randrange(max(1024, low - 12000), low)
         try:
             for host in hosts:
                 family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -445,7 +445,8 @@ def test_unspecified_and_mapped_destinations():
         assert wait_until(lambda: loopback.accepted == 5, 5), loopback.peers
         assert wait_until(lambda: loopback_udp.payloads == [b"from-bound-socket"], 5)
         time.sleep(0.1)
-        assert denied.accepted == 0 and loopback6.accepted == 0 and denied_udp.payloads == []
+        assert denied.accepted == 0 and loopback6.accepted == 0 and denied_udp.payloads == [], \
+            (denied.peers, loopback6.peers, denied_udp.payloads)
 
     # Control: the kernel itself sends 0.0.0.0 from a DENIED-bound socket to DENIED.
     with TcpServer(DENIED, port) as denied:
