@@ -20,6 +20,15 @@ def square(n: int) -> int:
     return TABLE[n % len(TABLE)] if TABLE else n * n
 
 
+BUMPS = [0]
+
+
+def bump(_: object) -> int:
+    """The clone's own count of the items it ran (a process per item: always 1)."""
+    BUMPS[0] += 1
+    return BUMPS[0]
+
+
 def busy(seconds: float) -> float:
     """Spins for ``seconds`` of CPU (the bench's item)."""
     end = time.process_time() + seconds

@@ -85,6 +85,21 @@ def test_a_thousand_items_through_two_actors(pool):
     assert all(r.value == r.index ** 2 for r in unordered)
 
 
+def test_items_in_chunks_each_run_in_a_clone_of_their_own(pool):
+    """A Ray call carries a chunk of a map's items; each still runs in a clone of its
+    own (a count kept in the clone's memory is 1 for every item), in the items' order
+    or as they complete, and says how long it took."""
+    results = list(pool.map(ray_items.bump, range(60), chunksize=7))
+    assert [r.index for r in results] == list(range(60))
+    assert {r.value for r in results} == {1} and all(r.seconds > 0 for r in results)
+    unordered = list(pool.map(ray_items.square, range(60), chunksize=8, ordered=False))
+    assert sorted((r.index, r.value) for r in unordered) == [(n, n * n) for n in range(60)]
+    assert ray_items.bump(None) == 1 and ray_items.bump(None) == 2  # (control: one process counts on)
+    for wrong in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="chunksize must be a positive integer"):
+            pool.map(ray_items.square, range(3), chunksize=wrong)
+
+
 def test_submit_gives_an_object_ref_and_work_may_be_a_closure(pool):
     from sandlock.ray import state
 

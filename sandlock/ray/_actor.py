@@ -2,9 +2,9 @@
 holds the sandbox and runs the items) and passes it the items Ray brings. The actor is
 a plain class here; the pool makes it a Ray actor (``ray.remote``).
 
-Items are pipelined: Ray calls ``run`` on up to the pool's window of threads at once,
-each sends its item as soon as it comes, and the host queues them and runs them one at
-a time, in order. So the host starts the next item the moment one ends, instead of
+Items are pipelined: Ray calls ``run`` (one item) or ``run_many`` (a chunk of a
+map's) on up to the pool's window of threads at once, each sends its items as soon as
+they come, and the host queues them and runs them one at a time, in order. So the host starts the next item the moment one ends, instead of
 idling while a result goes back to the driver and the next item comes through Ray
 (where the node's CPUs are all busy, another actor's work filled that gap anyway:
 performance.md). The replies come back in the order the items went: each call reads
@@ -67,30 +67,49 @@ class SandboxActor:
             memory: int | None, output: int | None, narrowed: Policy | None) -> ItemResult:
         """One item, in a clone of the host's sandbox (of a nested one for ``narrowed``),
         after those sent before it."""
-        reply = None
+        return self._exchange([(index, payload, timeout, memory, output, narrowed)])[0]
+
+    def run_many(self, entries: list[tuple]) -> list[ItemResult]:
+        """Several items (each ``run``'s arguments), one after the other: one Ray call
+        for a chunk of a map's items, whose cost (~2 ms of the driver's and the
+        actor's CPU) an item of a few milliseconds would otherwise pay alone."""
+        return self._exchange(entries)
+
+    def _exchange(self, entries: list[tuple]) -> list[ItemResult]:
         with self._sending:
+            sent = 0
             try:
-                send(self._channel, ("run", index, payload, timeout, memory, output, narrowed))
+                for entry in entries:
+                    send(self._channel, ("run", *entry))
+                    sent += 1
             except OSError:
-                ticket = None  # the host ended between two items
+                pass  # the host ended between two items
+            first, self._sent = self._sent, self._sent + sent
+        replies = [self._reply(first + n) for n in range(sent)]
+        results = []
+        for number, entry in enumerate(entries):
+            reply = replies[number] if number < sent else None
+            if reply is not None and reply[0] == "result":
+                results.append(reply[1])
+            elif self._closing:
+                results.append(lost(entry[0], "the pool was shut down while it ran")
+                               .replace(reason=KILLED))
             else:
-                ticket, self._sent = self._sent, self._sent + 1
-        if ticket is not None:
+                # The host ended under the item (its sandbox died of no limit): this
+                # actor ends too, so that Ray restarts it and retries its items.
+                os._exit(1)
+        return results
+
+    def _reply(self, ticket: int) -> tuple | None:
+        """The host's reply to the frame sent with ``ticket``, read in its turn."""
+        with self._turn:
+            self._turn.wait_for(lambda: self._replied == ticket)
+        try:
+            return receive(self._channel)
+        finally:
             with self._turn:
-                self._turn.wait_for(lambda: self._replied == ticket)
-            try:
-                reply = receive(self._channel)
-            finally:
-                with self._turn:
-                    self._replied += 1
-                    self._turn.notify_all()
-        if reply is not None and reply[0] == "result":
-            return reply[1]
-        if self._closing:
-            return lost(index, "the pool was shut down while it ran").replace(reason=KILLED)
-        # The host ended under the item (its sandbox died of no limit): this actor ends
-        # too, so that Ray restarts it and retries its items.
-        os._exit(1)
+                self._replied += 1
+                self._turn.notify_all()
 
     def close(self) -> None:
         """End the sandbox (an item still running is killed), then the host. Called in

@@ -29,6 +29,7 @@ import struct
 import sys
 import tempfile
 import threading
+import time
 
 from ..api import Sandbox
 from .._errors import SandlockError
@@ -187,7 +188,10 @@ class _ItemQueue:
 def _run_items(host: SandboxHost, items: _ItemQueue, channel: socket.socket,
                sending: threading.Lock) -> None:
     while True:
-        result = host.run(*items.take())
+        item = items.take()
+        start = time.monotonic()
+        result = host.run(*item)
+        result = result.replace(seconds=time.monotonic() - start)  # (the pool sizes chunks by it)
         with sending:
             send(channel, ("result", result))
 

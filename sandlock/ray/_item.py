@@ -42,7 +42,8 @@ class ItemResult:
     that ended it or cut its output (``"timeout"``, ``"max_memory"``, ``"max_processes"``,
     ``"max_output"``...); ``denied`` the audit records of what sandlock refused it
     (dicts as in the audit log: ``syscall``, ``destination``, ``reason``...);
-    ``node`` the host name of the node it ran on."""
+    ``node`` the host name of the node it ran on; ``seconds`` how long it took there,
+    from the start of its clone to its result (0 for one that never started)."""
 
     index: int | None
     success: bool
@@ -55,6 +56,7 @@ class ItemResult:
     stdout: bytes
     stderr: bytes
     node: str = ""
+    seconds: float = 0.0
 
 
 _STATE: list[object] = []  # what the pool's init returned, in this sandbox (one value)

@@ -9,6 +9,8 @@ scheduler: placement is Ray's (resources, a placement group, one node per actor 
 
 from __future__ import annotations
 
+from itertools import islice
+
 from .._errors import SetupError
 from ._item import lost
 
@@ -19,7 +21,12 @@ if TYPE_CHECKING:
     from ..policy import Policy
     from ._item import ItemResult
 
-WINDOW = 2  # items handed to one actor at a time by map(): one running, one queued at its host
+WINDOW = 2  # Ray calls on one actor at a time by map(): one running, one queued at its host
+# A chunk of map()'s items per Ray call: enough items to take ~CHUNK_SECONDS, by the
+# items seen so far (a Ray call costs ~2 ms of CPU, whatever it carries: ~4% of a chunk
+# of 50 ms; an actor that dies retries up to a chunk's worth of work), at most CHUNK_MAX.
+CHUNK_SECONDS = 0.05
+CHUNK_MAX = 32
 
 
 class SandboxPool:
@@ -77,55 +84,70 @@ class SandboxPool:
         ``limits``: ``timeout``, ``max_memory``, ``max_output`` for this item."""
         actor = self._actors[self._next % len(self._actors)]
         self._next += 1
-        return self._send(actor, None, _payload(work, item), policy, limits)
+        return actor.run.remote(*self._entry(None, _payload(work, item), policy,
+                                             self._limits(limits)))
 
     def on_each(self, work: Callable[[object], object], item: object) -> list[ItemResult]:
         """``work(item)`` once on every actor (in the order of ``actors``): what each
         node's sandbox sees, a warm-up."""
-        payload = _payload(work, item)
-        refs = [self._send(actor, None, payload, None, {}) for actor in self._actors]
-        return [_get(ref, None) for ref in refs]
+        entry = self._entry(None, _payload(work, item), None, self._limits({}))
+        refs = [actor.run.remote(*entry) for actor in self._actors]
+        return [_get(ref, [None])[0] for ref in refs]
 
     def map(self, work: Callable[[object], object], items: Iterable[object], *,
             ordered: bool = True, policy: Policy | Callable[[object], Policy | None] | None = None,
-            **limits: object) -> Iterator[ItemResult]:
+            chunksize: int | None = None, **limits: object) -> Iterator[ItemResult]:
         """``work(item)`` for every item, a plain iterator of ``ItemResult`` (in the
         items' order, else as they complete); ``policy``: a narrowed policy for every
-        item, or a function of the item giving one (None: the pool's)."""
-        results = self._results(work, iter(enumerate(items)), policy, limits)
+        item, or a function of the item giving one (None: the pool's); ``chunksize``:
+        items per Ray call (None: sized by how long the items take, up to CHUNK_MAX)."""
+        if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
+            raise ValueError(f"SandboxPool.map: chunksize must be a positive integer, "
+                             f"not {chunksize!r}")
+        results = self._results(work, iter(enumerate(items)), policy, self._limits(limits),
+                                Chunks(chunksize))
         return _in_order(results) if ordered else results
 
     def _results(self, work: Callable[[object], object], items: Iterator[tuple[int, object]],
-                 policy: object, limits: dict) -> Iterator[ItemResult]:
+                 policy: object, limits: tuple, chunks: Chunks) -> Iterator[ItemResult]:
         import ray
 
-        pending: dict[object, tuple[object, int]] = {}  # ref -> (actor, index)
+        pending: dict[object, tuple[object, list[int]]] = {}  # ref -> (actor, indices)
 
         def feed(actor: object) -> None:
-            for index, item in items:
-                narrowed = policy(item) if callable(policy) else policy
-                ref = self._send(actor, index, _payload(work, item), narrowed, limits)
-                pending[ref] = (actor, index)
-                return
+            entries = [self._entry(index, _payload(work, item),
+                                   policy(item) if callable(policy) else policy, limits)
+                       for index, item in islice(items, chunks.size())]
+            if entries:
+                pending[actor.run_many.remote(entries)] = (actor, [e[0] for e in entries])
 
         for _ in range(WINDOW):
             for actor in self._actors:
                 feed(actor)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
-            actor, index = pending.pop(done[0])
-            yield _get(done[0], index)
+            actor, indices = pending.pop(done[0])
+            results = _get(done[0], indices)
+            chunks.saw(results)
             feed(actor)
+            yield from results
 
-    def _send(self, actor: object, index: int | None, payload: bytes, policy: Policy | None,
-              limits: dict) -> object:
+    def _limits(self, limits: dict) -> tuple:
+        """Per-item limits, as the actor takes them: (timeout, memory, output)."""
         unknown = set(limits) - {"timeout", "max_memory", "max_output"}
         if unknown:
             raise TypeError(f"unknown per-item limit(s): {', '.join(sorted(unknown))} "
                             f"(timeout, max_memory, max_output)")
         timeout, memory, output = (limits.get(name, default) for name, default in
                                    zip(("timeout", "max_memory", "max_output"), self._defaults))
-        return actor.run.remote(index, payload, timeout, _bytes(memory), _bytes(output), policy)
+        return timeout, _bytes(memory), _bytes(output)
+
+    @staticmethod
+    def _entry(index: int | None, payload: bytes, policy: Policy | None,
+               limits: tuple) -> tuple:
+        """One item as the actor's ``run`` takes it (and ``run_many``, a list of them)."""
+        timeout, memory, output = limits
+        return index, payload, timeout, memory, output, policy
 
     def shutdown(self) -> None:
         """Close every actor's sandbox (killing what runs in it), then the actors."""
@@ -186,15 +208,40 @@ def _bytes(size: object) -> int | None:
     return int(Size.parse(str(size)))
 
 
-def _get(ref: object, index: int | None) -> ItemResult:
-    """The item's result; an item whose actor died more often than it may be retried
-    is reported as lost, not raised (the other items go on)."""
+def _get(ref: object, indices: list[int | None]) -> list[ItemResult]:
+    """The results of a call (of ``run``: one; of ``run_many``: its chunk's). Items
+    whose actor died more often than they may be retried are reported as lost, not
+    raised (the other items go on)."""
     import ray
 
     try:
-        return ray.get(ref)
+        value = ray.get(ref)
     except ray.exceptions.RayError as exc:
-        return lost(index, _cause(exc))
+        return [lost(index, _cause(exc)) for index in indices]
+    return value if isinstance(value, list) else [value]
+
+
+class Chunks:
+    """How many items the next Ray call of a map carries: ``fixed``, or enough to take
+    CHUNK_SECONDS by the items seen so far (a running mean of their ``seconds``), one
+    until an item has been seen."""
+
+    def __init__(self, fixed: int | None = None) -> None:
+        self._fixed = fixed
+        self._mean: float | None = None
+
+    def size(self) -> int:
+        if self._fixed is not None:
+            return self._fixed
+        if self._mean is None:
+            return 1
+        return max(1, min(CHUNK_MAX, round(CHUNK_SECONDS / max(self._mean, 1e-6))))
+
+    def saw(self, results: list[ItemResult]) -> None:
+        for result in results:
+            if result.seconds > 0:  # (0: it never started, which says nothing of the others)
+                self._mean = (result.seconds if self._mean is None
+                              else 0.8 * self._mean + 0.2 * result.seconds)
 
 
 def _cause(exc: BaseException) -> str:

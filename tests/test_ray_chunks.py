@@ -1,0 +1,36 @@
+"""How many of a map's items one Ray call carries (sandlock.ray._pool.Chunks): pure,
+no Ray needed."""
+
+from __future__ import annotations
+
+from sandlock.ray._item import ItemResult
+from sandlock.ray._pool import CHUNK_MAX, CHUNK_SECONDS, Chunks
+
+
+def took(*seconds: float) -> list[ItemResult]:
+    return [ItemResult(n, True, None, None, "returned", None, (), 0, b"", b"", "", s)
+            for n, s in enumerate(seconds)]
+
+
+def test_a_fixed_size_is_kept():
+    chunks = Chunks(5)
+    assert chunks.size() == 5
+    chunks.saw(took(0.001, 0.001))
+    assert chunks.size() == 5
+
+
+def test_one_item_at_a_time_until_one_has_been_seen():
+    chunks = Chunks()
+    assert chunks.size() == 1
+    chunks.saw(took(0.0))  # (never started: says nothing)
+    assert chunks.size() == 1
+
+
+def test_the_size_follows_how_long_items_take():
+    chunks = Chunks()
+    chunks.saw(took(0.010))
+    assert chunks.size() == round(CHUNK_SECONDS / 0.010)
+    chunks.saw(took(*[0.5] * 20))  # items turned long: one per call
+    assert chunks.size() == 1
+    chunks.saw(took(*[0.0001] * 50))  # very short ones: many, up to the cap
+    assert chunks.size() == CHUNK_MAX
