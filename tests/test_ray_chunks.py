@@ -34,3 +34,17 @@ def test_the_size_follows_how_long_items_take():
     assert chunks.size() == 1
     chunks.saw(took(*[0.0001] * 50))  # very short ones: many, up to the cap
     assert chunks.size() == CHUNK_MAX
+
+
+def test_the_last_chunks_shrink_so_the_actors_end_together():
+    chunks = Chunks(None, total=100, calls=4)
+    chunks.saw(took(0.001))  # (by time alone: CHUNK_MAX)
+    sizes = []
+    while (left := 100 - sum(sizes)) > 0:
+        sizes.append(min(chunks.size(), left))
+        chunks.handed(sizes[-1])
+    assert sizes[0] == 13 and sizes[-4:] == [1, 1, 1, 1]  # (a share of what is left: 100 / 8)
+    assert sizes == sorted(sizes, reverse=True) and sum(sizes) == 100
+    fixed = Chunks(10, total=100, calls=4)
+    fixed.handed(95)
+    assert fixed.size() == 10  # (asked for: kept)

@@ -9,6 +9,7 @@ scheduler: placement is Ray's (resources, a placement group, one node per actor 
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from itertools import islice
 
 from .._errors import SetupError
@@ -23,10 +24,12 @@ if TYPE_CHECKING:
 
 WINDOW = 2  # Ray calls on one actor at a time by map(): one running, one queued at its host
 # A chunk of map()'s items per Ray call: enough items to take ~CHUNK_SECONDS, by the
-# items seen so far (a Ray call costs ~2 ms of CPU, whatever it carries: ~4% of a chunk
-# of 50 ms; an actor that dies retries up to a chunk's worth of work), at most CHUNK_MAX.
-CHUNK_SECONDS = 0.05
-CHUNK_MAX = 32
+# items seen so far, at most CHUNK_MAX. A Ray call costs ~2 ms of CPU whatever it
+# carries (1% of a chunk of 0.2 s; at 10 ms items, chunks of 0.05 s left the pool +27%
+# behind Ray tasks, of 0.2 s +22%: performance.md); an actor that dies retries up to a
+# chunk's worth of work, and results come back a chunk at a time.
+CHUNK_SECONDS = 0.2
+CHUNK_MAX = 64
 
 
 class SandboxPool:
@@ -104,8 +107,9 @@ class SandboxPool:
         if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
             raise ValueError(f"SandboxPool.map: chunksize must be a positive integer, "
                              f"not {chunksize!r}")
-        results = self._results(work, iter(enumerate(items)), policy, self._limits(limits),
-                                Chunks(chunksize))
+        total = len(items) if isinstance(items, Sized) else None
+        chunks = Chunks(chunksize, total, WINDOW * len(self._actors))
+        results = self._results(work, iter(enumerate(items)), policy, self._limits(limits), chunks)
         return _in_order(results) if ordered else results
 
     def _results(self, work: Callable[[object], object], items: Iterator[tuple[int, object]],
@@ -119,6 +123,7 @@ class SandboxPool:
                                    policy(item) if callable(policy) else policy, limits)
                        for index, item in islice(items, chunks.size())]
             if entries:
+                chunks.handed(len(entries))
                 pending[actor.run_many.remote(entries)] = (actor, [e[0] for e in entries])
 
         for _ in range(WINDOW):
@@ -224,18 +229,31 @@ def _get(ref: object, indices: list[int | None]) -> list[ItemResult]:
 class Chunks:
     """How many items the next Ray call of a map carries: ``fixed``, or enough to take
     CHUNK_SECONDS by the items seen so far (a running mean of their ``seconds``), one
-    until an item has been seen."""
+    until an item has been seen. Of ``total`` items (when the map knows how many) over
+    ``calls`` calls in flight, the last chunks shrink (to a share of what is left), so
+    that the actors end together rather than one working through a full chunk while
+    the others idle."""
 
-    def __init__(self, fixed: int | None = None) -> None:
+    def __init__(self, fixed: int | None = None, total: int | None = None,
+                 calls: int = 1) -> None:
         self._fixed = fixed
         self._mean: float | None = None
+        self._left = total
+        self._calls = calls
 
     def size(self) -> int:
         if self._fixed is not None:
             return self._fixed
         if self._mean is None:
             return 1
-        return max(1, min(CHUNK_MAX, round(CHUNK_SECONDS / max(self._mean, 1e-6))))
+        size = max(1, min(CHUNK_MAX, round(CHUNK_SECONDS / max(self._mean, 1e-6))))
+        if self._left is not None:
+            size = min(size, max(1, -(-self._left // (2 * self._calls))))
+        return size
+
+    def handed(self, count: int) -> None:
+        if self._left is not None:
+            self._left -= count
 
     def saw(self, results: list[ItemResult]) -> None:
         for result in results:
