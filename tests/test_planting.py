@@ -639,7 +639,9 @@ def test_the_end_check_is_quiet_in_an_existing_repository(nobody_world):
 OWN_CODE = """
 import errno, os, sys
 package, beside = sys.argv[1], sys.argv[2]
-for name, path in (("module", os.path.join(package, "netcall", "_binder.py")), ("beside", beside)):
+for name, path in (("module", os.path.join(package, "netcall", "_binder.py")),
+                   ("proxy", os.path.join(package, "proxy", "_addon.py")),
+                   ("ca", os.path.join(package, "ca", "_authority.py")), ("beside", beside)):
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
         print(name, "writable")
@@ -652,8 +654,10 @@ for name, path in (("module", os.path.join(package, "netcall", "_binder.py")), (
 def test_sandlocks_own_code_is_read_only_in_a_write_grant(grant):
     """A checkout or venv of sandlock's inside the project: the command could change a
     module that sandlock (and its keeper and init, outside the command's confinement)
-    imports while the command runs, or at the next run. It is read-only (EROFS);
-    control: a file beside the package, in the same write grant, is written."""
+    imports while the command runs, or at the next run. It is read-only (EROFS), its
+    proxy and CA packages too (in a checkout, sandlock/proxy and sandlock/ca are links
+    to ../proxy and ../ca: the proxy holds the CA's key); control: a file beside the
+    package, in the same write grant, is written."""
     from sandlock.confinement._isolation import SANDLOCK_PACKAGE
 
     top = os.path.dirname(SANDLOCK_PACKAGE)
@@ -663,7 +667,8 @@ def test_sandlocks_own_code_is_read_only_in_a_write_grant(grant):
         result = subprocess.run([*SANDLOCK, "run", "-q", *options, "--", sys.executable, "-c",
                                  OWN_CODE, SANDLOCK_PACKAGE, str(beside)],
                                 cwd=top, capture_output=True, text=True, timeout=60)
-        assert result.stdout.split("\n")[:2] == ["module EROFS", "beside writable"], result
+        assert result.stdout.split("\n")[:4] == ["module EROFS", "proxy EROFS", "ca EROFS",
+                                                  "beside writable"], result
         assert beside.exists()
     finally:
         beside.unlink(missing_ok=True)

@@ -90,6 +90,17 @@ class Overlay:
 # the sandbox wherever a write grant covers it (a venv or a checkout in the project),
 # since sandlock, its keeper and init import modules of it while the command runs.
 SANDLOCK_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Its proxy and CA packages: in a checkout, sandlock/proxy and sandlock/ca are links to
+# ../proxy and ../ca, beside the package (the proxy's process holds the CA's key).
+_OWN_LINKED = ("proxy", "ca")
+
+
+def _own_code() -> tuple[str, ...]:
+    """sandlock's package and, where they lie outside it, its proxy and CA packages."""
+    linked = (os.path.realpath(os.path.join(SANDLOCK_PACKAGE, name)) for name in _OWN_LINKED)
+    package = os.path.realpath(SANDLOCK_PACKAGE)
+    return (SANDLOCK_PACKAGE, *(path for path in linked if not _within(path, package)))
+
 
 class Isolation:
     """What to mount for one run, decided in sandlock's process."""
@@ -153,7 +164,7 @@ class Isolation:
         moved = ("/proc", *private, *((overlay.directory,) if overlay else ()))
         protection = _autorun.protect(writable, homes, (*SCRATCH, *unscanned), private,
                                       policy_files, autorun=protect_autorun,
-                                      own_code=(SANDLOCK_PACKAGE,))
+                                      own_code=_own_code())
         restored = _restorations(private, granted)
         protection = _in_view(protection, private, restored)
         temporary = tuple(path for path in dict.fromkeys(temporary) if os.path.isabs(path)
