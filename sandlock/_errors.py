@@ -25,6 +25,18 @@ def visible(text: str) -> str:
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
+def tell(text: str) -> None:
+    """A line on sandlock's stderr (a warning, a notice) that never changes a run's
+    outcome: where stderr is full or gone (2>/dev/full, 2>&-, a closed pipe), the line
+    is lost and the run goes on."""
+    import sys
+
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> None:
     """Print the one-line error and exit (raises SystemExit): the command line's way out."""
     import sys

@@ -672,3 +672,83 @@ def test_sandlocks_own_code_is_read_only_in_a_write_grant(grant):
         assert beside.exists()
     finally:
         beside.unlink(missing_ok=True)
+
+
+# What the command tries in the Python that runs sandlock (a venv inside the project):
+# a new .pth file in its site-packages (site runs its import lines at every start of
+# that Python: sandlock's next run among them), a new script beside `sandlock` in its
+# bin/, its pyvenv.cfg opened for writing (it names the interpreter; nothing is written);
+# and a file beside the venv, in the same write grant. Where the attack succeeds, the
+# test removes the (empty) files it made, and only those.
+ENVIRONMENT = """
+import errno, os, sys
+beside, pth, script = sys.argv[1:4]
+tries = (("pth", pth, os.O_CREAT | os.O_EXCL), ("script", script, os.O_CREAT | os.O_EXCL),
+         ("pyvenv.cfg", os.path.join(sys.prefix, "pyvenv.cfg"), os.O_APPEND),
+         ("beside", beside, os.O_CREAT))
+for name, path, flags in tries:
+    try:
+        os.close(os.open(path, os.O_WRONLY | flags, 0o644))
+        print(name, "writable", path)
+    except OSError as error:
+        print(name, errno.errorcode[error.errno])
+"""
+
+
+@pytest.mark.parametrize("grant", ["default workspace", "-w"])
+def test_the_python_that_runs_sandlock_is_read_only_in_a_write_grant(grant):
+    """sandlock's venv inside the project: a .pth file, a script or its pyvenv.cfg there
+    would run at the next `sandlock` (or the user's next use of that venv), outside any
+    sandbox. It is read-only (EROFS); control: a file beside the venv, in the same write
+    grant, is made."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the suite runs in a venv (README); this interpreter is not one")
+    import site
+
+    top = os.path.dirname(sys.prefix)
+    beside = Path(top) / f".environment-control-{os.getpid()}"
+    site_packages = next(path for path in site.getsitepackages()
+                         if path.startswith(sys.prefix + "/") and os.path.isdir(path))
+    planted = [Path(site_packages) / f"zz-planted-{os.getpid()}.pth",
+               Path(sys.prefix) / "bin" / f"planted-{os.getpid()}"]
+    options = [] if grant == "default workspace" else ["-r", "/", "-w", top]
+    try:
+        result = subprocess.run([*SANDLOCK, "run", *options, "--", sys.executable, "-c",
+                                 ENVIRONMENT, str(beside), *map(str, planted)],
+                                cwd=top, capture_output=True, text=True, timeout=60)
+        assert [line.split()[:2] for line in result.stdout.splitlines()] == [
+            ["pth", "EROFS"], ["script", "EROFS"], ["pyvenv.cfg", "EROFS"],
+            ["beside", "writable"]], result
+    finally:
+        for path in (*planted, beside):
+            path.unlink(missing_ok=True)
+
+
+def test_a_grant_of_the_environment_itself_is_the_users_word():
+    """`-w VENV` asks for the command to install into it: it is not made read-only."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the suite runs in a venv (README); this interpreter is not one")
+    planted = Path(sys.prefix) / "bin" / f"granted-{os.getpid()}"
+    try:
+        result = subprocess.run([*SANDLOCK, "run", "-q", "-r", "/", "-w", sys.prefix, "--",
+                                 "touch", str(planted)], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and planted.exists(), result
+    finally:
+        planted.unlink(missing_ok=True)
+
+
+def test_an_install_into_sandlocks_venv_is_told_why_it_fails():
+    """pip of the venv that runs sandlock, asked to install from the default workspace:
+    it fails (read-only), and the note says why and how to grant it."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the suite runs in a venv (README); this interpreter is not one")
+    top = os.path.dirname(sys.prefix)
+    pip = os.path.join(sys.prefix, "bin", "pip")
+    if not os.path.exists(pip):
+        pytest.skip("this venv has no pip")
+    result = subprocess.run([*SANDLOCK, "run", "--", pip, "install", "--no-index", "--no-deps",
+                             "--no-build-isolation", os.path.join(top, "no-such-package-dir")],
+                            cwd=top, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert (f"installs into the Python venv {sys.prefix}, which runs sandlock: read-only "
+            f"for the command") in result.stderr, result.stderr

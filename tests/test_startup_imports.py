@@ -31,6 +31,7 @@ ALLOWED = {
     "sandlock.confinement", "sandlock.confinement._confinement",
     "sandlock.confinement._fspolicy", "sandlock.confinement._isolation", "sandlock.confinement._workspace",
     "sandlock.confinement._filter",  # (split from _confinement: the seccomp rule choice)
+    "sandlock.confinement._owncode",  # (split from _isolation: what sandlock runs from)
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
     "sandlock.process._supervision", "sandlock.process._terminal",

@@ -209,14 +209,15 @@ class Found:
 
 def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[str] = (),
             private: Iterable[str] = (), policy_files: Iterable[str] = (),
-            autorun: bool = True, own_code: Iterable[str] = ()) -> Protection:
+            autorun: bool = True, own_code: Iterable[str] = (),
+            environment: Iterable[str] = ()) -> Protection:
     """What to protect for the ``writable`` grants; ``unscanned``: writable directories
     not searched for repositories (scratch directories, caches: nobody's project, and
     /tmp alone may hold thousands of entries); ``private``: those the sandbox has its
     own of (nothing written there reaches the host); ``policy_files``: those the run's
-    policy was read from, and ``own_code`` sandlock's own package (read-only whatever
-    ``autorun`` says: sandlock imports modules of it while the command runs, outside
-    its confinement, and at every later run)."""
+    policy was read from, ``own_code`` sandlock's own package and ``environment`` the
+    Python that runs it (read-only whatever ``autorun`` says: sandlock imports modules
+    of them while the command runs, outside its confinement, and at every later run)."""
     since = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
     hidden = {os.path.realpath(path) for path in private}
     roots = [real for real in dict.fromkeys(os.path.realpath(path) for path in writable
@@ -225,7 +226,11 @@ def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[s
     files, code = (tuple(dict.fromkeys(real for real in map(os.path.realpath, paths)
                                        if found.covered(real)))
                    for paths in (policy_files, own_code))
-    for path in code:
+    # (a grant of the environment itself, or of a directory in it, is the user's word:
+    # a command meant to install into it; a grant that holds it grants it by the way)
+    python = (real for real in map(os.path.realpath, environment)
+              if found.covered(real) and real not in roots)
+    for path in (*code, *python):
         found.protect(path)
     if not autorun:
         for path in files:

@@ -19,6 +19,7 @@ from .._errors import (
     PolicyError,
     SandlockError,
     fail,
+    tell,
     visible,
 )
 from ..kernel import PR_SET_DUMPABLE, prctl
@@ -109,9 +110,9 @@ def _run(args: Namespace) -> int:
     if code != 0 and files and not args.quiet:  # (upstream's hint)
         import shlex
 
-        print(visible(f"sandlock: hint: if a denial caused this, `sandlock learn --merge "
-                      f"{shlex.quote(files[-1])} -- {shlex.join(command)}` adds the network "
-                      "and HTTP access the command needs to that policy file"), file=sys.stderr)
+        tell(visible(f"sandlock: hint: if a denial caused this, `sandlock learn --merge "
+                     f"{shlex.quote(files[-1])} -- {shlex.join(command)}` adds the network "
+                     "and HTTP access the command needs to that policy file"))
     return code
 
 
@@ -205,18 +206,18 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
     gc.enable()  # the supervisor may run for hours: its garbage is collected again
     if not quiet:
         for warning in sandbox.warnings:
-            print(f"sandlock: warning: {visible(warning)}", file=sys.stderr)
+            tell(f"sandlock: warning: {visible(warning)}")
     for sig in pending:
         process.send_signal(sig)
     if process.start_error:
-        print(f"sandlock: {process.start_error}", file=sys.stderr)
+        tell(f"sandlock: {process.start_error}")
     timed_out = False
     try:
         code = process.wait(policy.timeout)
     except TimeoutExpired:
         timed_out = True
-        print(f"sandlock: timeout: killed {command[0]!r} and everything it started "
-              f"after {policy.timeout:g} s", file=sys.stderr)
+        tell(f"sandlock: timeout: killed {command[0]!r} and everything it started "
+             f"after {policy.timeout:g} s")
         process.end_for_timeout(policy.timeout)
         code = EXIT_TIMEOUT
     notices = list(process.notices)
@@ -228,7 +229,7 @@ def _execute(policy: Policy, command: list[str], *, audit: str | None, quiet: bo
             process.limits_hit.append(("max_output", "truncate"))
     if not quiet:
         for notice in notices:
-            print(notice, file=sys.stderr)
+            tell(notice)
         if code != 0:
             _name_what_was_left_out(policy, command, process.start_errno)
     if status_fd is not None:
@@ -270,8 +271,7 @@ def _note_portless_rules(rules: Sequence[str]) -> None:
                      for text, target, protocols in opened)
     target = opened[0][1]
     example = f"[{target}]" if ":" in target and not target.startswith("[") else target
-    print(f"sandlock: note: {what} (give the ports to open only those, e.g. {example}:443)",
-          file=sys.stderr)
+    tell(f"sandlock: note: {what} (give the ports to open only those, e.g. {example}:443)")
 
 
 def _output_relay(policy: Policy) -> Capture | None:
@@ -292,7 +292,7 @@ def _name_what_was_left_out(policy: Policy, command: list[str], start_errno: int
 
     cwd = policy.cwd or policy.workdir or os.getcwd()
     for note in failure_notes(policy, command, cwd, {**os.environ, **policy.env}, start_errno):
-        print(note, file=sys.stderr)
+        tell(note)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

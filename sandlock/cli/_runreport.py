@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from .._errors import EXIT_TIMEOUT, PolicyError, visible
+from .._errors import EXIT_TIMEOUT, PolicyError, tell, visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class Indicator:
 
         self._marks = _encodable(_LOCK + _DONE + _FAILED)
         shown = visible(shlex.join(command))  # a name with control characters, escaped
-        _say(f"{self._mark(_LOCK)}Running sandboxed: {shown}\n"
+        tell(f"{self._mark(_LOCK)}Running sandboxed: {shown}\n"
              f"  Workspace: {visible(cwd)}\n"
              f"  Network: {visible(network(policy))}")
         self._started = time.monotonic()
@@ -52,7 +52,7 @@ class Indicator:
         seconds = time.monotonic() - self._started
         status = "" if code == 0 else f"; exit status {code}"
         mark = self._mark(_DONE if code == 0 else _FAILED)
-        _say(f"{mark}Completed in {seconds:.1f}s (sandbox: {level}{status})")
+        tell(f"{mark}Completed in {seconds:.1f}s (sandbox: {level}{status})")
 
     def _mark(self, mark: str) -> str:
         return mark if self._marks else ""
@@ -80,13 +80,6 @@ def _encodable(text: str) -> bool:
     except (UnicodeEncodeError, LookupError, AttributeError):
         return False
     return True
-
-
-def _say(text: str) -> None:
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass  # stderr gone (2>&-, a closed pipe): the run goes on
 
 
 # --- --status-fd ---------------------------------------------------------------

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
         sandlock_runtime_dir,
         workspace_store,
     )
-    from ._isolation import SANDLOCK_PACKAGE, SCRATCH, Isolation, Overlay
+    from ._isolation import SCRATCH, Isolation, Overlay
+    from ._owncode import SANDLOCK_PACKAGE
     from ._virtual import sandbox_cpus
     from ._static import EnclosedConfinement, SelfConfinement, TcpRules, apply_static
     from ._hints import failure_notes
@@ -52,7 +53,7 @@ _EXPORTS = {
     "OPEN_CALLS": "_filter",
     "RESERVED_PIDS": "_confinement",
     "Isolation": "_isolation",
-    "SANDLOCK_PACKAGE": "_isolation",
+    "SANDLOCK_PACKAGE": "_owncode",
     "sandbox_cpus": "_virtual",
     "Overlay": "_isolation",
     "SCRATCH": "_isolation",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import sys
 
 from ._workspace import WIDEN_READ, WIDEN_WRITE, WorkspaceError, default_workspace, private_scratch
 
@@ -120,6 +121,11 @@ def _venv_notes(workspace: _Workspace, named: str, venv: str, installs: bool) ->
     if installs and not workspace.writable(venv):
         return [f"{_NOTE}{named} installs into the Python venv {venv}, which the default "
                 f"workspace does not let it write; {WIDEN_WRITE}={venv} grants it"]
+    if installs and os.path.realpath(venv) == os.path.realpath(sys.prefix):
+        return [f"{_NOTE}{named} installs into the Python venv {venv}, which runs sandlock: "
+                "read-only for the command (what is there runs at sandlock's next start, "
+                f"unconfined); {WIDEN_WRITE}={venv} grants it, or run sandlock from a venv "
+                "of its own (pipx, or one outside the project)"]
     return []
 
 

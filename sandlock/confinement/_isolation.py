@@ -26,8 +26,9 @@ from __future__ import annotations
 import os
 import stat
 
-from ..kernel import mounts
 from ..autorun import autorun as _autorun
+from ..kernel import mounts
+from ._owncode import SANDLOCK_PACKAGE, own_code, own_environment
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -84,22 +85,6 @@ class Overlay:
             for fd in held:
                 os.close(fd)
         return layer
-
-
-# sandlock's own package (its proxy and CA with it, in a regular install): read-only in
-# the sandbox wherever a write grant covers it (a venv or a checkout in the project),
-# since sandlock, its keeper and init import modules of it while the command runs.
-SANDLOCK_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Its proxy and CA packages: in a checkout, sandlock/proxy and sandlock/ca are links to
-# ../proxy and ../ca, beside the package (the proxy's process holds the CA's key).
-_OWN_LINKED = ("proxy", "ca")
-
-
-def _own_code() -> tuple[str, ...]:
-    """sandlock's package and, where they lie outside it, its proxy and CA packages."""
-    linked = (os.path.realpath(os.path.join(SANDLOCK_PACKAGE, name)) for name in _OWN_LINKED)
-    package = os.path.realpath(SANDLOCK_PACKAGE)
-    return (SANDLOCK_PACKAGE, *(path for path in linked if not _within(path, package)))
 
 
 class Isolation:
@@ -164,7 +149,7 @@ class Isolation:
         moved = ("/proc", *private, *((overlay.directory,) if overlay else ()))
         protection = _autorun.protect(writable, homes, (*SCRATCH, *unscanned), private,
                                       policy_files, autorun=protect_autorun,
-                                      own_code=_own_code())
+                                      own_code=own_code(), environment=own_environment())
         restored = _restorations(private, granted)
         protection = _in_view(protection, private, restored)
         temporary = tuple(path for path in dict.fromkeys(temporary) if os.path.isabs(path)
