@@ -427,3 +427,18 @@ def test_root_cannot_make_device_nodes(tmp_path):
     result = sandlock("run", "-r", "/", "-w", str(tmp_path), "--cwd", str(tmp_path), "--", PY, "-c", script)
     assert result.stdout.strip() in ("1", "13"), result.stdout + result.stderr
     assert not (tmp_path / "kmsg").exists()
+
+
+def test_a_start_warning_to_a_full_stderr_does_not_change_the_outcome(tmp_path):
+    """A policy file in the workspace draws a warning at start; with stderr full
+    (2>/dev/full) the line is lost, and the run's status and output are the command's.
+    Control: with a stderr that takes it, the warning is there."""
+    (tmp_path / "pol.toml").write_text('[network]\nallow = ["127.0.0.1:9"]\n')
+    argv = [*SANDLOCK, "run", "--policy", "pol.toml", "--", "sh", "-c", "echo ran; exit 3"]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=full,
+                                text=True, timeout=60)
+    assert (result.returncode, result.stdout) == (3, "ran\n")
+    control = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (control.returncode, control.stdout) == (3, "ran\n")
+    assert "sandlock: warning: policy file" in control.stderr, control.stderr
