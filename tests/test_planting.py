@@ -752,3 +752,36 @@ def test_an_install_into_sandlocks_venv_is_told_why_it_fails():
     assert result.returncode != 0
     assert (f"installs into the Python venv {sys.prefix}, which runs sandlock: read-only "
             f"for the command") in result.stderr, result.stderr
+
+
+# --- what the user's tools run from the home ------------------------------------------
+
+HOME_PLANTS = {
+    # Debian's ~/.bashrc sources ~/.bash_aliases: the user's next interactive bash
+    "bash_aliases": ("printf '{touch}\\n' > ~/.bash_aliases",
+                     "bash -ic true"),
+    # Python's user site-packages: a .pth line that imports runs at every start
+    "user_site": ("mkdir -p ~/.local/lib/python3.11/site-packages && printf "
+                  "'import os; os.system(\"{touch}\")\\n' > ~/.local/lib/python3.11/site-packages/x.pth",
+                  "/usr/bin/python3 -c pass"),
+    # the first program of its name on the PATH that Debian's ~/.profile sets
+    "local_bin": ("mkdir -p ~/.local/bin && printf '#!/bin/sh\\n{touch}\\n' > ~/.local/bin/git "
+                  "&& chmod +x ~/.local/bin/git",
+                  'PATH="$HOME/.local/bin:$PATH" git --version'),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(HOME_PLANTS))
+@pytest.mark.parametrize("control", [False, True])
+def test_what_the_users_tools_run_from_the_home_is_quarantined(nobody_world, plant, control):
+    """-w over the home: a file made during the run that the user's shell, Python or
+    PATH runs at their next start is quarantined at the end; the user's action runs it
+    only in the control (--allow-autorun-writes)."""
+    world = nobody_world
+    (world.home / ".bashrc").write_text('[ -f ~/.bash_aliases ] && . ~/.bash_aliases\n')
+    script, action = HOME_PLANTS[plant]
+    result = attack(world, script.format(touch=world.touch) + " && echo planted",
+                    "-r", "/", "-w", str(world.home), control=control,
+                    actions=lambda: world.user(action))
+    assert "planted" in result.stdout, result.stderr
+    assert world.pwned == control, result.stderr

@@ -42,13 +42,30 @@ WORKTREE_AUTORUN = ("commondir", "gitdir", "config.worktree", "config")
 # programs, direnv, vim and neovim's local configuration (with 'exrc').
 EDITOR_AUTORUN = (".vscode/tasks.json", ".vscode/settings.json", ".envrc", ".nvim.lua",
                   ".nvimrc", ".exrc")
-# Of $HOME: shell start-up files and the session's autostart entries.
+# Of $HOME: what the user's shells, session, tools and editors run or obey at their
+# next start, unasked.
 HOME_AUTORUN = (
-    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
-    ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".config/fish/config.fish",
-    ".config/autostart", ".config/systemd/user", ".xprofile", ".xsessionrc",
-    ".config/environment.d", ".pam_environment", ".gitconfig", ".config/git",
-    ".config/husky",  # husky 9 sources its init.sh before every hook
+    # shells (Debian's ~/.bashrc sources ~/.bash_aliases; fish every conf.d/*.fish)
+    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".bash_aliases", ".profile",
+    ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout", ".config/fish/config.fish",
+    ".config/fish/conf.d", ".config/fish/functions",
+    # the session
+    ".config/autostart", ".config/systemd/user", ".xprofile", ".xsessionrc", ".xsession",
+    ".xinitrc", ".config/environment.d", ".pam_environment",
+    # programs found first on the PATH Debian's ~/.profile sets, and Python's user
+    # site-packages (.pth files run at every start of that Python)
+    "bin", ".local/bin", ".local/lib", ".cargo/bin",
+    # git, and what its hooks source
+    ".gitconfig", ".config/git", ".config/husky",  # (husky 9 sources its init.sh before every hook)
+    # tools' settings that name a program they run: yarn 2's yarnPath, cargo's
+    # rustc-wrapper, gradle's init scripts, direnv's library, pip's index (the next
+    # install's code). (~/.ssh, ~/.npmrc, ~/.kube, ~/.aws...: credential stores, denied
+    # in every policy: _fspolicy.CREDENTIAL_STORES.)
+    ".yarnrc.yml", ".cargo/config.toml", ".cargo/config", ".gradle/init.d",
+    ".gradle/init.gradle", ".config/pip", ".pip", ".config/direnv", ".direnvrc",
+    # editors, terminal multiplexers and REPLs that run their start-up files
+    ".vimrc", ".gvimrc", ".vim", ".config/nvim", ".emacs", ".emacs.d", ".config/emacs",
+    ".tmux.conf", ".config/tmux", ".screenrc", ".psqlrc", ".irbrc", ".pryrc", ".Rprofile",
 )
 _MAX_SUBDIRECTORIES = 4096  # a workspace scanned for repositories: bounded start-up cost
 _CLOCK_REALTIME_COARSE = 5  # the clock file times are taken from
