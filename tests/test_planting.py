@@ -785,3 +785,21 @@ def test_what_the_users_tools_run_from_the_home_is_quarantined(nobody_world, pla
                     actions=lambda: world.user(action))
     assert "planted" in result.stdout, result.stderr
     assert world.pwned == control, result.stderr
+
+
+def test_a_project_manager_installing_into_sandlocks_venv_is_told_why_it_fails(tmp_path):
+    """`uv sync` (here a stand-in of that name, which writes into the venv as uv does)
+    from the default workspace holding sandlock's venv: refused, and the note says why."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the suite runs in a venv (README); this interpreter is not one")
+    top = os.path.dirname(sys.prefix)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "uv").write_text(f"#!/bin/sh\ntouch {sys.prefix}/lib/uv-was-here-$$ || exit 2\n")
+    (tools / "uv").chmod(0o755)
+    result = subprocess.run([*SANDLOCK, "run", "--", str(tools / "uv"), "sync"], cwd=top,
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "SANDLOCK_FS_READ": str(tools)})
+    assert result.returncode == 2, result
+    assert f"uv installs into the project's venv; the venv {sys.prefix} runs sandlock: " \
+           "read-only for the command" in result.stderr, result.stderr

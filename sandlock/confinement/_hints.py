@@ -95,8 +95,10 @@ def _program_notes(workspace: _Workspace, argv: Sequence[str], program: str,
     venv = _venv_of(program)
     if venv is not None:
         notes += _venv_notes(workspace, named, venv, _installs(argv))
-    elif "/" in argv[0] or start_errno is not None:  # (found on PATH and started: its own failure)
-        notes += _path_notes(workspace, program, named)
+    else:
+        notes += _project_venv_notes(workspace, argv)
+        if "/" in argv[0] or start_errno is not None:  # (found on PATH and started: its own failure)
+            notes += _path_notes(workspace, program, named)
     if _installs(argv) and "--user" in argv:
         local = os.path.join(workspace.home, ".local")
         notes.append(f"{_NOTE}pip install --user writes {local}, which the default workspace "
@@ -122,11 +124,34 @@ def _venv_notes(workspace: _Workspace, named: str, venv: str, installs: bool) ->
         return [f"{_NOTE}{named} installs into the Python venv {venv}, which the default "
                 f"workspace does not let it write; {WIDEN_WRITE}={venv} grants it"]
     if installs and os.path.realpath(venv) == os.path.realpath(sys.prefix):
-        return [f"{_NOTE}{named} installs into the Python venv {venv}, which runs sandlock: "
-                "read-only for the command (what is there runs at sandlock's next start, "
-                f"unconfined); {WIDEN_WRITE}={venv} grants it, or run sandlock from a venv "
-                "of its own (pipx, or one outside the project)"]
+        return [_own_venv_note(f"{named} installs into the Python venv {venv}, which runs "
+                               "sandlock:", venv)]
     return []
+
+
+def _own_venv_note(lead: str, venv: str) -> str:
+    return (f"{_NOTE}{lead} read-only for the command (what is there runs at sandlock's "
+            f"next start, unconfined); {WIDEN_WRITE}={venv} grants it, or run sandlock from "
+            "a venv of its own (pipx, or one outside the project)")
+
+
+# Project managers, and their subcommands that install into the project's venv.
+_PROJECT_INSTALLS = {"uv": {"add", "remove", "sync", "pip"}, "poetry": {"add", "remove", "install",
+                     "update", "sync"}, "pdm": {"add", "remove", "install", "update", "sync"},
+                     "pipenv": {"install", "uninstall", "sync", "update"}}
+
+
+def _project_venv_notes(workspace: _Workspace, argv: Sequence[str]) -> list[str]:
+    """uv, poetry, pdm or pipenv asked to install into the project's venv, when that
+    venv (found in the workspace) is the one that runs sandlock, read-only here."""
+    commands = _PROJECT_INSTALLS.get(os.path.basename(argv[0]), set())
+    if not any(argument in commands for argument in argv[1:3]):
+        return []
+    venv = sys.prefix
+    if venv == sys.base_prefix or not workspace.writable(os.path.realpath(venv)):
+        return []
+    return [_own_venv_note(f"{os.path.basename(argv[0])} installs into the project's venv; "
+                           f"the venv {venv} runs sandlock:", venv)]
 
 
 def _where(workspace: _Workspace, path: str) -> str:
