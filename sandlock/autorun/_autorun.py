@@ -193,9 +193,10 @@ class Found:
             self.file(f"{base}/{name}", repository)
 
     def file(self, path: str, repository: bool = False) -> bool:
-        """Protect ``path``; whether it exists."""
+        """Protect ``path``; whether it exists. (Not where it is a write grant itself:
+        `-w ~/.local/lib` is the user's word that the command may write there.)"""
         real, exists = self._resolve(path)
-        if self.covered(real):
+        if self.covered(real) and real not in self.roots:
             if exists:
                 self.protect(real)
             else:
