@@ -803,3 +803,38 @@ def test_a_project_manager_installing_into_sandlocks_venv_is_told_why_it_fails(t
     assert result.returncode == 2, result
     assert f"uv installs into the project's venv; the venv {sys.prefix} runs sandlock: " \
            "read-only for the command" in result.stderr, result.stderr
+
+
+# --- caches the user's tools run from ---------------------------------------------------
+
+@pytest.mark.parametrize("control", [False, True])
+def test_pre_commits_cache_is_a_private_view(nobody_world, control):
+    """pre-commit runs its hook repositories from ~/.cache/pre-commit as they are, at
+    the user's next git commit: the default workspace's write grant of ~/.cache let the
+    command rewrite one. In the sandbox the cache is a copy-on-write view: the command
+    reads it, changes it and adds to it (pre-commit works there), and the host's is
+    untouched; the user's hook then runs only what it held (the control, with
+    --allow-autorun-writes, runs the planted line)."""
+    world = nobody_world
+    hook = world.home / ".cache" / "pre-commit" / "repo1" / "hook.sh"
+    world.setup(f"mkdir -p {hook.parent} && printf 'echo lint\\n' > {hook} && chmod 700 {hook.parent}")
+    script = (f"cat {hook} && echo '{world.touch}' >> {hook} && cat {hook} | wc -l && "
+              f"mkdir {hook.parent.parent}/repo2 && echo made")
+    result = attack(world, script, control=control, actions=lambda: world.user(f"sh {hook}"))
+    assert result.stdout.split() == ["echo", "lint", "2", "made"], result.stderr
+    assert world.pwned == control, result.stderr
+    assert (hook.parent.parent / "repo2").exists() == control
+    assert oct(hook.parent.stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_an_npx_cache_made_during_the_run_is_quarantined(nobody_world, control):
+    """npx runs the packages in ~/.npm/_npx as they are: one made where there was none
+    is quarantined at the end (the control keeps it)."""
+    world = nobody_world
+    package = world.home / ".npm" / "_npx" / "0123" / "node_modules" / ".bin" / "tool"
+    script = f"mkdir -p {package.parent} && printf '#!/bin/sh\\n{world.touch}\\n' > {package} && echo made"
+    result = attack(world, script, control=control, actions=lambda: world.user(
+        f"[ -f {package} ] && sh {package}"))
+    assert "made" in result.stdout, result.stderr
+    assert world.pwned == control, result.stderr

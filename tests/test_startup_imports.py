@@ -32,6 +32,7 @@ ALLOWED = {
     "sandlock.confinement._fspolicy", "sandlock.confinement._isolation", "sandlock.confinement._workspace",
     "sandlock.confinement._filter",  # (split from _confinement: the seccomp rule choice)
     "sandlock.confinement._owncode",  # (split from _isolation: what sandlock runs from)
+    "sandlock.confinement._execcaches",  # (caches the user's tools run from: private views)
     "sandlock.process", "sandlock.process._child", "sandlock.process._init",
     "sandlock.process._keeper", "sandlock.process._process", "sandlock.process._reports",
     "sandlock.process._supervision", "sandlock.process._terminal",

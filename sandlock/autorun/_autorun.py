@@ -228,14 +228,15 @@ class Found:
 def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[str] = (),
             private: Iterable[str] = (), policy_files: Iterable[str] = (),
             autorun: bool = True, own_code: Iterable[str] = (),
-            environment: Iterable[str] = ()) -> Protection:
+            environment: Iterable[str] = (), made_later: Iterable[str] = ()) -> Protection:
     """What to protect for the ``writable`` grants; ``unscanned``: writable directories
     not searched for repositories (scratch directories, caches: nobody's project, and
     /tmp alone may hold thousands of entries); ``private``: those the sandbox has its
     own of (nothing written there reaches the host); ``policy_files``: those the run's
     policy was read from, ``own_code`` sandlock's own package and ``environment`` the
     Python that runs it (read-only whatever ``autorun`` says: sandlock imports modules
-    of them while the command runs, outside its confinement, and at every later run)."""
+    of them while the command runs, outside its confinement, and at every later run);
+    ``made_later``: missing paths to record as autorun files (executable caches)."""
     since = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
     hidden = {os.path.realpath(path) for path in private}
     roots = [real for real in dict.fromkeys(os.path.realpath(path) for path in writable
@@ -273,6 +274,8 @@ def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[s
             found.files(directory, EDITOR_AUTORUN)
     for home in homes:
         found.files(home, HOME_AUTORUN)
+    for path in made_later:
+        found.file(path)
     for path in files:
         found.protect(path)
     record = StartRecord(tuple(roots), tuple(scanned), *_anchored(found.absent, found.stats),

@@ -22,6 +22,7 @@ from ..kernel import (
     seccomp,
 )
 from . import _fspolicy
+from ._execcaches import executable_caches
 from ._filter import seccomp_program
 from ._isolation import Isolation, Overlay
 from ._workspace import caches, dry_run_grants, granted_paths, user_homes
@@ -337,7 +338,8 @@ def _isolation(policy: Policy, filesystem: _Filesystem, env: Mapping[str, str],
         # a TMPDIR of the host's /tmp (a per-user one) is made again in the sandbox's
         temporary=[env[name] for name in ("TMPDIR", "TMP", "TEMP") if env.get(name)],
         overlay=overlay, scratch_size=_scratch_size(policy), masked=filesystem.masked,
-        policy_files=policy_files)
+        policy_files=policy_files,
+        executable_caches=executable_caches(filesystem.homes[0], env) if filesystem.homes else ())
     warnings += isolation.protection.policy_notices()
     if policy.max_memory is not None or policy.num_cpus is not None:
         from ._virtual import sandbox_cpus, virtual_files

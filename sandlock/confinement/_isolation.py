@@ -28,6 +28,7 @@ import stat
 
 from ..autorun import autorun as _autorun
 from ..kernel import mounts
+from . import _execcaches
 from ._owncode import SANDLOCK_PACKAGE, own_code, own_environment
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
@@ -124,6 +125,7 @@ class Isolation:
         self.random_fifo = -1
         self.private_network = False  # --net-private-loopback: a network namespace too
         self.root: NewRoot | None = None  # --chroot, --image: another root (``_newroot``)
+        self.cache_views: tuple[str, ...] = ()  # caches the user's tools run from: private views
 
     @classmethod
     def plan(cls, *, private: Iterable[str], granted: Iterable[str],
@@ -131,7 +133,7 @@ class Isolation:
              protect_autorun: bool, unscanned: Iterable[str] = (),
              temporary: Iterable[str] = (), overlay: Overlay | None = None,
              scratch_size: int | None = None, masked: tuple[str, ...] = (),
-             policy_files: Iterable[str] = ()) -> Isolation:
+             policy_files: Iterable[str] = (), executable_caches: Iterable[str] = ()) -> Isolation:
         """``private``: scratch paths to replace; ``granted``: what the command may
         reach (those beneath a private path are bound back: a workspace in /tmp,
         --unix-allow sockets...); ``rules``: the compiled Landlock rules; ``writable``:
@@ -139,17 +141,21 @@ class Isolation:
         ``temporary``: the command's temporary directories ($TMPDIR...); ``overlay``:
         the copy-on-write workspace; ``scratch_size``: their size under a memory limit;
         ``masked``: denied paths to cover; ``policy_files``: those the policy was read
-        from (read-only under a write grant, as autorun files are)."""
+        from (read-only under a write grant, as autorun files are); ``executable_caches``:
+        caches the user's tools run from (``_execcaches``: a private view of each)."""
         private = tuple(private)
         rules = tuple(rules)
         # Only paths written beneath a scratch directory are resolved (a link from
         # elsewhere into /tmp is not followed: that grant then shows nothing there).
         granted = [os.path.realpath(path) for path in granted
                    if any(_within(path, scratch) for scratch in private) and os.path.exists(path)]
-        moved = ("/proc", *private, *((overlay.directory,) if overlay else ()))
+        views, missing = _execcaches.under_grants(executable_caches, writable, private) \
+            if protect_autorun else ((), ())
+        moved = ("/proc", *private, *((overlay.directory,) if overlay else ()), *views)
         protection = _autorun.protect(writable, homes, (*SCRATCH, *unscanned), private,
                                       policy_files, autorun=protect_autorun,
-                                      own_code=own_code(), environment=own_environment())
+                                      own_code=own_code(), environment=own_environment(),
+                                      made_later=missing)
         restored = _restorations(private, granted)
         protection = _in_view(protection, private, restored)
         temporary = tuple(path for path in dict.fromkeys(temporary) if os.path.isabs(path)
@@ -160,6 +166,7 @@ class Isolation:
                         tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
                         temporary, overlay, read_only, rewritable, scratch_size, masked)
         isolation.rules = rules  # (for a named sandbox's /etc/hostname: ``mount``)
+        isolation.cache_views = views
         return isolation
 
     def enter_user_namespace(self) -> None:
@@ -226,6 +233,8 @@ class Isolation:
         for path in self.rewritable:  # (a bind copies the read-only flag of its source)
             mounts.bind(path, path)
             mounts.make_writable(path)
+        for path in self.cache_views:  # (before the pins: a pinned directory keeps them)
+            _execcaches.mount_private_view(path, self._scratch_options())
         for path in self.temporary:  # where the command's TMPDIR points, empty, its own
             os.makedirs(path, 0o700, exist_ok=True)
         for directory in self.protection.pinned:  # (with what is mounted beneath: a workdir)
@@ -257,11 +266,13 @@ class Isolation:
         return host_proc
 
     def _mount_scratch(self) -> None:
-        options = _SCRATCH_OPTIONS
-        if self.scratch_size is not None:
-            options += b",size=%d" % self.scratch_size
         for scratch in self.private:
-            mounts.mount_tmpfs(scratch, options)
+            mounts.mount_tmpfs(scratch, self._scratch_options())
+
+    def _scratch_options(self) -> bytes:
+        if self.scratch_size is None:
+            return _SCRATCH_OPTIONS
+        return _SCRATCH_OPTIONS + b",size=%d" % self.scratch_size
 
 
 def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ...],
