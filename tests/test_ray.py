@@ -95,7 +95,7 @@ def test_items_in_chunks_each_run_in_a_clone_of_their_own(pool):
     unordered = list(pool.map(ray_items.square, range(60), chunksize=8, ordered=False))
     assert sorted((r.index, r.value) for r in unordered) == [(n, n * n) for n in range(60)]
     assert ray_items.bump(None) == 1 and ray_items.bump(None) == 2  # (control: one process counts on)
-    for wrong in (0, -1, 1.5):
+    for wrong in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="chunksize must be a positive integer"):
             pool.map(ray_items.square, range(3), chunksize=wrong)
 

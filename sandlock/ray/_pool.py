@@ -104,7 +104,7 @@ class SandboxPool:
         items' order, else as they complete); ``policy``: a narrowed policy for every
         item, or a function of the item giving one (None: the pool's); ``chunksize``:
         items per Ray call (None: sized by how long the items take, up to CHUNK_MAX)."""
-        if chunksize is not None and (not isinstance(chunksize, int) or chunksize < 1):
+        if chunksize is not None and (type(chunksize) is not int or chunksize < 1):
             raise ValueError(f"SandboxPool.map: chunksize must be a positive integer, "
                              f"not {chunksize!r}")
         total = len(items) if isinstance(items, Sized) else None
