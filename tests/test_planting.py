@@ -838,3 +838,13 @@ def test_an_npx_cache_made_during_the_run_is_quarantined(nobody_world, control):
         f"[ -f {package} ] && sh {package}"))
     assert "made" in result.stdout, result.stderr
     assert world.pwned == control, result.stderr
+
+
+def test_a_grant_of_the_cache_itself_is_the_users_word(nobody_world):
+    """`-w ~/.cache/pre-commit`: the command may write the host's cache there."""
+    world = nobody_world
+    cache = world.home / ".cache" / "pre-commit"
+    world.setup(f"mkdir -p {cache}")
+    result = world.sandlock(f"touch {cache}/made && echo made", "-r", "/", "-w", str(cache),
+                            "-w", str(world.project))
+    assert "made" in result.stdout and (cache / "made").exists(), result.stderr

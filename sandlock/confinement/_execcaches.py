@@ -37,14 +37,14 @@ def executable_caches(home: str, env: Mapping[str, str]) -> tuple[str, ...]:
 def under_grants(caches: Iterable[str], writable: Iterable[str],
                  private: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Of ``caches``, those a write grant reaches (not in a private scratch directory,
-    whose writes never reach the host): (those that exist, as real paths; those that
-    do not)."""
+    whose writes never reach the host; not a grant of its own, the user's word that the
+    command may write there): (those that exist, as real paths; those that do not)."""
     roots = [os.path.realpath(path) for path in writable]
     hidden = [os.path.realpath(path) for path in private]
     existing, missing = [], []
     for cache in dict.fromkeys(caches):
         real = os.path.realpath(cache)
-        if any(_within(real, root) for root in roots) and \
+        if any(_within(real, root) for root in roots) and real not in roots and \
                 not any(_within(real, scratch) for scratch in hidden):
             (existing if os.path.isdir(real) else missing).append(real)
     return tuple(existing), tuple(missing)
