@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 
 from ..kernel import mounts
+from ._fspolicy import within
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,8 +45,8 @@ def under_grants(caches: Iterable[str], writable: Iterable[str],
     existing, missing = [], []
     for cache in dict.fromkeys(caches):
         real = os.path.realpath(cache)
-        if any(_within(real, root) for root in roots) and real not in roots and \
-                not any(_within(real, scratch) for scratch in hidden):
+        if any(within(real, root) for root in roots) and real not in roots and \
+                not any(within(real, scratch) for scratch in hidden):
             (existing if os.path.isdir(real) else missing).append(real)
     return tuple(existing), tuple(missing)
 
@@ -69,7 +70,3 @@ def mount_private_view(path: str, tmpfs_options: bytes) -> None:
                 os.close(fd)
     finally:
         os.close(lower)
-
-
-def _within(path: str, ancestor: str) -> bool:
-    return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")

@@ -122,12 +122,12 @@ def compile_grants(
     grants = _grants(read, write)
     for grant, level in grants.items():
         subtracted = denies if grant not in private else \
-            [denied for denied in denies if denied == grant or not _within(denied, grant)]
+            [denied for denied in denies if denied == grant or not within(denied, grant)]
         for path, expanded in _subtract(grant, subtracted):
             rules[path] = max(rules.get(path, LIST), LIST if expanded else level)
     if masks is not None:
         masks += [denied for denied in denies
-                  if any(denied != grant and _within(denied, grant) for grant in grants)]
+                  if any(denied != grant and within(denied, grant) for grant in grants)]
     return sorted(PathRule(path, level) for path, level in rules.items()
                   if not _covered(path, level, rules))
 
@@ -211,7 +211,7 @@ def _grants(read: Iterable[str], write: Iterable[str]) -> dict[str, int]:
     return {path: level for path, level in grants.items() if os.path.exists(path)}
 
 
-def _within(path: str, ancestor: str) -> bool:
+def within(path: str, ancestor: str) -> bool:
     """True when ``path`` is ``ancestor`` or lies beneath it (both normalised)."""
     return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
 
@@ -221,9 +221,9 @@ def _subtract(grant: str, denies: list[str]) -> Iterable[tuple[str, bool]]:
 
     ``expanded`` marks a directory on the way to a deny, which keeps LIST only.
     """
-    if any(_within(grant, denied) for denied in denies):
+    if any(within(grant, denied) for denied in denies):
         return ()
-    inner = [denied for denied in denies if _within(denied, grant)]
+    inner = [denied for denied in denies if within(denied, grant)]
     return _expand(grant, inner) if inner else ((grant, False),)
 
 
@@ -237,7 +237,7 @@ def _expand(directory: str, denies: list[str]) -> Iterator[tuple[str, bool]]:
     for entry in _entries(directory):
         if entry.is_symlink():
             continue
-        inner = [denied for denied in denies if _within(denied, entry.path)]
+        inner = [denied for denied in denies if within(denied, entry.path)]
         if not inner:
             yield entry.path, False
         elif entry.path not in inner:

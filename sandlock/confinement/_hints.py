@@ -14,6 +14,7 @@ import os
 import re
 import sys
 
+from ._fspolicy import within
 from ._workspace import WIDEN_READ, WIDEN_WRITE, WorkspaceError, default_workspace, private_scratch
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
@@ -45,8 +46,8 @@ class _Workspace:
         """The private scratch directory ``path`` is in, unless a grant beneath it
         brings it into the sandbox's own."""
         for scratch in self.private:
-            if _within(path, scratch) and not any(
-                    grant != scratch and _within(grant, scratch) and _within(path, grant)
+            if within(path, scratch) and not any(
+                    grant != scratch and within(grant, scratch) and within(path, grant)
                     for grant in self.read):
                 return scratch
         return None
@@ -235,8 +236,4 @@ def _installs(argv: Sequence[str]) -> bool:
 
 
 def _inside(path: str, grants: Sequence[str]) -> bool:
-    return any(_within(path, grant) for grant in grants)
-
-
-def _within(path: str, ancestor: str) -> bool:
-    return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
+    return any(within(path, grant) for grant in grants)

@@ -29,6 +29,7 @@ import stat
 from ..autorun import autorun as _autorun
 from ..kernel import mounts
 from . import _execcaches
+from ._fspolicy import within
 from ._owncode import SANDLOCK_PACKAGE, own_code, own_environment
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
@@ -148,7 +149,7 @@ class Isolation:
         # Only paths written beneath a scratch directory are resolved (a link from
         # elsewhere into /tmp is not followed: that grant then shows nothing there).
         granted = [os.path.realpath(path) for path in granted
-                   if any(_within(path, scratch) for scratch in private) and os.path.exists(path)]
+                   if any(within(path, scratch) for scratch in private) and os.path.exists(path)]
         views, missing = _execcaches.under_grants(executable_caches, writable, private) \
             if protect_autorun else ((), ())
         moved = ("/proc", *private, *((overlay.directory,) if overlay else ()), *views)
@@ -159,11 +160,11 @@ class Isolation:
         restored = _restorations(private, granted)
         protection = _in_view(protection, private, restored)
         temporary = tuple(path for path in dict.fromkeys(temporary) if os.path.isabs(path)
-                          and any(path != scratch and _within(path, scratch) for scratch in private)
-                          and not any(_within(path, grant) for grant in restored))
+                          and any(path != scratch and within(path, scratch) for scratch in private)
+                          and not any(within(path, grant) for grant in restored))
         read_only, rewritable = _read_only(restored, writable, private) if restored else ((), ())
         isolation = cls(private, restored, protection,
-                        tuple(rule for rule in rules if any(_within(rule[0], top) for top in moved)),
+                        tuple(rule for rule in rules if any(within(rule[0], top) for top in moved)),
                         temporary, overlay, read_only, rewritable, scratch_size, masked)
         isolation.rules = rules  # (for a named sandbox's /etc/hostname: ``mount``)
         isolation.cache_views = views
@@ -208,8 +209,8 @@ class Isolation:
     def hides(self, path: str) -> bool:
         """Whether the sandbox's mounts hide ``path`` (beneath its own /tmp, not bound
         back): what lies there cannot be read after them, not even by init."""
-        return (any(_within(path, scratch) for scratch in self.private)
-                and not any(_within(path, grant) for grant in self.restored))
+        return (any(within(path, scratch) for scratch in self.private)
+                and not any(within(path, grant) for grant in self.restored))
 
     def mount(self, add_rule: Callable[[str, int], None], pids_below: int = 0) -> int:
         """In the first process of the PID namespace, in the mount namespace the keeper
@@ -253,7 +254,7 @@ class Isolation:
             # the rules that reached the host's /etc/hostname are given to the new one.
             access = 0
             for path, rights in self.rules:
-                access |= rights if _within(HOSTNAME_FILE, path) else 0
+                access |= rights if within(HOSTNAME_FILE, path) else 0
             if access:
                 add_rule(HOSTNAME_FILE, access)
         for path, access in self.reanchored:
@@ -316,7 +317,7 @@ def _mount_proc(pids_below: int, masked: tuple[str, ...], private: tuple[str, ..
         except OSError:
             continue  # not in the sandbox's tree (beneath a scratch directory)
         mounts.bind(f"/proc/self/fd/{directory_mask}" if directory else source, path)
-        if any(_within(path, scratch) for scratch in private):
+        if any(within(path, scratch) for scratch in private):
             mounts.make_read_only(path)
     os.close(mask)
     os.close(directory_mask)
@@ -346,8 +347,8 @@ def _read_only(restored: tuple[str, ...], writable: Iterable[str], private: tupl
     """(the restored paths no write grant covers, the write grants inside those)."""
     written = list(dict.fromkeys(os.path.realpath(path) for path in writable
                                  if path not in private and os.path.exists(path)))
-    read_only = tuple(path for path in restored if not any(_within(path, w) for w in written))
-    rewritable = tuple(w for w in written if any(w != path and _within(w, path) for path in read_only))
+    read_only = tuple(path for path in restored if not any(within(path, w) for w in written))
+    rewritable = tuple(w for w in written if any(w != path and within(w, path) for path in read_only))
     return read_only, rewritable
 
 
@@ -358,8 +359,8 @@ def _in_view(protection: _autorun.Protection, private: tuple[str, ...],
     The others (a ~/.bashrc when $HOME is under /tmp and not granted) are the host's,
     out of view behind the empty tmpfs: nothing to protect, and nothing to bind."""
     def shown(path: str) -> bool:
-        return not any(_within(path, scratch) for scratch in private) or \
-            any(_within(path, grant) for grant in restored)
+        return not any(within(path, scratch) for scratch in private) or \
+            any(within(path, grant) for grant in restored)
 
     return _autorun.Protection(tuple(filter(shown, protection.pinned)),
                                tuple(filter(shown, protection.read_only)),
@@ -371,11 +372,7 @@ def _restorations(private: tuple[str, ...], granted: Iterable[str]) -> tuple[str
     comes with them)."""
     found: list[str] = []
     for path in sorted(set(granted)):
-        if any(path != scratch and _within(path, scratch) for scratch in private) and \
-                not any(_within(path, outer) for outer in found):
+        if any(path != scratch and within(path, scratch) for scratch in private) and \
+                not any(within(path, outer) for outer in found):
             found.append(path)
     return tuple(found)
-
-
-def _within(path: str, ancestor: str) -> bool:
-    return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")

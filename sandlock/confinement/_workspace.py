@@ -20,7 +20,7 @@ import os
 
 from .._errors import EXIT_USAGE, SandlockError
 from . import _fspolicy
-from ._fspolicy import PSEUDO_DEVICES, protected_paths
+from ._fspolicy import PSEUDO_DEVICES, protected_paths, within
 
 TYPE_CHECKING = False  # typing costs ~5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def check_workspace(cwd: str, home: str) -> None:
     whole machine or the whole home (shell start-up files, every other project)."""
     real = os.path.realpath(cwd)
     real_home = os.path.realpath(home)
-    if real == "/" or _within(real_home, real):
+    if real == "/" or within(real_home, real):
         raise WorkspaceError(
             f"the default workspace would make {cwd} writable with everything beneath it "
             f"({'the whole machine' if real == '/' else 'your home directory'}): run from a "
@@ -170,7 +170,7 @@ def _harmless(path: str, home: str) -> bool:
     if not os.path.isabs(path):
         return False
     real = os.path.realpath(path)
-    return real != "/" and not _within(os.path.realpath(home), real)
+    return real != "/" and not within(os.path.realpath(home), real)
 
 
 def _enclosing_repository(cwd: str) -> str | None:
@@ -181,10 +181,6 @@ def _enclosing_repository(cwd: str) -> str | None:
             return directory
         directory = os.path.dirname(directory)
     return None
-
-
-def _within(path: str, ancestor: str) -> bool:
-    return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
 
 
 def granted_paths(
