@@ -168,6 +168,7 @@ def test_an_item_sandlock_cannot_start_fails_alone(pool):
     assert "too large" in large.error.message
     assert (narrowed_limit.error.type, narrowed_limit.exit_code) == ("PolicyError", 125)
     assert "max_processes" in narrowed_limit.error.message
+    assert (large.seconds, narrowed_limit.seconds) == (0, 0) and after.seconds > 0  # (never started)
 
 
 def test_a_policy_fn_decides_for_every_item(cluster):

@@ -4,10 +4,10 @@ a plain class here; the pool makes it a Ray actor (``ray.remote``).
 
 Items are pipelined: Ray calls ``run`` (one item) or ``run_many`` (a chunk of a
 map's) on up to the pool's window of threads at once, each sends its items as soon as
-they come, and the host queues them and runs them one at a time, in order. So the host starts the next item the moment one ends, instead of
-idling while a result goes back to the driver and the next item comes through Ray
-(where the node's CPUs are all busy, another actor's work filled that gap anyway:
-performance.md). The replies come back in the order the items went: each call reads
+they come, and the host queues them and runs them one at a time, in order. So the host
+starts the next item the moment one ends, instead of idling while a result goes back
+to the driver and the next item comes through Ray (where the node's CPUs are all busy,
+another actor's work filled that gap anyway: performance.md). The replies come back in the order the items went: each call reads
 its own when its turn comes (``_turn``), no reader thread.
 
 Nothing confined outlives the actor: the host reads the actor's socket, and its EOF

@@ -79,11 +79,13 @@ class SandboxHost:
         self._records()  # what came before this item is not its
         try:
             target = self._sandbox if narrowed is None else self._nest(narrowed)
+            start = time.monotonic()
             call = target.call(run_item, args=(payload, memory), timeout=timeout)
         except (ValueError, TypeError, SandlockError) as exc:
             return refused(index, exc, self._node)
+        seconds = time.monotonic() - start  # (the pool sizes map's chunks by it)
         records = self._records()
-        result = outcome(index, call, records, memory, output, self._node)
+        result = outcome(index, call, records, memory, output, self._node, seconds)
         if self._over() and not self._closing:
             self._after_death(records)
         return result
@@ -188,10 +190,7 @@ class _ItemQueue:
 def _run_items(host: SandboxHost, items: _ItemQueue, channel: socket.socket,
                sending: threading.Lock) -> None:
     while True:
-        item = items.take()
-        start = time.monotonic()
-        result = host.run(*item)
-        result = result.replace(seconds=time.monotonic() - start)  # (the pool sizes chunks by it)
+        result = host.run(*items.take())
         with sending:
             send(channel, ("result", result))
 

@@ -117,9 +117,9 @@ def _address_space() -> int:
 
 
 def outcome(index: int | None, call: CallResult, records: list[dict], memory: int | None,
-            output: int | None, node: str) -> ItemResult:
-    """The ItemResult of a call, from its CallResult and the audit records written
-    while it ran (its actor runs one item at a time: they are all its)."""
+            output: int | None, node: str, seconds: float) -> ItemResult:
+    """The ItemResult of a call that took ``seconds``, from its CallResult and the audit
+    records written while it ran (its actor runs one item at a time: they are all its)."""
     denied = tuple(r for r in records if r.get("verdict") == "deny" and r.get("event") != "limit")
     stdout, stderr = _bounded(call.stdout or b"", output), _bounded(call.stderr or b"", output)
     cut = len(stdout) < len(call.stdout or b"") or len(stderr) < len(call.stderr or b"")
@@ -128,7 +128,7 @@ def outcome(index: int | None, call: CallResult, records: list[dict], memory: in
         limit = "max_output"
     reason = _reason(call, limit, denied)
     return ItemResult(index, call.success, call.value, call.error, reason, limit, denied,
-                      call.exit_code, stdout, stderr, node)
+                      call.exit_code, stdout, stderr, node, seconds)
 
 
 def _bounded(data: bytes, limit: int | None) -> bytes:
