@@ -234,22 +234,21 @@ def protect(writable: Iterable[str], homes: Iterable[str], unscanned: Iterable[s
     /tmp alone may hold thousands of entries); ``private``: those the sandbox has its
     own of (nothing written there reaches the host); ``policy_files``: those the run's
     policy was read from, ``own_code`` sandlock's own package and ``environment`` the
-    Python that runs it (read-only whatever ``autorun`` says: sandlock imports modules
-    of them while the command runs, outside its confinement, and at every later run);
+    Python that runs it, as real paths (read-only whatever ``autorun`` says: sandlock
+    imports modules of them while the command runs, outside its confinement, and at
+    every later run);
     ``made_later``: missing paths to record as autorun files (executable caches)."""
     since = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
     hidden = {os.path.realpath(path) for path in private}
     roots = [real for real in dict.fromkeys(os.path.realpath(path) for path in writable
                                             if os.path.isdir(path)) if real not in hidden]
     found = Found(sorted(roots, key=len))
-    files, code = (tuple(dict.fromkeys(real for real in map(os.path.realpath, paths)
-                                       if found.covered(real)))
-                   for paths in (policy_files, own_code))
+    files = tuple(dict.fromkeys(real for real in map(os.path.realpath, policy_files)
+                                if found.covered(real)))
     # (a grant of the environment itself, or of a directory in it, is the user's word:
     # a command meant to install into it; a grant that holds it grants it by the way)
-    python = (real for real in map(os.path.realpath, environment)
-              if found.covered(real) and real not in roots)
-    for path in (*code, *python):
+    python = (real for real in environment if found.covered(real) and real not in roots)
+    for path in (*(real for real in own_code if found.covered(real)), *python):
         found.protect(path)
     if not autorun:
         for path in files:

@@ -16,27 +16,28 @@ _OWN_LINKED = ("proxy", "ca")
 
 
 def own_code() -> tuple[str, ...]:
-    """sandlock's package and, where they lie outside it, its proxy and CA packages."""
-    linked = (os.path.realpath(os.path.join(SANDLOCK_PACKAGE, name)) for name in _OWN_LINKED)
-    inside = os.path.realpath(SANDLOCK_PACKAGE) + "/"
-    return (SANDLOCK_PACKAGE, *(path for path in linked if not path.startswith(inside)))
+    """sandlock's package and, where they lie outside it, its proxy and CA packages
+    (real paths)."""
+    package = os.path.realpath(SANDLOCK_PACKAGE)
+    linked = (os.path.realpath(os.path.join(package, name)) for name in _OWN_LINKED)
+    return (package, *(path for path in linked if not path.startswith(package + "/")))
 
 
 _SYSTEM_PREFIXES = ("/", "/usr", "/usr/local")
 
 
 def own_environment() -> tuple[str, ...]:
-    """The Python that runs sandlock, which every later run of it runs again: a venv
-    whole (its scripts, the `sandlock` command among them; its site-packages with
-    sandlock's dependencies, their .pth files that run at every start; its pyvenv.cfg,
-    which names the interpreter), an interpreter installed in a prefix of its own whole
-    (pyenv's, uv's), or else (the system's) its standard library, its binary and its
-    site-packages; the user's site-packages where they are on its path."""
+    """The Python that runs sandlock, which every later run of it runs again (real
+    paths, the outermost only): a venv whole (its scripts, the `sandlock` command among
+    them; its site-packages with sandlock's dependencies, their .pth files that run at
+    every start; its pyvenv.cfg, which names the interpreter), an interpreter installed
+    in a prefix of its own whole (pyenv's, uv's), or else (the system's) its standard
+    library, its binary and its site-packages; the user's site-packages where they are
+    on its path."""
     paths = [sys.prefix] if sys.prefix != sys.base_prefix else []
-    if os.path.realpath(sys.base_prefix) not in _SYSTEM_PREFIXES:
-        paths.append(sys.base_prefix)
-    else:
-        paths += [os.path.dirname(os.__file__), os.path.realpath(sys.executable)]
+    base = os.path.realpath(sys.base_prefix)
+    paths += [base] if base not in _SYSTEM_PREFIXES else [os.path.dirname(os.__file__),
+                                                          sys.executable]
     site = sys.modules.get("site")  # (not loaded under python -S: then no site-packages)
     if site is not None:
         paths += [path for path in site.getsitepackages() if os.path.isdir(path)]
