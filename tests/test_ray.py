@@ -346,6 +346,31 @@ def test_shutdown_leaves_no_process_behind(cluster):
     assert settled(lambda: not left_of(sandbox) and not os.path.exists(f"/proc/{actor}"))
 
 
+def test_a_shutdown_in_the_middle_of_a_chunk_answers_each_of_its_items(cluster):
+    """A chunk of three items goes to the host in one frame, and its results come
+    back in one. The pool shuts down while the second item hangs: the first keeps
+    its value, the second is reported killed, and the third, never started, too."""
+    from sandlock.ray import SandboxPool
+    from sandlock.ray._pool import _payload
+
+    pool = SandboxPool(Policy(fs_readable=readable()), size=1, num_cpus=0)
+    try:
+        [actor] = pool.actors
+        works = [(ray_items.square, 3), (ray_items.hang, None), (ray_items.square, 4)]
+        entries = [pool._entry(n, _payload(work, item), None, pool._limits({}))
+                   for n, (work, item) in enumerate(works)]
+        ref = actor.run_many.remote(entries)
+        time.sleep(1)  # (the hang is running by then, or about to)
+        ray.get(actor.close.options(concurrency_group="control").remote(), timeout=60)
+        first, hung, never = ray.get(ref, timeout=60)
+    finally:
+        pool.shutdown()
+    assert (first.index, first.value, first.reason) == (0, 9, "returned")
+    assert (hung.index, hung.success, hung.reason) == (1, False, "killed")
+    assert (never.index, never.success, never.reason) == (2, False, "killed")
+    assert never.seconds == 0
+
+
 def test_a_policy_the_node_cannot_enforce_fails_the_start(cluster, tmp_path):
     """A profile is loaded on each node (its own file there): this node's asks for a
     CPU the node does not have. The pool's start fails with the node's reason."""

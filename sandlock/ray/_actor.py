@@ -3,12 +3,14 @@ holds the sandbox and runs the items) and passes it the items Ray brings. The ac
 a plain class here; the pool makes it a Ray actor (``ray.remote``).
 
 Items are pipelined: Ray calls ``run`` (one item) or ``run_many`` (a chunk of a
-map's) on up to the pool's window of threads at once, each sends its items as soon as
-they come, and the host queues them and runs them one at a time, in order. So the host
-starts the next item the moment one ends, instead of idling while a result goes back
-to the driver and the next item comes through Ray (where the node's CPUs are all busy,
-another actor's work filled that gap anyway: performance.md). The replies come back in the order the items went: each call reads
-its own when its turn comes (``_turn``), no reader thread.
+map's) on up to the pool's window of threads at once, each sends its items to the
+host in one frame as soon as they come, and the host queues them and runs them one at
+a time, in order. So the host starts the next item the moment one ends, instead of
+idling while a result goes back to the driver and the next item comes through Ray
+(where the node's CPUs are all busy, another actor's work filled that gap anyway:
+performance.md). The host answers a frame with its items' results, in one frame, in
+the order the frames went: each call reads its own when its turn comes (``_turn``),
+no reader thread.
 
 Nothing confined outlives the actor: the host reads the actor's socket, and its EOF
 (the kernel closes the actor's end however it died) ends the host, and the sandbox
@@ -25,7 +27,7 @@ import threading
 
 from .._errors import SetupError
 from ._host import receive, send
-from ._item import KILLED, ItemResult, lost
+from ._item import ItemResult, shut_down
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,29 +78,21 @@ class SandboxActor:
         return self._exchange(entries)
 
     def _exchange(self, entries: list[tuple]) -> list[ItemResult]:
+        ticket = None
         with self._sending:
-            sent = 0
             try:
-                for entry in entries:
-                    send(self._channel, ("run", *entry))
-                    sent += 1
+                send(self._channel, ("run", entries))
+                ticket, self._sent = self._sent, self._sent + 1
             except OSError:
-                pass  # the host ended between two items
-            first, self._sent = self._sent, self._sent + sent
-        replies = [self._reply(first + n) for n in range(sent)]
-        results = []
-        for number, entry in enumerate(entries):
-            reply = replies[number] if number < sent else None
-            if reply is not None and reply[0] == "result":
-                results.append(reply[1])
-            elif self._closing:
-                results.append(lost(entry[0], "the pool was shut down while it ran")
-                               .replace(reason=KILLED))
-            else:
-                # The host ended under the item (its sandbox died of no limit): this
-                # actor ends too, so that Ray restarts it and retries its items.
-                os._exit(1)
-        return results
+                pass  # the host has ended
+        reply = None if ticket is None else self._reply(ticket)
+        if reply is not None and reply[0] == "results":
+            return reply[1]
+        if self._closing:
+            return [shut_down(entry[0]) for entry in entries]
+        # The host ended under the items (its sandbox died of no limit): this actor
+        # ends too, so that Ray restarts it and retries them.
+        os._exit(1)
 
     def _reply(self, ticket: int) -> tuple | None:
         """The host's reply to the frame sent with ``ticket``, read in its turn."""

@@ -14,9 +14,10 @@ item's (a reward function scores an item by what it was refused), and so that th
 sandbox's limits (``max_processes``, ``max_memory``) are the item's.
 
 The actor and the host speak over a stream socket, in frames (a length, a pickle:
-both sides are sandlock's, and nothing confined holds the socket). The host ends when
-the actor does (EOF: the kernel closes the actor's end whatever killed it), and the
-sandbox with it.
+both sides are sandlock's, and nothing confined holds the socket): a chunk of items in
+one frame, their results back in one (each frame wakes a thread on either side).
+The host ends when the actor does (EOF: the kernel closes the actor's end whatever
+killed it), and the sandbox with it.
 """
 
 from __future__ import annotations
@@ -33,13 +34,15 @@ import time
 
 from ..api import Sandbox
 from .._errors import SandlockError
-from ._item import ItemResult, keeping, outcome, refused, run_item  # (before the sandbox starts)
+from ._item import ItemResult, keeping, outcome, refused, run_item, shut_down  # (before the sandbox starts)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..policy import Policy
+
+_CLOSE_SECONDS = 5  # for the items' thread to answer at a shutdown (the actor waits 10)
 
 
 class SandboxHost:
@@ -51,7 +54,8 @@ class SandboxHost:
         self._options = (policy, init, policy_fn, quiet)
         self._node = socket.gethostname()
         self._nested: dict[Policy, object] = {}
-        self._closing = False
+        self._closing = False  # the sandbox is being closed: its death is not an item's
+        self._ending = False  # the pool's shutdown: no item starts any more
         self._start()
 
     def _start(self) -> None:
@@ -74,6 +78,8 @@ class SandboxHost:
         """One item, in a clone of the sandbox (of a nested one for ``narrowed``). What
         refuses to start it (an item too large to send, a narrowed policy a nested
         sandbox cannot take) is its result: the sandbox and the next items go on."""
+        if self._ending:
+            return shut_down(index)
         if self._over() and not self._closing:
             self._after_death([])  # it died between two items: of no limit of an item's
         self._records()  # what came before this item is not its
@@ -83,6 +89,10 @@ class SandboxHost:
             call = target.call(run_item, args=(payload, memory), timeout=timeout)
         except (ValueError, TypeError, SandlockError) as exc:
             return refused(index, exc, self._node)
+        except RuntimeError:
+            if self._ending:  # (the shutdown came first: the sandbox is over)
+                return shut_down(index)
+            raise
         seconds = time.monotonic() - start  # (the pool sizes map's chunks by it)
         records = self._records()
         result = outcome(index, call, records, memory, output, self._node, seconds)
@@ -107,6 +117,8 @@ class SandboxHost:
         item's doing: it is reported), start a new one here; else the host ends, and
         the actor with it, so that Ray restarts it and retries its items (its
         ``max_task_retries``)."""
+        if self._ending:
+            return  # (the shutdown killed it)
         if any(r.get("event") == "limit" and r.get("verdict") == "kill" for r in records):
             self.close()
             self._closing = False
@@ -127,10 +139,18 @@ class SandboxHost:
                 continue  # (sandlock writes each line whole; a torn one is skipped)
         return records
 
+    def end(self) -> None:
+        """The pool's shutdown, while an item may run: every process of the sandbox is
+        killed (that item's result says so), and no item starts after it. Its audit
+        log stays readable until close()."""
+        self._ending = self._closing = True
+        try:
+            self._sandbox.kill()
+        except RuntimeError:
+            pass  # not running: over already
+
     def close(self) -> None:
-        """End the sandbox: every process of it is killed and reaped. Called in a
-        concurrency group of its own (the pool's shutdown), so it ends an item still
-        running, whose result then says it was killed."""
+        """End the sandbox: every process of it is killed and reaped."""
         self._closing = True
         try:
             self._sandbox.__exit__(None, None, None)
@@ -140,8 +160,10 @@ class SandboxHost:
 
 def serve(fd: int) -> int:
     """The host's life: start the sandbox as the actor's first frame says, then run
-    its items (a thread of their own) while reading what comes next; EOF (the actor
-    is gone) ends everything at once, the sandbox with this process."""
+    the chunks of items that come (a thread of their own) while reading what comes
+    next; EOF (the actor is gone) ends everything at once, the sandbox with this
+    process. A shutdown kills the item running and answers every chunk sent (the
+    items not started: shut down) before the sandbox closes."""
     channel = socket.socket(fileno=fd)
     start = receive(channel)
     if start is None:
@@ -156,43 +178,49 @@ def serve(fd: int) -> int:
         send(channel, ("failed", _described(exc)))
         return 1
     send(channel, ("ready", host._node))
-    sending = threading.Lock()
-    items = _ItemQueue()
-    threading.Thread(target=_run_items, args=(host, items, channel, sending), daemon=True).start()
+    chunks = _ChunkQueue()
+    runner = threading.Thread(target=_run_chunks, args=(host, chunks, channel), daemon=True)
+    runner.start()
     while (message := receive(channel)) is not None:
         if message[0] == "run":
-            items.put(message[1:])
+            chunks.put(message[1])
         elif message[0] == "close":
-            host.close()  # (an item running is killed: its result may still go out)
+            host.end()
+            chunks.put(None)
+            runner.join(_CLOSE_SECONDS)
+            host.close()
             return 0
     os._exit(1)  # the actor is gone: so is the sandbox, with this process
 
 
-class _ItemQueue:
-    """The items the actor sent, for the thread that runs them (no queue module: it
-    imports more than this needs)."""
+class _ChunkQueue:
+    """The chunks the actor sent, for the thread that runs them (no queue module: it
+    imports more than this needs); None ends that thread."""
 
     def __init__(self) -> None:
         self._ready = threading.Condition()
-        self._items: list[tuple] = []
+        self._chunks: list[list[tuple] | None] = []
 
-    def put(self, item: tuple) -> None:
+    def put(self, chunk: list[tuple] | None) -> None:
         with self._ready:
-            self._items.append(item)
+            self._chunks.append(chunk)
             self._ready.notify()
 
-    def take(self) -> tuple:
+    def take(self) -> list[tuple] | None:
         with self._ready:
-            self._ready.wait_for(lambda: self._items)
-            return self._items.pop(0)
+            self._ready.wait_for(lambda: self._chunks)
+            return self._chunks.pop(0)
 
 
-def _run_items(host: SandboxHost, items: _ItemQueue, channel: socket.socket,
-               sending: threading.Lock) -> None:
-    while True:
-        result = host.run(*items.take())
-        with sending:
-            send(channel, ("result", result))
+def _run_chunks(host: SandboxHost, chunks: _ChunkQueue, channel: socket.socket) -> None:
+    """Each chunk's items one after the other (each ``SandboxHost.run``'s
+    arguments), then their results in one frame."""
+    while (entries := chunks.take()) is not None:
+        results = [host.run(*entry) for entry in entries]
+        try:
+            send(channel, ("results", results))
+        except OSError:
+            return  # the actor is gone (serve() sees it: this process ends)
 
 
 def _described(exc: BaseException) -> str:

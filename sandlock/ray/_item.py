@@ -172,6 +172,11 @@ def refused(index: int | None, exc: BaseException, node: str) -> ItemResult:
                       (), EXIT_SETUP, b"", b"", node)
 
 
+def shut_down(index: int | None) -> ItemResult:
+    """An item the pool's shutdown killed, or kept from starting."""
+    return lost(index, "the pool was shut down before it ended").replace(reason=KILLED)
+
+
 def lost(index: int | None, why: str) -> ItemResult:
     """An item whose actor died under it more often than it may be retried."""
     from ..api import CallError
