@@ -113,3 +113,10 @@ def run_program(name: str) -> object:
         return subprocess.run([f"/usr/bin/{name}"], check=False).returncode
     except OSError as exc:
         return type(exc).__name__
+
+
+def modules(_: object) -> list[str]:
+    """The modules the clone holds (its resident's, and this one's)."""
+    import sys
+
+    return sorted(sys.modules)

@@ -47,7 +47,9 @@ class HttpRun:
         self._trusted = False  # the trust files are written
         ca: dict = {}
         if self.inspects:
-            self.run_dir = _private_directory()
+            from .._hostfile import private_directory
+
+            self.run_dir = private_directory()  # (the run's trust files)
             clients = _client_cas(env, cwd or os.getcwd()) if policy.ca_env else {}
             # (for the proxy, when it writes the trust files; marshal keeps bytes)
             ca = {**_ca_settings(policy, self.rules, env), "clients": clients}
@@ -170,19 +172,6 @@ def _forkserver_directory(env: Mapping[str, str]) -> str:
 
     home = env.get("HOME") or os.path.expanduser("~")
     return os.path.join(sandlock_runtime_dir(env, home), "proxy")
-
-
-def _private_directory() -> str:
-    """A new 0700 directory for the run's trust files, as tempfile.mkdtemp makes one
-    (tempfile imports random, hashlib, shutil...: ~5 ms of an HTTP run's start)."""
-    parent = os.environ.get("TMPDIR") or "/tmp"
-    while True:
-        path = os.path.join(parent, f"sandlock-{os.urandom(6).hex()}")
-        try:
-            os.mkdir(path, 0o700)
-            return path
-        except FileExistsError:
-            continue
 
 
 def _ca_settings(policy: Policy, rules: HttpRules, env: Mapping[str, str]) -> dict:

@@ -26,9 +26,9 @@ import os
 import shutil
 import socket
 import stat
-import tempfile
 import threading
 
+from .._hostfile import private_directory
 from ..netcall import UnixAddress
 
 TYPE_CHECKING = False
@@ -47,7 +47,7 @@ class NestingService:
 
     def __init__(self, register: Register) -> None:
         self._register = register
-        self._directory = tempfile.mkdtemp(prefix="sandlock-nesting-")
+        self._directory = private_directory("sandlock-nesting-")
         path = os.path.join(self._directory, "socket")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._server.bind(path)

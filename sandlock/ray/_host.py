@@ -22,18 +22,17 @@ killed it), and the sandbox with it.
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import socket
 import struct
 import sys
-import tempfile
 import threading
 import time
 
 from ..api import Sandbox
 from .._errors import SandlockError
+from .._hostfile import private_directory
 from ._item import ItemResult, keeping, outcome, refused, run_item, shut_down  # (before the sandbox starts)
 
 TYPE_CHECKING = False
@@ -62,7 +61,7 @@ class SandboxHost:
         """The sandbox, and its audit log: read here through a descriptor, its name
         unlinked once sandlock has opened it (nothing in the sandbox can reach it)."""
         policy, init, policy_fn, quiet = self._options
-        directory = tempfile.mkdtemp(prefix="sandlock-ray-")
+        directory = private_directory("sandlock-ray-")
         path = os.path.join(directory, "audit.jsonl")
         self._sandbox = Sandbox(policy, keeping(init), audit=path, quiet=quiet,
                                 policy_fn=policy_fn)
@@ -128,6 +127,8 @@ class SandboxHost:
 
     def _records(self) -> list[dict]:
         """The audit records written since the last look."""
+        import json  # (not before the sandbox starts: its processes would hold it too)
+
         chunks = []
         while chunk := os.read(self._audit, 1 << 16):
             chunks.append(chunk)
