@@ -43,7 +43,7 @@ def test_the_last_chunks_shrink_so_the_actors_end_together():
     while (left := 100 - sum(sizes)) > 0:
         sizes.append(min(chunks.size(), left))
         chunks.handed(sizes[-1])
-    assert sizes[0] == 13 and sizes[-4:] == [1, 1, 1, 1]  # (a share of what is left: 100 / 8)
+    assert sizes[0] == 25 and sizes[-4:] == [1, 1, 1, 1]  # (a share of what is left: 100 / 4)
     assert sizes == sorted(sizes, reverse=True) and sum(sizes) == 100
     fixed = Chunks(10, total=100, calls=4)
     fixed.handed(95)

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 WINDOW = 2  # Ray calls on one actor at a time by map(): one running, one queued at its host
 # A chunk of map()'s items per Ray call: enough items to take ~CHUNK_SECONDS, by the
 # items seen so far, at most CHUNK_MAX. A Ray call costs ~2 ms of CPU whatever it
-# carries (1% of a chunk of 0.2 s; at 10 ms items, chunks of 0.05 s left the pool +27%
-# behind Ray tasks, of 0.2 s +22%: performance.md); an actor that dies retries up to a
-# chunk's worth of work, and results come back a chunk at a time.
-CHUNK_SECONDS = 0.2
+# carries (0.5% of a chunk of 0.4 s; at 10 ms items, chunks of 0.2 s left the pool
+# +21% behind Ray tasks, of 0.4 s +16-18%: performance.md); an actor that dies retries
+# up to a chunk's worth of work, and results come back a chunk at a time.
+CHUNK_SECONDS = 0.4
 CHUNK_MAX = 64
 
 
@@ -230,9 +230,10 @@ class Chunks:
     """How many items the next Ray call of a map carries: ``fixed``, or enough to take
     CHUNK_SECONDS by the items seen so far (a running mean of their ``seconds``), one
     until an item has been seen. Of ``total`` items (when the map knows how many) over
-    ``calls`` calls in flight, the last chunks shrink (to a share of what is left), so
-    that the actors end together rather than one working through a full chunk while
-    the others idle."""
+    ``calls`` calls in flight, the last chunks shrink to an equal share of what is left
+    for each call, so that the actors end together rather than one working through a
+    full chunk while the others idle (a half share made twice the calls at a map's end,
+    each ~2 ms of CPU, for no better ending)."""
 
     def __init__(self, fixed: int | None = None, total: int | None = None,
                  calls: int = 1) -> None:
@@ -248,7 +249,7 @@ class Chunks:
             return 1
         size = max(1, min(CHUNK_MAX, round(CHUNK_SECONDS / max(self._mean, 1e-6))))
         if self._left is not None:
-            size = min(size, max(1, -(-self._left // (2 * self._calls))))
+            size = min(size, max(1, -(-self._left // self._calls)))
         return size
 
     def handed(self, count: int) -> None:
