@@ -94,6 +94,13 @@ def fork_some(count: int) -> int:
     return count
 
 
+def kill_parent(_: object) -> str:
+    """Kill the process that forked this one: its sandbox's resident (a nested one's,
+    under a narrowed policy)."""
+    os.kill(os.getppid(), 9)
+    return "killed it"
+
+
 def attempt(kind_and_argument: tuple[str, object]) -> object:
     """One of the functions above, by name: a mixed map of attacks and plain items."""
     kind, argument = kind_and_argument

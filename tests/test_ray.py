@@ -183,6 +183,20 @@ def test_an_item_sandlock_cannot_start_fails_alone(pool):
     assert (large.seconds, narrowed_limit.seconds) == (0, 0) and after.seconds > 0  # (never started)
 
 
+def test_an_item_that_kills_its_nested_sandbox_leaves_the_next_items_one(pool):
+    """Under a narrowed policy, an item runs in a nested sandbox, whose resident it can
+    kill (its parent). The next items of that policy, on the same actor (one chunk),
+    run in a new nested sandbox: the actor neither stalls nor restarts."""
+    narrowed = Policy(fs_readable=readable())
+    killer, after, later = pool.map(
+        ray_items.attempt, [("kill_parent", None), ("square", 3), ("square", 4)],
+        policy=narrowed, chunksize=3)
+    assert killer.index == 0  # (its own outcome: whatever the resident's end did to it)
+    assert (after.reason, after.value, later.value) == ("returned", 9, 16)
+    [square] = pool.map(ray_items.square, [5])  # the actor's own sandbox goes on
+    assert square.value == 25
+
+
 def test_a_policy_fn_decides_for_every_item(cluster):
     """The pool's policy_fn (a module function, shipped to each node) refuses exec of
     `true`: the item sees EPERM and its denied records say so; `false` (the control)

@@ -88,10 +88,10 @@ class SandboxHost:
             call = target.call(run_item, args=(payload, memory), timeout=timeout)
         except (ValueError, TypeError, SandlockError) as exc:
             return refused(index, exc, self._node)
-        except RuntimeError:
-            if self._ending:  # (the shutdown came first: the sandbox is over)
+        except RuntimeError:  # the sandbox is over: the shutdown's doing, or it died just now
+            if self._ending:
                 return shut_down(index)
-            raise
+            os._exit(1)  # (as _after_death: Ray restarts the actor, which retries the item)
         seconds = time.monotonic() - start  # (the pool sizes map's chunks by it)
         records = self._records()
         result = outcome(index, call, records, memory, output, self._node, seconds)
@@ -100,16 +100,15 @@ class SandboxHost:
         return result
 
     def _nest(self, narrowed: Policy) -> object:
+        """The nested sandbox of ``narrowed``, made at its first item (and again if a
+        limit of an item's ended it)."""
         nested = self._nested.get(narrowed)
-        if nested is None:
+        if nested is None or _ended(nested):
             nested = self._nested[narrowed] = self._sandbox.sandbox(narrowed)
         return nested
 
     def _over(self) -> bool:
-        # A running sandbox whose resident has gone (a limit killed the sandbox, or
-        # someone killed it) refuses every call from then on.
-        live = getattr(self._sandbox, "_live", None)
-        return live is None or getattr(live, "_state", "over") == "over"
+        return _ended(self._sandbox)
 
     def _after_death(self, records: list[dict]) -> None:
         """The sandbox ended under an item. If a limit of the sandbox's ended it (the
@@ -157,6 +156,13 @@ class SandboxHost:
             self._sandbox.__exit__(None, None, None)
         finally:
             os.close(self._audit)
+
+
+def _ended(sandbox: object) -> bool:
+    """A running sandbox (or nested one) whose resident has gone (a limit killed it,
+    or someone did) refuses every call from then on."""
+    live = getattr(sandbox, "_live", None)
+    return live is None or getattr(live, "_state", "over") == "over"
 
 
 def serve(fd: int) -> int:
