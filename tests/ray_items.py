@@ -101,6 +101,22 @@ def kill_parent(_: object) -> str:
     return "killed it"
 
 
+def kill_all(_: object) -> str:
+    """kill(-1, SIGKILL): every process this one may signal."""
+    os.kill(-1, 9)
+    return "killed them"
+
+
+def kill_child(_: object) -> int:
+    """Kill a child of its own (the control: an item may signal what it started)."""
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    os.kill(child, 9)
+    return os.waitpid(child, 0)[1]
+
+
 def attempt(kind_and_argument: tuple[str, object]) -> object:
     """One of the functions above, by name: a mixed map of attacks and plain items."""
     kind, argument = kind_and_argument

@@ -17,6 +17,7 @@ import pytest
 from httpservers import Upstream
 
 from sandlock import Policy, Sandbox, SetupError
+from sandlock.kernel import landlock
 
 BUSY = [sys.executable, "-c", "while True: pass"]
 
@@ -277,6 +278,35 @@ def test_no_process_of_a_running_sandbox_reaches_the_resident_or_another():
         for probes in got["others"]:
             assert set(probes.values()) <= {"EPERM", "EACCES"}, got
         assert got["own"] == {"mem": "ok", "environ": "ok", "vm_read": "ok", "getfd": "ok"}, got
+
+
+def signal_everyone() -> dict:
+    """SIGKILL to the resident (this call's parent) and to every process this one may
+    signal (kill(-1)); and, the control, to a child of its own."""
+    said = {}
+    try:
+        os.kill(os.getppid(), 9)
+        said["resident"] = "sent"
+    except PermissionError:
+        said["resident"] = "EPERM"
+    os.kill(-1, 9)  # (0 even when every process it met said EPERM)
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    os.kill(child, 9)
+    said["child"] = os.waitpid(child, 0)[1]
+    return said
+
+
+@pytest.mark.skipif(landlock.abi_version() < 6, reason="Landlock's signal scope is Linux 6.12's")
+def test_no_process_of_a_running_sandbox_can_end_it_or_another_by_a_signal():
+    with Sandbox(Policy()) as sb:
+        sibling = sb.exec(["sleep", "30"])
+        assert sb.call(signal_everyone).value == {"resident": "EPERM", "child": 9}
+        assert sb.call(os.getpid).success  # the resident serves on
+        assert sibling.is_running  # (its end would have been heard before that call's)
+        sibling.kill()
 
 
 def test_no_process_of_a_running_sandbox_reaches_the_resident_as_an_unprivileged_user(as_nobody):

@@ -183,18 +183,46 @@ def test_an_item_sandlock_cannot_start_fails_alone(pool):
     assert (large.seconds, narrowed_limit.seconds) == (0, 0) and after.seconds > 0  # (never started)
 
 
-def test_an_item_that_kills_its_nested_sandbox_leaves_the_next_items_one(pool):
-    """Under a narrowed policy, an item runs in a nested sandbox, whose resident it can
-    kill (its parent). The next items of that policy, on the same actor (one chunk),
-    run in a new nested sandbox: the actor neither stalls nor restarts."""
+def test_an_item_cannot_kill_its_resident_nor_the_other_items(pool):
+    """An item that signals its resident (its parent: the actor's, or a nested one's
+    under a narrowed policy) or every process it may (kill(-1)) fails alone with
+    EPERM (Landlock's signal scope, Linux 6.12): the next items of the chunk run in
+    the same sandbox, and the actor does not restart (which would run init again)."""
+    [namespace, _] = [r.value for r in pool.on_each(ray_items.namespace, None)]
+    sandbox = sandbox_of(namespace)
     narrowed = Policy(fs_readable=readable())
-    killer, after, later = pool.map(
-        ray_items.attempt, [("kill_parent", None), ("square", 3), ("square", 4)],
-        policy=narrowed, chunksize=3)
-    assert killer.index == 0  # (its own outcome: whatever the resident's end did to it)
-    assert (after.reason, after.value, later.value) == ("returned", 9, 16)
-    [square] = pool.map(ray_items.square, [5])  # the actor's own sandbox goes on
-    assert square.value == 25
+    attacks = [("kill_parent", None), ("kill_all", None), ("kill_child", None), ("square", 3)]
+    for policy in (None, narrowed):
+        parent, everyone, child, after = pool.map(ray_items.attempt, attacks, policy=policy,
+                                                  chunksize=4)
+        assert (parent.reason, parent.error.type) == ("denied", "PermissionError"), parent
+        assert everyone.reason != "lost", everyone  # (kill(-1) says 0 when all it met said EPERM)
+        assert child.value == 9  # (the control: a kill it may send is sent, and works)
+        assert (after.reason, after.value) == ("returned", 9)
+    assert len(left_of(sandbox)) == len(sandbox)  # every process of the sandbox lives on
+
+
+def test_a_nested_sandbox_that_ended_is_made_anew_at_its_next_item(pool):
+    """A narrowed policy's nested sandbox lives for the actor's next items of that
+    policy. Killed (here from outside: its items cannot), the next such item runs in a
+    new one, without stalling or restarting the actor."""
+    [namespace, _] = [r.value for r in pool.on_each(ray_items.namespace, None)]
+    narrowed = Policy(fs_readable=readable())
+    [first] = pool.map(ray_items.square, [2], policy=narrowed)  # (a single chunk: actor 0's)
+    assert first.value == 4
+    processes = set(in_namespace(namespace))
+    parent = {pid: int(stat_fields(pid)[1]) for pid in processes}
+    # init -> the actor's resident -> nested residents (idle: nothing else runs)
+    nested = [pid for pid in processes if parent[pid] in processes and
+              parent[parent[pid]] in processes]
+    assert nested
+    sandbox = sandbox_of(namespace)
+    for pid in nested:
+        os.kill(pid, signal.SIGKILL)
+    assert settled(lambda: all(gone(pid) for pid in nested))
+    [after] = pool.map(ray_items.square, [3], policy=narrowed)
+    assert (after.reason, after.value) == ("returned", 9)
+    assert in_namespace(namespace) and left_of(sandbox)  # (the actor's sandbox lives on)
 
 
 def test_a_policy_fn_decides_for_every_item(cluster):

@@ -236,12 +236,16 @@ def _fence(scoped: bool) -> landlock.Ruleset | None:
     included): in a domain of its own, no process of the sandbox can read them, nor
     take the resident's descriptors (its socket to sandlock among them), nor reach
     another's, call and clone alike (Landlock's ptrace rule; see neutral_layer).
-    ``scoped``: in a nested sandbox that may make sockets, whose resident must live (it
-    tells sandlock which processes are its own: their network rules, the Landlock rules
-    their socket files are bound under): nor can they signal it, or a sibling."""
-    if not landlock.abi_version():
+    Where Landlock scopes signals (ABI 6, Linux 6.12), nor can they signal it or a
+    sibling (``kill(-1)`` included): a call cannot end the sandbox that runs the others
+    (a pool's item its actor's). ``scoped``: that is required (the caller has checked
+    it): a nested sandbox that may make sockets, whose resident must live (it tells
+    sandlock which processes are its own: their network rules, the Landlock rules their
+    socket files are bound under)."""
+    abi = landlock.abi_version()
+    if not abi:
         return None
-    return neutral_layer(landlock.SCOPE_SIGNAL if scoped else 0)
+    return neutral_layer(landlock.SCOPE_SIGNAL if scoped or abi >= 6 else 0)
 
 
 def _confine_further(nested: Nested, fds: list[int]) -> None:
