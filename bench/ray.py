@@ -12,7 +12,8 @@
 An item spins the CPU for `--ms` milliseconds (process time). One local Ray of
 `--cpus` CPUs, started once; the cases run interleaved, `--runs` rounds, the median
 wall time of each. Per-item overhead: wall time x workers / items - the item's own
-time. Usage: python bench/ray.py [--runs R] [--items N] [--ms 1,10,50]
+time. Each round runs the cases in another order (rotated). Usage: python
+bench/ray.py [--runs R] [--items N] [--ms 1,10,50]
 """
 
 from __future__ import annotations
@@ -99,9 +100,12 @@ def main() -> int:
             seconds = ms / 1000
             runs = cases(args.items, seconds, actors, pool)
             times: dict[str, list[float]] = {name: [] for name in runs}
-            for _ in range(args.runs):
-                for name, run in runs.items():
-                    times[name].append(timed(run))
+            names = list(runs)
+            for round_ in range(args.runs):
+                # Each round in another order: a case that always ran after the same
+                # one measured ~2% apart from an identical one (the machine's state).
+                for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                    times[name].append(timed(runs[name]))
             medians = {name: statistics.median(values) for name, values in times.items()}
             base = medians["ray tasks"]
             for name, wall in medians.items():
