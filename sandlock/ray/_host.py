@@ -33,7 +33,8 @@ import time
 from ..api import Sandbox
 from .._errors import SandlockError
 from .._hostfile import private_directory
-from ._item import ItemResult, keeping, outcome, refused, run_item, shut_down  # (before the sandbox starts)
+# (before the sandbox starts: its processes hold what the items need)
+from ._item import ItemResult, keeping, outcome, refused, run_item, shut_down
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -100,8 +101,9 @@ class SandboxHost:
         return result
 
     def _nest(self, narrowed: Policy) -> object:
-        """The nested sandbox of ``narrowed``, made at its first item (and again if a
-        limit of an item's ended it)."""
+        """The nested sandbox of ``narrowed``, made at its first item, and again at
+        the next after it ended (its items cannot signal it, but a limit or someone
+        outside may end it)."""
         nested = self._nested.get(narrowed)
         if nested is None or _ended(nested):
             nested = self._nested[narrowed] = self._sandbox.sandbox(narrowed)
