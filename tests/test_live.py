@@ -326,6 +326,35 @@ def test_no_process_of_a_running_sandbox_reaches_the_resident_as_an_unprivileged
     assert set(got["own"].values()) == {"ok"}, got
 
 
+SIGNALLER = textwrap.dedent("""
+    import os
+    try:
+        os.kill(os.getppid(), 9)
+        print("sent")
+    except PermissionError:
+        print("EPERM")
+    os.kill(-1, 9)
+""")
+
+
+@pytest.mark.skipif(landlock.abi_version() < 6, reason="Landlock's signal scope is Linux 6.12's")
+def test_no_process_of_a_running_sandbox_ends_it_by_a_signal_as_an_unprivileged_user(as_nobody):
+    embedder = textwrap.dedent("""
+        import sys, tempfile
+        from sandlock import Policy, Sandbox
+        with Sandbox(Policy()) as sb, tempfile.TemporaryFile() as out:
+            sibling = sb.exec(["sleep", "30"])
+            sb.exec([sys.executable, "-c", sys.argv[1]], stdout=out.fileno()).wait(20)
+            after = sb.exec(["true"]).wait(10)  # the resident serves on
+            out.seek(0)
+            print(out.read().decode().strip(), after, sibling.is_running)
+            sibling.kill()
+    """)
+    result = subprocess.run(as_nobody([sys.executable, "-c", embedder, SIGNALLER]),
+                            capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=60)
+    assert result.stdout.split() == ["EPERM", "0", "True"], result.stderr
+
+
 UNPRIVILEGED = textwrap.dedent("""
     import os, time
     from sandlock import Policy, Sandbox
