@@ -66,7 +66,7 @@ class Resident:
         control = socket.socket(fileno=self._control_fd)
         self._host_proc = host_proc
         self._null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        self._fence = _fence(scoped=self._probe >= 0)
+        self._fence = _fence()
         self._enter_fence = self._fence.restricter() if self._fence is not None else None
         standard_streams()  # once, here: the processes it forks keep them (see Runner)
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -229,7 +229,7 @@ class Resident:
         os.write(self._control_fd, message)
 
 
-def _fence(scoped: bool) -> landlock.Ruleset | None:
+def _fence() -> landlock.Ruleset | None:
     """The layer each process the resident forks puts itself in (None where the sandbox
     has no Landlock, under --best-effort). The resident is a fork of the embedding
     program, and its memory and environment still hold that program's (secrets
@@ -238,14 +238,14 @@ def _fence(scoped: bool) -> landlock.Ruleset | None:
     another's, call and clone alike (Landlock's ptrace rule; see neutral_layer).
     Where Landlock scopes signals (ABI 6, Linux 6.12), nor can they signal it or a
     sibling (``kill(-1)`` included): a call cannot end the sandbox that runs the others
-    (a pool's item its actor's). ``scoped``: that is required (the caller has checked
-    it): a nested sandbox that may make sockets, whose resident must live (it tells
-    sandlock which processes are its own: their network rules, the Landlock rules their
-    socket files are bound under)."""
+    (a pool's item its actor's). A nested sandbox that may make sockets needs that (its
+    resident must live: it tells sandlock which processes are its own, their network
+    rules, the Landlock rules their socket files are bound under), and starts only where
+    Landlock has it (NestedLive)."""
     abi = landlock.abi_version()
     if not abi:
         return None
-    return neutral_layer(landlock.SCOPE_SIGNAL if scoped or abi >= 6 else 0)
+    return neutral_layer(landlock.SCOPE_SIGNAL if abi >= 6 else 0)
 
 
 def _confine_further(nested: Nested, fds: list[int]) -> None:

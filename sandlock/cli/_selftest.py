@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from ..api import Result, Sandbox
-from ..confinement import SCRATCH
+from ..confinement import SCRATCH, within
 from ..policy import Policy
 from . import _probes as probes
 from ._probes import HttpServer, LocalServer
@@ -98,7 +98,7 @@ class Selftest:
             return out == "Permission denied", f"{home}: {out}"
         shown = set(out.split("\n")[1:])
         extra = sorted(shown - _granted_names(home, self.inside))
-        private = any(_within(os.path.realpath(home), scratch) for scratch in SCRATCH)
+        private = any(within(os.path.realpath(home), scratch) for scratch in SCRATCH)
         if private and not extra:
             return True, f"{home}: the sandbox's own, with only what it grants"
         return False, f"{home}: listed, with {', '.join(extra) or 'nothing granted'}"
@@ -290,11 +290,7 @@ def _granted_names(home: str, cwd: str) -> set[str]:
     read, write, _ = default_workspace(home, cwd, os.environ)
     real = os.path.realpath(home)
     return {os.path.relpath(path, real).split("/")[0] for path in map(os.path.realpath, (*read, *write))
-            if _within(path, real) and path != real}
-
-
-def _within(path: str, ancestor: str) -> bool:
-    return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
+            if within(path, real) and path != real}
 
 
 def _mkdir(parent: str, name: str) -> str:

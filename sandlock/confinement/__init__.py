@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._fspolicy import (
         PSEUDO_DEVICES,
         image_store,
+        within,
         sandlock_ca_cache_dir,
         sandlock_ca_dir,
         sandlock_runtime_dir,
@@ -78,6 +79,7 @@ _EXPORTS = {
     "widening": "_workspace",
     "workspace_store": "_fspolicy",
     "image_store": "_fspolicy",
+    "within": "_fspolicy",
 }
 
 __all__ = sorted(_EXPORTS)

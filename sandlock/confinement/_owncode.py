@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ._fspolicy import within
+
 # sandlock's own package (its proxy and CA with it, in a regular install).
 SANDLOCK_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Its proxy and CA packages: in a checkout, sandlock/proxy and sandlock/ca are links to
@@ -20,7 +22,7 @@ def own_code() -> tuple[str, ...]:
     (real paths)."""
     package = os.path.realpath(SANDLOCK_PACKAGE)
     linked = (os.path.realpath(os.path.join(package, name)) for name in _OWN_LINKED)
-    return (package, *(path for path in linked if not path.startswith(package + "/")))
+    return (package, *(path for path in linked if not within(path, package)))
 
 
 _SYSTEM_PREFIXES = ("/", "/usr", "/usr/local")
@@ -46,4 +48,4 @@ def own_environment() -> tuple[str, ...]:
             paths.append(user)
     real = sorted(dict.fromkeys(map(os.path.realpath, paths)), key=len)
     return tuple(path for number, path in enumerate(real)  # (the outermost: one mount each)
-                 if not any(path.startswith(outer.rstrip("/") + "/") for outer in real[:number]))
+                 if not any(within(path, outer) for outer in real[:number]))

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import errno
 import os
-import sys
 import threading
 from collections.abc import Callable
 
+from .._errors import tell
 from .._record import replace
 from ..kernel import (
     SUPERVISED,
@@ -133,11 +133,8 @@ class Supervisor:
                 listener.reply(notification_id, error=errno.EACCES)  # first: nothing may hang
             except OSError:
                 pass
-            try:
-                print(f"sandlock: internal error in the network supervisor (call refused): "
-                      f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-            except (OSError, ValueError):
-                pass
+            tell(f"sandlock: internal error in the network supervisor (call refused): "
+                 f"{type(exc).__name__}: {exc}")
 
     def _handle(self, listener: Listener, notification: Notification) -> None:
         syscall = self._names.get(notification.nr)
