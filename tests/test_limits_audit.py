@@ -5,7 +5,9 @@ confined processes hit each limit; the records are read back from --audit."""
 from __future__ import annotations
 
 import json
+import re
 import sys
+import time
 
 from conftest import sandlock
 from sandlock import Policy, Sandbox
@@ -29,7 +31,9 @@ for pid in children:
 
 GROW = "x = []\nwhile True: x.append(bytearray(1 << 20))"
 
-BUSY = "import time\nend = time.monotonic() + 1\nwhile time.monotonic() < end: pass"
+# CPU time, not a wall-clock window: a process that must spend 0.3 s of CPU at a 20%
+# share is held back however busy the machine is (unless it gets under 20% of a CPU anyway).
+BUSY = "import time\nwhile time.process_time() < 0.3: pass"
 
 
 def limit_records(log) -> list[dict]:
@@ -64,13 +68,20 @@ def test_a_memory_kill_is_recorded_with_what_was_in_use(tmp_path):
 
 def test_cpu_throttling_is_summed_up_at_the_end(tmp_path):
     log = tmp_path / "audit.jsonl"
+    began = time.monotonic()
     result = sandlock("run", "--audit", str(log), "--max-cpu", "20", "--", sys.executable, "-c",
                       BUSY, cwd=tmp_path)
+    took = time.monotonic() - began
     assert result.returncode == 0, result.stderr
     [record] = limit_records(log)
     assert (record["limit"], record["value"], record["verdict"]) == ("max_cpu", 20, "throttle")
-    assert record["count"] >= 3 and 0.4 <= record["held"] <= 1.0, record
-    assert "sandlock: CPU share 20%: the sandbox was held back" in result.stderr
+    # How long it is held depends on what else the machine runs (a share of a CPU it would
+    # not get anyway costs no hold): only that it was, within the run, and said the same.
+    assert record["count"] >= 1 and 0 < record["held"] < took, (record, took)
+    said = re.search(r"sandlock: CPU share 20%: the sandbox was held back (\d+) time\(s\), "
+                     r"([\d.]+) s in all \(--max-cpu\)", result.stderr)
+    assert said, result.stderr
+    assert int(said[1]) == record["count"] and abs(float(said[2]) - record["held"]) <= 0.05
 
 
 def test_a_short_run_under_its_share_records_nothing(tmp_path):
