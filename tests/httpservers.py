@@ -13,6 +13,7 @@ every path). A path holding ``/redirect?to=URL`` is answered 302 to URL.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import ssl
 import subprocess
@@ -195,15 +196,15 @@ def served_repository(directory) -> str:
 
 
 def free_port_on(*hosts: str) -> int:
-    """A TCP port free on every one of ``hosts`` (for servers sharing one HTTP port)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = probe.getsockname()[1]
+    """A TCP port free on every one of ``hosts`` (for servers sharing one HTTP port), below
+    the kernel's ephemeral range: a port from bind(0) is one the next connect() of any
+    concurrent test may take as its own local port before the server binds it."""
+    for _ in range(200):
+        port = random.randrange(20000, 32768)
         try:
             for host in hosts:
-                with socket.socket() as other:
-                    other.bind((host, port))
+                with socket.socket() as probe:
+                    probe.bind((host, port))
             return port
         except OSError:
             continue

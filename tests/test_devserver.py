@@ -16,6 +16,7 @@ import time
 import pytest
 
 from conftest import SANDLOCK, sandlock, users
+from httpservers import free_port_on
 from netattack_helpers import TcpServer
 
 PY = sys.executable
@@ -38,12 +39,6 @@ for url in sys.argv[2:]:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 # --- the dev server and its client, both inside -----------------------------------------
 
 
@@ -53,7 +48,7 @@ def test_a_dev_server_inside_is_reachable_from_inside(as_nobody_or_self):
     "2 network operations denied" as the server started, and the client was denied
     without a further --net-allow 127.0.0.1:PORT."""
     wrap = as_nobody_or_self or (lambda argv: argv)
-    port = free_port()
+    port = free_port_on("127.0.0.1")
     script = (f"{PY} -m http.server {port} >/dev/null 2>&1 & "
               f"{PY} -c '{FETCH}' {port} http://127.0.0.1:{port}/ http://localhost:{port}/ "
               f"http://0.0.0.0:{port}/; kill $!")
@@ -66,7 +61,7 @@ def test_a_dev_server_inside_is_reachable_from_inside(as_nobody_or_self):
 
 def test_a_host_listener_on_another_port_stays_denied():
     """Control: the sandbox's own port opens that port only."""
-    port = free_port()
+    port = free_port_on("127.0.0.1")
     with TcpServer("127.0.0.1") as host:
         script = (f"{PY} -m http.server {port} >/dev/null 2>&1 & "
                   f"{PY} -c '{FETCH}' {port} http://127.0.0.1:{port}/ "
@@ -111,7 +106,7 @@ print("then", sorted({attempt() for _ in range(20)}), flush=True)
 def test_a_host_service_on_the_sandboxs_port_is_not_reached(reuseport):
     """The attack: the sandbox's listener closes (or shares its port, SO_REUSEPORT) and a
     host service listens on the port; the sandbox's connects must not reach it."""
-    port = free_port()
+    port = free_port_on("127.0.0.1")
     script = TAKEN.replace("SHARED", str(reuseport)).replace("THE_PORT", str(port))
     argv = [*SANDLOCK, "run", "--net-bind", str(port), "--", PY, "-c", script]
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -130,7 +125,7 @@ def test_a_host_service_on_the_sandboxs_port_is_not_reached(reuseport):
 
 def test_without_sandlock_the_host_service_is_reached():
     """Control for the attack above: unconfined, the same program reaches the host's."""
-    port = free_port()
+    port = free_port_on("127.0.0.1")
     script = TAKEN.replace("SHARED", "False").replace("THE_PORT", str(port))
     with subprocess.Popen([PY, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           text=True) as proc:

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from conftest import SANDLOCK, sandlock
+from httpservers import free_port_on
 from sandlock import Policy, PolicyError, Sandbox
 
 PY = sys.executable
@@ -42,12 +43,6 @@ if len(sys.argv) < 4:  # (no third argument: the host connects once)
     host.sendall(tag.encode()); host.close()
 sys.stdin.read()
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Served:
@@ -79,7 +74,7 @@ def _from_host(port: int) -> str:
 
 
 def test_two_sandboxes_serve_on_the_same_virtual_port_at_once():
-    port = _free_port()
+    port = free_port_on("127.0.0.1")
     policy = Policy(port_remap=True, net_bind=[port])
     first = Served(policy, "first", port)
     try:
@@ -105,7 +100,7 @@ def test_two_sandboxes_serve_on_the_same_virtual_port_at_once():
 
 def test_without_port_remap_the_second_sandbox_cannot_bind_the_port():
     """Control: the same two sandboxes without --port-remap collide (EADDRINUSE)."""
-    port = _free_port()
+    port = free_port_on("127.0.0.1")
     policy = Policy(net_bind=[port])
     first = Served(policy, "first", port)
     try:
@@ -147,7 +142,7 @@ def _cli(port: int, *options: str, wrap=lambda argv: argv):
 def test_a_port_the_host_holds_is_the_sandboxs_own_virtual_port(as_nobody):
     """As an unprivileged user: the host listens on V; the sandbox binds V all the
     same, sees V in getsockname and getpeername, and its client reaches its own server."""
-    port = _free_port()
+    port = free_port_on("127.0.0.1")
     a, b = _hold_then_run(_cli(port, "--port-remap", wrap=as_nobody), port)
     for said in (a, b):
         assert said == {"tag": said["tag"], "got": said["tag"], "sockname": port,
@@ -156,7 +151,7 @@ def test_a_port_the_host_holds_is_the_sandboxs_own_virtual_port(as_nobody):
 
 def test_without_port_remap_a_port_the_host_holds_cannot_be_bound(as_nobody):
     """Control, also unprivileged: EADDRINUSE, the host's listener is the port's."""
-    port = _free_port()
+    port = free_port_on("127.0.0.1")
     a, b = _hold_then_run(_cli(port, wrap=as_nobody), port)
     assert a == {"tag": "a", "bind_errno": 98} and b == {"tag": "b", "bind_errno": 98}
 
@@ -189,7 +184,7 @@ for port in map(int, sys.argv[1:]):
 
 
 def test_net_deny_bind_refuses_its_ports_and_binds_the_others(tmp_path):
-    denied, other = _free_port(), _free_port()
+    denied, other = free_port_on("127.0.0.1"), free_port_on("127.0.0.1")
     audit = tmp_path / "audit.jsonl"
     result = sandlock("run", "--audit", str(audit), "--net-deny-bind", str(denied), "--",
                       PY, "-c", BINDER, str(denied), str(other))
@@ -204,7 +199,7 @@ def test_net_deny_bind_refuses_its_ports_and_binds_the_others(tmp_path):
 
 def test_without_the_denylist_both_ports_bind():
     """Control: the same binds with both ports allowed."""
-    denied, other = _free_port(), _free_port()
+    denied, other = free_port_on("127.0.0.1"), free_port_on("127.0.0.1")
     result = sandlock("run", "--net-bind", f"{denied},{other}", "--",
                       PY, "-c", BINDER, str(denied), str(other))
     assert result.stdout.splitlines() == [f"{denied} bound", f"{other} bound"], result.stderr
@@ -280,7 +275,7 @@ def _after_release(*options: str) -> tuple[str, dict[int, int]]:
     """The host holds V; the sandbox binds V (remapped to R), closes it; a host service
     then takes R; the sandbox connects to V. What it reached, and its ports while it
     listened."""
-    port = _free_port()
+    port = free_port_on("127.0.0.1")
     held = socket.socket()
     held.bind(("127.0.0.1", port))
     held.listen()
@@ -348,7 +343,7 @@ print("third", third.getsockname()[1] == port, client.getpeername()[1] == port)
 
 @pytest.mark.parametrize(("family", "host"), [("AF_INET", "127.0.0.1"), ("AF_INET6", "::1")])
 def test_rebinding_a_held_virtual_port_is_answered_as_the_kernel_would(family, host):
-    port = _free_port()
+    port = free_port_on("127.0.0.1")
     held = socket.socket(getattr(socket, family))
     held.bind((host, port))  # the host's: the sandbox's port is remapped
     held.listen()
@@ -392,7 +387,7 @@ def test_without_port_remap_port_80_is_refused_to_an_unprivileged_user(as_nobody
 def test_a_long_lived_sandboxs_ports_and_pid():
     """In a block: ports() holds what the processes exec'd in it bound; pid is its
     resident's while the block runs."""
-    port = _free_port()
+    port = free_port_on("127.0.0.1")
     held = socket.socket()
     held.bind(("127.0.0.1", port))
     held.listen()
