@@ -13,6 +13,7 @@ back pickled through a pipe of its own; what it prints, through the same capture
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import pickle
 import sys
@@ -146,6 +147,7 @@ class Runner:
         forks: it made them once, with nothing buffered)."""
         self._function, self._args, self._kwargs, self._fd = function, args, kwargs, fd
         self._streams = streams
+        self._collecting = gc.isenabled()  # (made on the caller's side: its collector's state)
 
     @classmethod
     def loading(cls, payload: bytes, fd: int, streams: bool = True) -> Runner:
@@ -165,6 +167,7 @@ class Runner:
     def __call__(self, host_proc: int = -1) -> int:
         if self._streams:
             standard_streams()
+        collecting(self._collecting)
         try:
             value = self._function(*self._args, **self._kwargs)
         except SystemExit as exc:  # sys.exit(): a status, not an error of the call
@@ -198,6 +201,17 @@ def _write_all(fd: int, payload: bytes) -> None:
     view = memoryview(payload)
     while view:
         view = view[os.write(fd, view):]
+
+
+def collecting(enabled: bool) -> None:
+    """The caller's cyclic garbage collection, back where its code runs (sandlock's forked
+    copies run without; a function that makes reference cycles would otherwise grow
+    until a memory limit killed it), the objects there so far out of its reach: a
+    collection that visited the parent's would write to (so copy) every page of its
+    heap."""
+    if enabled:
+        gc.freeze()
+        gc.enable()
 
 
 def standard_streams() -> None:

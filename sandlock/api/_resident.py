@@ -23,6 +23,7 @@ from __future__ import annotations
 import _signal
 import errno
 import fcntl
+import gc
 import os
 import pickle
 import select
@@ -32,7 +33,7 @@ import sys
 from .._errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
 from ..confinement import apply_static, neutral_layer
 from ..kernel import close_on_exec_from, exited_children, landlock
-from ._call import Runner, flush_streams, fresh_stdin, standard_streams
+from ._call import Runner, collecting, flush_streams, fresh_stdin, standard_streams
 from ..process import exec_argv
 from ..process import answer
 
@@ -61,6 +62,7 @@ class Resident:
         self._children: dict[int, int] = {}  # pid (in the sandbox) -> token
         self._own: list[int] = []  # descriptors no process it forks may keep
         self._calls: set[int] = set()  # tokens of calls (their process groups die with them)
+        self._collecting = gc.isenabled()  # (made in the embedding program: its collector's)
 
     def __call__(self, host_proc: int) -> int:
         control = socket.socket(fileno=self._control_fd)
@@ -94,6 +96,7 @@ class Resident:
                     return 0  # sandlock hung up: the sandbox ends with us
 
     def _run_init(self) -> bool:
+        collecting(self._collecting)
         if self._init is not None:
             try:
                 self._init()
@@ -103,6 +106,12 @@ class Resident:
             finally:
                 flush_streams()  # else every process forked would print again what init buffered
                 sys.stdin = fresh_stdin()  # and what it read ahead is not theirs to read
+        if self._collecting:
+            # What init built, out of every later collection as the program's is (its
+            # garbage first, which would else be kept for good): a process forked from
+            # here that collects would else copy each page that holds one of its objects.
+            gc.collect()
+            gc.freeze()
         self._say(b"ready")
         return True
 
