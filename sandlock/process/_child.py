@@ -34,6 +34,8 @@ RESET_SIGNALS = (
     signal.SIGXFSZ, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1,
     signal.SIGUSR2, signal.SIGCHLD,
 )
+# What the interpreter ignores at its start-up (so their original disposition is unknown).
+INTERPRETER_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 @record
@@ -101,7 +103,7 @@ def exec_command(spec: ChildSpec, parent_pid: int, error_fd: int, *,
                 host_proc = -1  # (close-on-exec, opened by init: made /dev/null below)
             held = _open_descriptors((*spec.pass_fds, host_proc))  # while /proc is surely readable
             null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # the policy may not grant it
-        _restore_signals(spec.ignored_signals)
+        _restore_signals(spec.ignored_signals, python=spec.function is not None)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent_pid:  # the parent died before we set the death signal
             os._exit(EXIT_SETUP)
@@ -140,6 +142,8 @@ def exec_argv(argv: list[str], env: dict[str, str]) -> int:
     read allowlist, or another user's 0700 home) does not turn "not found" into
     "permission denied": only an existing file that cannot be executed does.
     """
+    for sig in INTERPRETER_IGNORED:  # (a Python process's SIG_IGN would outlive the exec)
+        signal.signal(sig, signal.SIG_DFL)
     name = argv[0]
     if "/" in name:
         candidates = [name]
@@ -307,9 +311,18 @@ def _keep_only(pass_fds: tuple[int, ...]) -> None:
         os.set_inheritable(fd, True)
 
 
-def _restore_signals(ignored: frozenset[int]) -> None:
+def _restore_signals(ignored: frozenset[int], python: bool) -> None:
+    """As a program finds them at its start; ``python``: a function runs on in this
+    interpreter, and gets what the interpreter sets at its own start (not the embedding
+    program's handlers): a write to a closed pipe raises BrokenPipeError rather than
+    killing it, SIGINT raises KeyboardInterrupt (unless ignored when sandlock started)."""
     for sig in RESET_SIGNALS:
         signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+    if python:
+        for sig in INTERPRETER_IGNORED:
+            signal.signal(sig, signal.SIG_IGN)
+        if signal.SIGINT not in ignored:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 

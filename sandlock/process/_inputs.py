@@ -7,7 +7,7 @@ import _signal as signal  # signal without its enum wrappers (enum: ~3 ms of sta
 import os
 
 from .._errors import PolicyError
-from ._child import RESET_SIGNALS
+from ._child import INTERPRETER_IGNORED, RESET_SIGNALS
 
 TYPE_CHECKING = False  # typing costs ~2.5 ms to import: not on the start-up path
 if TYPE_CHECKING:
@@ -17,10 +17,6 @@ if TYPE_CHECKING:
 
 # --clean-env keeps only these variables from sandlock's environment.
 CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
-# The interpreter itself ignores these at start-up; their original disposition is unknown.
-_INTERPRETER_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
-
-
 def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dict[str, str]:
     if policy.clean_env:
         env = {key: base[key] for key in CLEAN_ENV_KEEP if key in base}
@@ -85,5 +81,5 @@ def check_pass_fds(pass_fds: Sequence[int]) -> tuple[int, ...]:
 def inherited_ignored_signals() -> frozenset[int]:
     return frozenset(
         sig for sig in RESET_SIGNALS
-        if sig not in _INTERPRETER_IGNORED and signal.getsignal(sig) == signal.SIG_IGN
+        if sig not in INTERPRETER_IGNORED and signal.getsignal(sig) == signal.SIG_IGN
     )
