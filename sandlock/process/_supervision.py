@@ -371,10 +371,12 @@ class Supervision:
                             f"CPU share {share}: the sandbox was held back {cpu.holds} "
                             f"time(s), {cpu.held:.1f} s in all (--max-cpu)",
                             count=cpu.holds, held=round(cpu.held, 3))
-        if self._receivers:
+        if self._over.locked():
             # The sandbox is gone (close() comes after its end): its listener hangs up and
             # the receivers end, before the run does: no thread of ours wakes later, when
-            # the interpreter may be shutting down.
+            # the interpreter may be shutting down. (Not "while any receiver counts": the
+            # last one uncounts itself before it sums up the process cap's refusals,
+            # which the notices below must include; it releases this lock after.)
             self._over.acquire(timeout=_WAKE_TIMEOUT)
         summary = self._network.close()
         files = self._files.summary() if self._files is not None else None
