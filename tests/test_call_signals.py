@@ -54,7 +54,6 @@ def init_saw() -> tuple:
 
 
 def test_a_function_finds_the_interpreters_dispositions():
-    assert dispositions() == PYTHONS  # (this interpreter's own: what the function keeps)
     assert Sandbox(Policy()).call(dispositions).value == PYTHONS
     with Sandbox(Policy(), remember_init) as sandbox:
         assert sandbox.call(dispositions).value == PYTHONS
