@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 # --clean-env keeps only these variables from sandlock's environment.
 CLEAN_ENV_KEEP = ("PATH", "HOME", "TERM", "LANG", "USER", "SHELL")
+
+
 def child_environment(policy: Policy, base: dict[str, str] | os._Environ) -> dict[str, str]:
     if policy.clean_env:
         env = {key: base[key] for key in CLEAN_ENV_KEEP if key in base}
