@@ -466,14 +466,24 @@ def test_sandlock_inside_a_sandbox_can_neither_name_list_nor_kill(runtime):
 
 def test_entries_are_json_whatever_the_name_and_command_hold():
     """The registry writes its entries without the json module (a named run's start does
-    not import it): whatever a name or an argv holds reads back the same."""
+    not import it): whatever a name or an argv holds reads back the same. That is any
+    character but a surrogate (a name must be UTF-8), and for an argv the low surrogates
+    Python decodes undecodable bytes to (surrogateescape). Not a high surrogate then a
+    low one: JSON spells a character beyond the BMP so, and reads it back as that
+    character (json.dumps too); such an argv could not be exec'd anyway."""
     import random
 
     from sandlock.registry._registry import _json
 
+    def character() -> str:
+        code = random.choice((random.randrange(0, 128), random.randrange(128, 0x110000),
+                              random.randrange(0xDC80, 0xDD00)))
+        return chr(code) if not 0xD800 <= code < 0xDC80 and not 0xDD00 <= code < 0xE000 \
+            else character()
+
+    assert _json([os.fsdecode(b"\xff\x80")]) == '["\\udcff\\udc80"]'  # (surrogateescape)
     for _ in range(2000):
-        text = "".join(chr(random.choice((random.randrange(0, 128), random.randrange(128, 0x110000))))
-                       for _ in range(16))
+        text = "".join(character() for _ in range(16))
         entry = {"name": text, "argv": [text, "x"], "started": random.random() * 2e9,
                  "command": [random.randrange(1, 2**22), random.randrange(2**40)], "keeper": None}
         written = _json(entry)
