@@ -129,3 +129,23 @@ def test_yes_into_head_ends_quietly_in_a_running_sandbox():
         assert process.wait(30) == 0
     with os.fdopen(read, "rb") as output:
         assert output.read() == b"y\n"
+
+
+def test_a_function_writing_past_the_file_size_limit_gets_efbig(tmp_path):
+    """SIGXFSZ is ignored as in any Python program: the write raises (EFBIG). The
+    control: at its default (as functions had it before), the signal kills the call."""
+    target = tmp_path / "big"
+
+    def write_big(default: bool) -> str:
+        if default:
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        try:
+            with open(target, "wb") as file:
+                file.write(b"x" * 4096)
+        except OSError as exc:
+            return f"OSError {exc.errno}"
+        return "written"
+
+    sandbox = Sandbox(Policy(max_file_size="1K", fs_writable=[str(tmp_path)]))
+    assert sandbox.call(write_big, (False,)).value == "OSError 27"
+    assert sandbox.call(write_big, (True,)).exit_code == 128 + signal.SIGXFSZ
