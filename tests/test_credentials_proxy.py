@@ -161,9 +161,7 @@ class Proxied:
 
     def route_port(self, destination: tuple[str, int]) -> int:
         """A free local port, routed: for a client that binds it itself (curl --local-port)."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port_on("127.0.0.1")
         self.proxy.route(Route(("127.0.0.1", port), destination, ("api.test",), pid=4242))
         return port
 

@@ -152,11 +152,12 @@ def bind_port(port: int) -> int:
 
 
 def test_bind_rules_narrow_too():
-    ports = []
-    for _ in range(2):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            ports.append(probe.getsockname()[1])
+    from httpservers import free_port_on
+
+    first = second = free_port_on("127.0.0.1")
+    while second == first:
+        second = free_port_on("127.0.0.1")
+    ports = [first, second]
     with Sandbox(Policy(fs_readable=SYSTEM, net_bind=["*"]), quiet=True) as sb:
         nested = sb.sandbox(Policy(fs_readable=SYSTEM, net_bind=[str(ports[0])]))
         assert nested.call(bind_port, args=(ports[0],)).value == 0
