@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
-from conftest import SANDLOCK
+from conftest import SANDLOCK, users
 from sandlock import Policy, Sandbox
 
 SIGPIPE_AND_SIGXFSZ = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
@@ -149,3 +150,38 @@ def test_a_function_writing_past_the_file_size_limit_gets_efbig(tmp_path):
     sandbox = Sandbox(Policy(max_file_size="1K", fs_writable=[str(tmp_path)]))
     assert sandbox.call(write_big, (False,)).value == "OSError 27"
     assert sandbox.call(write_big, (True,)).exit_code == 128 + signal.SIGXFSZ
+
+
+# What a call sees, and what a command exec'd in a running sandbox starts with, from an
+# interpreter of its own (so that it can run as another user).
+AS_A_PROGRAM = r"""
+import os, signal
+from sandlock import Policy, Sandbox
+
+def closed_pipe():
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        os.write(write, b"x")
+    except BrokenPipeError:
+        return "BrokenPipeError"
+    return "written"
+
+read, write = os.pipe()
+with Sandbox(Policy()) as sandbox:
+    print(sandbox.call(closed_pipe).value)
+    status = sandbox.exec(["cat", "/proc/self/status"], stdout=write)
+    os.close(write)
+    status.wait(30)
+print(next(line for line in os.fdopen(read).read().splitlines() if line.startswith("SigIgn:")))
+"""
+
+
+@users
+def test_the_dispositions_hold_for_an_unprivileged_user(world_tmp, as_nobody_or_self):
+    wrap = as_nobody_or_self or (lambda argv: argv)
+    run = subprocess.run(wrap([sys.executable, "-c", AS_A_PROGRAM]), capture_output=True,
+                         text=True, timeout=120, cwd=world_tmp)
+    called, ignored = run.stdout.splitlines()
+    assert called == "BrokenPipeError", run.stderr
+    assert int(ignored.split()[1], 16) & SIGPIPE_AND_SIGXFSZ == 0

@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from conftest import users
 from sandlock import Policy, Sandbox
 
 
@@ -82,13 +83,16 @@ print(result.value, result.exit_code, flush=True)
 """
 
 
+@users
 @pytest.mark.parametrize("collected", [True, False])
-def test_a_call_that_makes_reference_cycles_stays_under_its_memory_limit(tmp_path, collected):
+def test_a_call_that_makes_reference_cycles_stays_under_its_memory_limit(
+        world_tmp, collected, as_nobody_or_self):
     """The control (uncollected): the same call without collection is killed at the
-    limit."""
-    run = subprocess.run([sys.executable, "-c", CYCLES, "collected" if collected else
-                          "uncollected"], capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)
+    limit. As the test's user and as uid 65534."""
+    wrap = as_nobody_or_self or (lambda argv: argv)
+    argv = [sys.executable, "-c", CYCLES, "collected" if collected else "uncollected"]
+    run = subprocess.run(wrap(argv), capture_output=True, text=True, timeout=120,
+                         cwd=world_tmp)
     if collected:
         assert run.stdout.split() == ["done", "0"], run.stderr
         assert "memory limit" not in run.stderr
